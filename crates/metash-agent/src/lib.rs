@@ -1,0 +1,264 @@
+//! The agent side of metash's agent protocol (seed 002 section 4, `docs/agent-protocol.md`).
+//!
+//! An agent is a program that reads JSON lines on stdin and writes JSON lines on stdout. This crate
+//! hides the framing so the same Rust agent builds natively and for `wasm32-wasip1`: it depends on
+//! `metash-protocol` and `serde_json` only, and does its I/O through `std::io` (which WASI maps to
+//! the host's in-memory pipes).
+//!
+//! ```no_run
+//! metash_agent::run(|session, input| {
+//!     let reply = format!("you said: {}", input.prompt);
+//!     session.output("text/plain", &reply).map_err(|e| e.to_string())
+//! })
+//! .ok();
+//! ```
+
+use std::io::{self, BufRead, Write};
+
+use metash_protocol::{AgentEvent, ProtocolMessage, EVENT_PROTOCOL_VERSION};
+use serde_json::Value;
+
+/// What `start(ctx)` gave the agent.
+#[derive(Debug, Clone, Default)]
+pub struct Context {
+    pub agent_id: String,
+    pub workspace: Option<String>,
+    pub config: Value,
+    pub capabilities: Vec<String>,
+}
+
+/// One `invoke(input)`.
+#[derive(Debug, Clone)]
+pub struct Input {
+    pub prompt: String,
+    pub context_refs: Vec<String>,
+}
+
+/// The agent's handle for one invocation: every method writes one protocol line.
+pub struct Session<W: Write> {
+    ctx: Context,
+    out: W,
+    stream: u64,
+    invocation: u64,
+}
+
+impl<W: Write> Session<W> {
+    /// The start context (empty until the host sent `start`).
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// Whether the host granted `capability` (the host enforces it anyway; this is for fallbacks).
+    pub fn granted(&self, capability: &str) -> bool {
+        self.ctx.capabilities.iter().any(|c| c == capability)
+    }
+
+    /// Write any event, framed with the protocol version.
+    ///
+    /// # Errors
+    /// The host closed stdout (it is shutting the agent down) or serialization failed.
+    pub fn send(&mut self, event: AgentEvent) -> io::Result<()> {
+        let line = serde_json::to_string(&ProtocolMessage::new(event)).map_err(io::Error::other)?;
+        self.out.write_all(line.as_bytes())?;
+        self.out.write_all(b"\n")?;
+        self.out.flush()
+    }
+
+    /// Stream `data` as one output card, split into chunks of at most `CHUNK` bytes with chunk ids
+    /// `"<stream>:<seq>"` so the host can reassemble them in order.
+    ///
+    /// # Errors
+    /// As [`Session::send`].
+    pub fn output(&mut self, content_type: &str, data: &str) -> io::Result<()> {
+        const CHUNK: usize = 16 * 1024;
+        self.stream += 1;
+        let stream = format!("i{}s{}", self.invocation, self.stream);
+        let mut seq = 0u64;
+        let mut rest = data;
+        loop {
+            let mut cut = rest.len().min(CHUNK);
+            while !rest.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let (head, tail) = rest.split_at(cut);
+            self.output_chunk(&stream, seq, content_type, head)?;
+            seq += 1;
+            rest = tail;
+            if rest.is_empty() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Write one chunk of stream `stream` explicitly (for agents that stream as they compute).
+    ///
+    /// # Errors
+    /// As [`Session::send`].
+    pub fn output_chunk(
+        &mut self,
+        stream: &str,
+        seq: u64,
+        content_type: &str,
+        data: &str,
+    ) -> io::Result<()> {
+        let agent_id = self.ctx.agent_id.clone();
+        self.send(AgentEvent::Output {
+            agent_id,
+            chunk_id: format!("{stream}:{seq}"),
+            content_type: content_type.to_string(),
+            data: data.to_string(),
+        })
+    }
+
+    /// Report an error (the invocation still ends with `done`).
+    ///
+    /// # Errors
+    /// As [`Session::send`].
+    pub fn error(&mut self, code: &str, message: &str) -> io::Result<()> {
+        self.send(AgentEvent::Error {
+            code: code.to_string(),
+            message: message.to_string(),
+            hint: None,
+        })
+    }
+
+    /// Persist a value through the host's state (the only way agents persist state).
+    ///
+    /// # Errors
+    /// As [`Session::send`].
+    pub fn state_update(&mut self, key: &str, value: Value, scope: Option<&str>) -> io::Result<()> {
+        self.send(AgentEvent::StateUpdate {
+            key: key.to_string(),
+            value,
+            scope: scope.map(str::to_string),
+        })
+    }
+}
+
+/// Run the agent loop on stdin/stdout: `handler` is called once per `input`; `done` is written after
+/// it returns (with `status: error` and an `error` event when it fails).
+///
+/// # Errors
+/// Reading stdin or writing stdout failed.
+pub fn run<F>(handler: F) -> io::Result<()>
+where
+    F: FnMut(&mut Session<io::StdoutLock<'static>>, Input) -> Result<(), String>,
+{
+    let stdin = io::stdin();
+    run_with(stdin.lock(), io::stdout().lock(), handler)
+}
+
+/// [`run`] over any reader and writer (tests drive it with buffers).
+///
+/// # Errors
+/// Reading or writing failed.
+pub fn run_with<R, W, F>(input: R, out: W, mut handler: F) -> io::Result<()>
+where
+    R: BufRead,
+    W: Write,
+    F: FnMut(&mut Session<W>, Input) -> Result<(), String>,
+{
+    let mut session = Session {
+        ctx: Context::default(),
+        out,
+        stream: 0,
+        invocation: 0,
+    };
+    for line in input.lines() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let msg: ProtocolMessage = match serde_json::from_str(&line) {
+            Ok(m) => m,
+            Err(e) => {
+                session.error("bad_message", &e.to_string())?;
+                continue;
+            }
+        };
+        if msg.schema_version != EVENT_PROTOCOL_VERSION {
+            session.error(
+                "unsupported_version",
+                &format!(
+                    "schema_version {} is not supported (this agent speaks {EVENT_PROTOCOL_VERSION})",
+                    msg.schema_version
+                ),
+            )?;
+            continue;
+        }
+        match msg.event {
+            AgentEvent::Start {
+                agent_id,
+                workspace,
+                config,
+                capabilities,
+            } => {
+                session.ctx = Context {
+                    agent_id,
+                    workspace,
+                    config,
+                    capabilities,
+                };
+            }
+            AgentEvent::Input {
+                prompt,
+                context_refs,
+                ..
+            } => {
+                session.invocation += 1;
+                session.stream = 0;
+                let result = handler(
+                    &mut session,
+                    Input {
+                        prompt,
+                        context_refs,
+                    },
+                );
+                let status = match result {
+                    Ok(()) => None,
+                    Err(message) => {
+                        session.error("agent_error", &message)?;
+                        Some("error".to_string())
+                    }
+                };
+                session.send(AgentEvent::Done {
+                    status,
+                    summary: None,
+                })?;
+            }
+            AgentEvent::Shutdown { .. } => break,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn echo_round_trip() {
+        let input = concat!(
+            r#"{"schema_version":"0.1","type":"start","agent_id":"a1","config":null,"capabilities":["files.read"]}"#,
+            "\n",
+            r#"{"schema_version":"0.1","type":"input","agent_id":"a1","prompt":"hi"}"#,
+            "\n",
+            r#"{"schema_version":"9.9","type":"input","agent_id":"a1","prompt":"hi"}"#,
+            "\n"
+        );
+        let mut out = Vec::new();
+        run_with(input.as_bytes(), &mut out, |s, i| {
+            assert!(s.granted("files.read"));
+            s.output("text/plain", &i.prompt).map_err(|e| e.to_string())
+        })
+        .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(lines[0].contains(r#""chunk_id":"i1s1:0""#));
+        assert!(lines[1].contains(r#""type":"done""#));
+        assert!(lines[2].contains("unsupported_version"));
+    }
+}

@@ -1,0 +1,222 @@
+//! The Anthropic Messages API, streamed: `message_start`, `content_block_start` (text, tool_use,
+//! thinking), `content_block_delta` (`text_delta`, `input_json_delta`, `thinking_delta`,
+//! `signature_delta`), `content_block_stop`, `message_delta` (stop reason, usage), `message_stop`,
+//! `ping`, and in-stream `error`.
+
+use metash_protocol::{HarnessEvent, ToolCall, Usage};
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde_json::{json, Value};
+
+use super::http::{post_sse, Flow, StreamLimits};
+use super::{join_url, parse_json, ApiCall, ApiOutput, OnEvent, ToolResultInput};
+use crate::error::{HarnessError, Result};
+
+pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+pub const DEFAULT_KEY_ENV: &str = "ANTHROPIC_API_KEY";
+const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// This turn's user message: tool results first (the API requires them right after the
+/// assistant's tool_use), then the prompt.
+pub fn user_message(prompt: &str, tool_results: &[ToolResultInput]) -> Value {
+    let mut content: Vec<Value> = tool_results
+        .iter()
+        .map(|r| json!({"type": "tool_result", "tool_use_id": r.id, "content": r.output, "is_error": r.is_error}))
+        .collect();
+    content.push(json!({"type": "text", "text": prompt}));
+    json!({"role": "user", "content": content})
+}
+
+pub fn request_body(call: &ApiCall<'_>) -> Value {
+    let mut body = json!({
+        "model": call.model,
+        "max_tokens": call.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+        "messages": call.messages,
+        "stream": true,
+    });
+    if let Some(s) = call.system {
+        body["system"] = json!(s);
+    }
+    if !call.tools.is_empty() {
+        body["tools"] = call
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
+            .collect();
+    }
+    body
+}
+
+#[derive(Default)]
+struct Block {
+    kind: String,
+    text: String,
+    id: String,
+    name: String,
+    json: String,
+    raw: Value,
+}
+
+/// Streams one response.
+///
+/// # Errors
+/// As [`post_sse`]; `Api` for an in-stream `error` event (e.g. `overloaded_error`).
+pub(crate) async fn stream(
+    client: &reqwest::Client,
+    call: &ApiCall<'_>,
+    limits: &StreamLimits<'_>,
+    on: OnEvent<'_>,
+) -> Result<ApiOutput> {
+    let mut headers = HeaderMap::new();
+    headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
+    if let Some(k) = call.api_key {
+        let v = HeaderValue::from_str(k)
+            .map_err(|_| HarnessError::InvalidRequest("API key is not a valid header".into()))?;
+        headers.insert("x-api-key", v);
+    }
+    let body = request_body(call);
+    let url = join_url(call.base_url, "v1/messages");
+    let mut out = ApiOutput::default();
+    let mut blocks: Vec<Block> = Vec::new();
+    let mut usage = Usage::default();
+    let on = std::sync::Mutex::new(on);
+    let emit = |e: HarnessEvent| {
+        if let Ok(mut f) = on.lock() {
+            f(e);
+        }
+    };
+    post_sse(
+        client,
+        &url,
+        headers,
+        &body,
+        limits,
+        &mut |attempt, delay, status| {
+            emit(HarnessEvent::Retry {
+                attempt,
+                delay_ms: delay.as_millis() as u64,
+                status,
+            });
+        },
+        &mut |ev| {
+            let v = parse_json(&ev.data)?;
+            let kind = v
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or(ev.event.as_str());
+            match kind {
+                "message_start" => {
+                    let u = &v["message"]["usage"];
+                    usage.input_tokens = u["input_tokens"].as_u64().unwrap_or(0);
+                    usage.output_tokens = u["output_tokens"].as_u64().unwrap_or(0);
+                    usage.cache_read_tokens = u["cache_read_input_tokens"].as_u64();
+                    usage.cache_creation_tokens = u["cache_creation_input_tokens"].as_u64();
+                }
+                "content_block_start" => {
+                    let cb = &v["content_block"];
+                    let idx = v["index"].as_u64().unwrap_or(blocks.len() as u64) as usize;
+                    if blocks.len() <= idx {
+                        blocks.resize_with(idx + 1, Block::default);
+                    }
+                    blocks[idx] = Block {
+                        kind: cb["type"].as_str().unwrap_or("").to_string(),
+                        text: cb["text"].as_str().unwrap_or("").to_string(),
+                        id: cb["id"].as_str().unwrap_or("").to_string(),
+                        name: cb["name"].as_str().unwrap_or("").to_string(),
+                        json: String::new(),
+                        raw: cb.clone(),
+                    };
+                }
+                "content_block_delta" => {
+                    let idx = v["index"].as_u64().unwrap_or(0) as usize;
+                    let d = &v["delta"];
+                    if let Some(b) = blocks.get_mut(idx) {
+                        match d["type"].as_str().unwrap_or("") {
+                            "text_delta" => {
+                                let t = d["text"].as_str().unwrap_or("");
+                                b.text.push_str(t);
+                                emit(HarnessEvent::TextDelta {
+                                    text: t.to_string(),
+                                });
+                            }
+                            "input_json_delta" => {
+                                b.json.push_str(d["partial_json"].as_str().unwrap_or(""))
+                            }
+                            "thinking_delta" => {
+                                b.text.push_str(d["thinking"].as_str().unwrap_or(""))
+                            }
+                            "signature_delta" => {
+                                b.raw["signature"] = d["signature"].clone();
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                "content_block_stop" => {}
+                "message_delta" => {
+                    if let Some(r) = v["delta"]["stop_reason"].as_str() {
+                        out.stop_reason = Some(r.to_string());
+                    }
+                    if let Some(n) = v["usage"]["output_tokens"].as_u64() {
+                        usage.output_tokens = n;
+                    }
+                    if let Some(n) = v["usage"]["input_tokens"].as_u64() {
+                        usage.input_tokens = n;
+                    }
+                }
+                "message_stop" => return Ok(Flow::Done),
+                "error" => {
+                    let e = &v["error"];
+                    return Err(HarnessError::Api {
+                        status: None,
+                        message: format!(
+                            "{}: {}",
+                            e["type"].as_str().unwrap_or("error"),
+                            e["message"].as_str().unwrap_or("stream error")
+                        ),
+                    });
+                }
+                _ => {}
+            }
+            Ok(Flow::Continue)
+        },
+    )
+    .await?;
+    let mut content = Vec::new();
+    for b in blocks {
+        match b.kind.as_str() {
+            "text" => {
+                out.text.push_str(&b.text);
+                content.push(json!({"type": "text", "text": b.text}));
+            }
+            "tool_use" => {
+                let input: Value = if b.json.trim().is_empty() {
+                    b.raw.get("input").cloned().unwrap_or_else(|| json!({}))
+                } else {
+                    serde_json::from_str(&b.json).map_err(|e| HarnessError::Api {
+                        status: None,
+                        message: format!("tool input of {} is not JSON: {e}", b.name),
+                    })?
+                };
+                let call = ToolCall {
+                    id: b.id.clone(),
+                    name: b.name.clone(),
+                    input: input.clone(),
+                };
+                emit(HarnessEvent::ToolCall { call: call.clone() });
+                out.tool_calls.push(call);
+                content
+                    .push(json!({"type": "tool_use", "id": b.id, "name": b.name, "input": input}));
+            }
+            "thinking" => {
+                let mut raw = b.raw.clone();
+                raw["thinking"] = json!(b.text);
+                content.push(raw);
+            }
+            "" => {}
+            _ => content.push(b.raw),
+        }
+    }
+    out.usage = Some(usage);
+    out.transcript_items = vec![json!({"role": "assistant", "content": content})];
+    Ok(out)
+}

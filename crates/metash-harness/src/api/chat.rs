@@ -1,0 +1,165 @@
+//! OpenAI-compatible chat completions, streamed (`data: {choices:[{delta}]}` … `data: [DONE]`), as
+//! served by Ollama, vLLM and llama.cpp: content deltas, tool call deltas by index, finish reason,
+//! and the usage chunk `stream_options.include_usage` asks for.
+
+use metash_protocol::{HarnessEvent, ToolCall, Usage};
+use serde_json::{json, Value};
+
+use super::http::{post_sse, Flow, StreamLimits};
+use super::openai::bearer;
+use super::{join_url, parse_json, ApiCall, ApiOutput, OnEvent, ToolResultInput};
+use crate::error::{HarnessError, Result};
+
+pub const DEFAULT_BASE_URL: &str = "http://127.0.0.1:11434/v1";
+pub const DEFAULT_KEY_ENV: &str = "OPENAI_API_KEY";
+
+pub fn user_messages(prompt: &str, tool_results: &[ToolResultInput]) -> Vec<Value> {
+    let mut msgs: Vec<Value> = tool_results
+        .iter()
+        .map(|r| json!({"role": "tool", "tool_call_id": r.id, "content": r.output}))
+        .collect();
+    msgs.push(json!({"role": "user", "content": prompt}));
+    msgs
+}
+
+pub fn request_body(call: &ApiCall<'_>) -> Value {
+    let mut messages = Vec::with_capacity(call.messages.len() + 1);
+    if let Some(s) = call.system {
+        messages.push(json!({"role": "system", "content": s}));
+    }
+    messages.extend(call.messages.iter().cloned());
+    let mut body = json!({
+        "model": call.model,
+        "messages": messages,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    if let Some(n) = call.max_tokens {
+        body["max_tokens"] = json!(n);
+    }
+    if !call.tools.is_empty() {
+        body["tools"] = call
+            .tools
+            .iter()
+            .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}}))
+            .collect();
+    }
+    body
+}
+
+#[derive(Default, Clone)]
+struct PartialCall {
+    id: String,
+    name: String,
+    args: String,
+}
+
+/// Streams one response.
+///
+/// # Errors
+/// As [`post_sse`]; `Api` for an `error` object in the stream.
+pub(crate) async fn stream(
+    client: &reqwest::Client,
+    call: &ApiCall<'_>,
+    limits: &StreamLimits<'_>,
+    on: OnEvent<'_>,
+) -> Result<ApiOutput> {
+    let headers = bearer(call.api_key)?;
+    let body = request_body(call);
+    let url = join_url(call.base_url, "chat/completions");
+    let mut out = ApiOutput::default();
+    let mut calls: Vec<PartialCall> = Vec::new();
+    let on = std::sync::Mutex::new(on);
+    let emit = |e: HarnessEvent| {
+        if let Ok(mut f) = on.lock() {
+            f(e);
+        }
+    };
+    post_sse(
+        client,
+        &url,
+        headers,
+        &body,
+        limits,
+        &mut |attempt, delay, status| {
+            emit(HarnessEvent::Retry {
+                attempt,
+                delay_ms: delay.as_millis() as u64,
+                status,
+            });
+        },
+        &mut |ev| {
+            if ev.data.trim() == "[DONE]" {
+                return Ok(Flow::Done);
+            }
+            let v = parse_json(&ev.data)?;
+            if let Some(e) = v.get("error") {
+                return Err(HarnessError::Api {
+                    status: None,
+                    message: e["message"]
+                        .as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| e.to_string()),
+                });
+            }
+            if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+                out.usage = Some(Usage {
+                    input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
+                    output_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
+                    cache_read_tokens: u["prompt_tokens_details"]["cached_tokens"].as_u64(),
+                    cache_creation_tokens: None,
+                });
+            }
+            for choice in v["choices"].as_array().into_iter().flatten() {
+                let d = &choice["delta"];
+                if let Some(t) = d["content"].as_str() {
+                    if !t.is_empty() {
+                        out.text.push_str(t);
+                        emit(HarnessEvent::TextDelta {
+                            text: t.to_string(),
+                        });
+                    }
+                }
+                for tc in d["tool_calls"].as_array().into_iter().flatten() {
+                    let idx = tc["index"].as_u64().unwrap_or(calls.len() as u64) as usize;
+                    if calls.len() <= idx {
+                        calls.resize(idx + 1, PartialCall::default());
+                    }
+                    let c = &mut calls[idx];
+                    if let Some(id) = tc["id"].as_str() {
+                        c.id = id.to_string();
+                    }
+                    if let Some(n) = tc["function"]["name"].as_str() {
+                        c.name.push_str(n);
+                    }
+                    if let Some(a) = tc["function"]["arguments"].as_str() {
+                        c.args.push_str(a);
+                    }
+                }
+                if let Some(r) = choice["finish_reason"].as_str() {
+                    out.stop_reason = Some(r.to_string());
+                }
+            }
+            Ok(Flow::Continue)
+        },
+    )
+    .await?;
+    let mut assistant = json!({"role": "assistant", "content": out.text});
+    if !calls.is_empty() {
+        let mut tool_calls = Vec::new();
+        for c in calls {
+            let input = serde_json::from_str(&c.args).unwrap_or_else(|_| json!({ "raw": c.args }));
+            let call = ToolCall {
+                id: c.id.clone(),
+                name: c.name.clone(),
+                input,
+            };
+            emit(HarnessEvent::ToolCall { call: call.clone() });
+            out.tool_calls.push(call);
+            tool_calls.push(json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.args}}));
+        }
+        assistant["tool_calls"] = json!(tool_calls);
+    }
+    out.transcript_items = vec![assistant];
+    Ok(out)
+}

@@ -1,0 +1,90 @@
+//! metash's own streaming clients for model APIs: for roles that need text and tool calls but no
+//! coding CLI. Each client turns one prompt (plus the persisted transcript) into one streamed
+//! response; the turn layer persists the transcript so the continuation key resumes it.
+
+pub mod anthropic;
+pub mod chat;
+pub(crate) mod http;
+pub mod openai;
+pub mod sse;
+pub mod transcript;
+
+use std::time::Duration;
+
+use metash_protocol::{HarnessEvent, ToolCall, Usage};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use http::RetryPolicy;
+
+/// A tool the model may call (the caller executes it and sends the result next turn).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolSpec {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// JSON Schema of the input object.
+    #[serde(default = "empty_object_schema")]
+    pub input_schema: Value,
+}
+
+fn empty_object_schema() -> Value {
+    serde_json::json!({"type": "object", "properties": {}})
+}
+
+/// The result of a tool call from the previous turn, sent before this turn's prompt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolResultInput {
+    pub id: String,
+    pub output: String,
+    #[serde(default)]
+    pub is_error: bool,
+}
+
+/// Everything a client needs for one request.
+#[derive(Debug, Clone)]
+pub struct ApiCall<'a> {
+    pub base_url: &'a str,
+    pub api_key: Option<&'a str>,
+    pub model: &'a str,
+    pub system: Option<&'a str>,
+    pub max_tokens: Option<u32>,
+    pub tools: &'a [ToolSpec],
+    /// Provider-native messages/items so far, including this turn's user input.
+    pub messages: &'a [Value],
+    pub idle_timeout: Duration,
+}
+
+/// What a client collected from one streamed response.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ApiOutput {
+    pub text: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub usage: Option<Usage>,
+    pub stop_reason: Option<String>,
+    /// Provider-native items to append to the transcript.
+    pub transcript_items: Vec<Value>,
+}
+
+/// What clients report while streaming.
+pub(crate) type OnEvent<'a> = &'a mut (dyn FnMut(HarnessEvent) + Send);
+
+fn join_url(base: &str, path: &str) -> String {
+    format!(
+        "{}/{}",
+        base.trim_end_matches('/'),
+        path.trim_start_matches('/')
+    )
+}
+
+fn parse_json(data: &str) -> crate::error::Result<Value> {
+    serde_json::from_str(data).map_err(|e| crate::error::HarnessError::Api {
+        status: None,
+        message: format!(
+            "unparseable stream event ({e}): {}",
+            data.chars().take(200).collect::<String>()
+        ),
+    })
+}

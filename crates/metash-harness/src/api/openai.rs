@@ -1,0 +1,198 @@
+//! The OpenAI Responses API, streamed: `response.created`, `response.in_progress`,
+//! `response.output_item.added`, `response.output_text.delta`, `response.function_call_arguments.delta`
+//! / `.done`, `response.output_item.done`, `response.completed` (usage), `response.incomplete`,
+//! `response.failed` and `error`. Requests use `store: false` and carry the whole transcript, so a
+//! continuation never depends on state kept at the provider.
+
+use metash_protocol::{HarnessEvent, ToolCall, Usage};
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde_json::{json, Value};
+
+use super::http::{post_sse, Flow, StreamLimits};
+use super::{join_url, parse_json, ApiCall, ApiOutput, OnEvent, ToolResultInput};
+use crate::error::{HarnessError, Result};
+
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+pub const DEFAULT_KEY_ENV: &str = "OPENAI_API_KEY";
+
+/// This turn's input items: tool outputs first, then the user message.
+pub fn user_items(prompt: &str, tool_results: &[ToolResultInput]) -> Vec<Value> {
+    let mut items: Vec<Value> = tool_results
+        .iter()
+        .map(|r| json!({"type": "function_call_output", "call_id": r.id, "output": r.output}))
+        .collect();
+    items.push(json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}));
+    items
+}
+
+pub fn request_body(call: &ApiCall<'_>) -> Value {
+    let mut body = json!({
+        "model": call.model,
+        "input": call.messages,
+        "stream": true,
+        "store": false,
+    });
+    if let Some(s) = call.system {
+        body["instructions"] = json!(s);
+    }
+    if let Some(n) = call.max_tokens {
+        body["max_output_tokens"] = json!(n);
+    }
+    if !call.tools.is_empty() {
+        body["tools"] = call
+            .tools
+            .iter()
+            .map(|t| json!({"type": "function", "name": t.name, "description": t.description, "parameters": t.input_schema}))
+            .collect();
+    }
+    body
+}
+
+pub(crate) fn bearer(key: Option<&str>) -> Result<HeaderMap> {
+    let mut headers = HeaderMap::new();
+    if let Some(k) = key {
+        let v = HeaderValue::from_str(&format!("Bearer {k}"))
+            .map_err(|_| HarnessError::InvalidRequest("API key is not a valid header".into()))?;
+        headers.insert("authorization", v);
+    }
+    Ok(headers)
+}
+
+/// Streams one response.
+///
+/// # Errors
+/// As [`post_sse`]; `Api` for `response.failed` or an `error` event.
+pub(crate) async fn stream(
+    client: &reqwest::Client,
+    call: &ApiCall<'_>,
+    limits: &StreamLimits<'_>,
+    on: OnEvent<'_>,
+) -> Result<ApiOutput> {
+    let headers = bearer(call.api_key)?;
+    let body = request_body(call);
+    let url = join_url(call.base_url, "responses");
+    let mut out = ApiOutput::default();
+    let mut items: Vec<Value> = Vec::new();
+    let on = std::sync::Mutex::new(on);
+    let emit = |e: HarnessEvent| {
+        if let Ok(mut f) = on.lock() {
+            f(e);
+        }
+    };
+    post_sse(
+        client,
+        &url,
+        headers,
+        &body,
+        limits,
+        &mut |attempt, delay, status| {
+            emit(HarnessEvent::Retry {
+                attempt,
+                delay_ms: delay.as_millis() as u64,
+                status,
+            });
+        },
+        &mut |ev| {
+            let v = parse_json(&ev.data)?;
+            let kind = v
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or(ev.event.as_str());
+            match kind {
+                "response.output_text.delta" => {
+                    let t = v["delta"].as_str().unwrap_or("");
+                    emit(HarnessEvent::TextDelta {
+                        text: t.to_string(),
+                    });
+                }
+                "response.output_item.done" => items.push(v["item"].clone()),
+                "response.completed" | "response.incomplete" => {
+                    let r = &v["response"];
+                    let u = &r["usage"];
+                    out.usage = Some(Usage {
+                        input_tokens: u["input_tokens"].as_u64().unwrap_or(0),
+                        output_tokens: u["output_tokens"].as_u64().unwrap_or(0),
+                        cache_read_tokens: u["input_tokens_details"]["cached_tokens"].as_u64(),
+                        cache_creation_tokens: None,
+                    });
+                    out.stop_reason = Some(if kind == "response.completed" {
+                        "completed".to_string()
+                    } else {
+                        r["incomplete_details"]["reason"]
+                            .as_str()
+                            .unwrap_or("incomplete")
+                            .to_string()
+                    });
+                    // Items only listed in the final response (some servers send no .done events).
+                    if items.is_empty() {
+                        if let Some(arr) = r["output"].as_array() {
+                            items.extend(arr.iter().cloned());
+                        }
+                    }
+                    return Ok(Flow::Done);
+                }
+                "response.failed" => {
+                    let e = &v["response"]["error"];
+                    return Err(HarnessError::Api {
+                        status: None,
+                        message: format!(
+                            "{}: {}",
+                            e["code"].as_str().unwrap_or("failed"),
+                            e["message"].as_str().unwrap_or("the response failed")
+                        ),
+                    });
+                }
+                "error" => {
+                    let e = v.get("error").unwrap_or(&v);
+                    return Err(HarnessError::Api {
+                        status: None,
+                        message: format!(
+                            "{}: {}",
+                            e["code"].as_str().or(e["type"].as_str()).unwrap_or("error"),
+                            e["message"].as_str().unwrap_or("stream error")
+                        ),
+                    });
+                }
+                _ => {}
+            }
+            Ok(Flow::Continue)
+        },
+    )
+    .await?;
+    for item in &items {
+        match item["type"].as_str() {
+            Some("message") => {
+                for part in item["content"].as_array().into_iter().flatten() {
+                    if part["type"] == "output_text" {
+                        out.text.push_str(part["text"].as_str().unwrap_or(""));
+                    }
+                }
+            }
+            Some("function_call") => {
+                let args = item["arguments"].as_str().unwrap_or("{}");
+                let input = serde_json::from_str(args).unwrap_or_else(|_| json!({ "raw": args }));
+                let call = ToolCall {
+                    id: item["call_id"].as_str().unwrap_or("").to_string(),
+                    name: item["name"].as_str().unwrap_or("").to_string(),
+                    input,
+                };
+                emit(HarnessEvent::ToolCall { call: call.clone() });
+                out.tool_calls.push(call);
+            }
+            _ => {}
+        }
+    }
+    // Reasoning items without `store` cannot be replayed; keep messages and calls.
+    out.transcript_items = items
+        .into_iter()
+        .filter(|i| matches!(i["type"].as_str(), Some("message") | Some("function_call")))
+        .map(|mut i| {
+            if let Some(o) = i.as_object_mut() {
+                o.remove("id");
+                o.remove("status");
+            }
+            i
+        })
+        .collect();
+    Ok(out)
+}

@@ -1,0 +1,155 @@
+//! Claude Code (`claude-code`, and `agent-sdk` which drives the same program headless in
+//! stream-json mode, as the Agent SDK itself does). Flags and resume rules: HARNESSES.md.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use metash_protocol::InteractionMode;
+
+use super::{harness_dir, safe_name, BuildProcessInvocationSpecRequest, Materialized};
+use crate::error::Result;
+use crate::fsutil::{ensure_dir, write_atomic};
+use crate::programs::{Program, Programs};
+
+pub(super) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Materialized> {
+    let dir = harness_dir(&req.asp_home, req.frontend);
+    let run_dir = dir.join("sessions").join(safe_name(&req.cp_session_id));
+    let mut m = Materialized::default();
+    let mut env = BTreeMap::new();
+    for (k, v) in [
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+        ("DISABLE_TELEMETRY", "1"),
+        ("DISABLE_AUTOUPDATER", "1"),
+        ("DISABLE_ERROR_REPORTING", "1"),
+    ] {
+        env.insert(k.to_string(), v.to_string());
+    }
+    if req.options.isolated_home {
+        let home = dir.join("home");
+        ensure_dir(&home.join(".claude"))?;
+        // Skips the first-run onboarding an interactive session would show; written only once
+        // because Claude keeps its own state in this file afterwards.
+        let state = home.join(".claude.json");
+        if !state.exists() {
+            write_atomic(
+                &state,
+                b"{\"hasCompletedOnboarding\":true,\"bypassPermissionsModeAccepted\":true}\n",
+            )?;
+        }
+        env.insert("HOME".to_string(), home.to_string_lossy().into_owned());
+        m.home = Some(home);
+    }
+    if let Some(ep) = &req.options.endpoint {
+        env.insert("ANTHROPIC_BASE_URL".to_string(), ep.base_url.clone());
+    }
+    if req.options.skip_permissions {
+        env.insert("IS_SANDBOX".to_string(), "1".to_string());
+    }
+    if let Some(servers) = &req.options.mcp_servers {
+        let path = run_dir.join("mcp.json");
+        let doc = serde_json::json!({ "mcpServers": servers });
+        let mut bytes = serde_json::to_vec_pretty(&doc).unwrap_or_default();
+        bytes.push(b'\n');
+        write_atomic(&path, &bytes)?;
+        m.mcp_config = Some(path);
+    }
+    if let Some(sp) = &req.options.system_prompt {
+        let path = run_dir.join("system-prompt.md");
+        write_atomic(&path, sp.as_bytes())?;
+        m.system_prompt_file = Some(path);
+    }
+    m.env = env;
+    Ok(m)
+}
+
+pub(super) fn argv(
+    req: &BuildProcessInvocationSpecRequest,
+    m: &Materialized,
+    programs: &Programs,
+    warnings: &mut Vec<String>,
+) -> Vec<String> {
+    let o = &req.options;
+    let mut a = vec![programs.argv0(Program::Claude)];
+    let headless = req.interaction_mode != InteractionMode::Interactive;
+    if headless {
+        a.extend(["-p", "--output-format", "stream-json", "--verbose"].map(String::from));
+        if o.include_partial_messages {
+            a.push("--include-partial-messages".to_string());
+        }
+    }
+    if let Some(key) = req.continuation_key() {
+        a.extend(["--resume".to_string(), key.to_string()]);
+    } else if let Some(id) = &o.session_id {
+        a.extend(["--session-id".to_string(), id.clone()]);
+    }
+    if let Some(model) = &req.model {
+        a.extend(["--model".to_string(), model.clone()]);
+    }
+    if o.skip_permissions {
+        a.push("--dangerously-skip-permissions".to_string());
+    } else if let Some(mode) = &o.permission_mode {
+        a.extend(["--permission-mode".to_string(), mode.clone()]);
+    }
+    if let Some(path) = &m.system_prompt_file {
+        a.extend([
+            "--system-prompt-file".to_string(),
+            path.to_string_lossy().into_owned(),
+        ]);
+    }
+    if let Some(text) = &o.append_system_prompt {
+        a.extend(["--append-system-prompt".to_string(), text.clone()]);
+    }
+    if let Some(path) = &m.mcp_config {
+        a.extend([
+            "--mcp-config".to_string(),
+            path.to_string_lossy().into_owned(),
+        ]);
+        a.push("--strict-mcp-config".to_string());
+    }
+    for dir in &o.extra_dirs {
+        a.extend(["--add-dir".to_string(), dir.to_string_lossy().into_owned()]);
+    }
+    if !o.allowed_tools.is_empty() {
+        a.extend(["--allowedTools".to_string(), o.allowed_tools.join(",")]);
+    }
+    if !o.disallowed_tools.is_empty() {
+        a.extend([
+            "--disallowedTools".to_string(),
+            o.disallowed_tools.join(","),
+        ]);
+    }
+    if let Some(b) = o.max_budget_usd {
+        if headless {
+            a.extend(["--max-budget-usd".to_string(), b.to_string()]);
+        } else {
+            warnings.push("claude honours --max-budget-usd only with -p; not passed".to_string());
+        }
+    }
+    if let Some(t) = o.max_turns {
+        a.extend(["--max-turns".to_string(), t.to_string()]);
+    }
+    if let Some(prompt) = &req.prompt {
+        // `--` ends the options, so a variadic flag (`--add-dir`, `--mcp-config`) cannot swallow
+        // the prompt and a prompt starting with `-` stays a prompt.
+        a.push("--".to_string());
+        a.push(prompt.clone());
+    }
+    a
+}
+
+/// Claude's project directory name for a cwd: every character but ASCII letters and digits
+/// becomes `-` (`/work/a.b` → `-work-a-b`).
+pub fn claude_project_dir(cwd: &Path) -> String {
+    cwd.to_string_lossy()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect()
+}
+
+/// Where Claude keeps a conversation started from `cwd`, given the HOME it runs with.
+pub fn claude_session_file(home: &Path, cwd: &Path, key: &str) -> PathBuf {
+    home.join(".claude")
+        .join("projects")
+        .join(claude_project_dir(cwd))
+        .join(format!("{key}.jsonl"))
+}

@@ -1,0 +1,168 @@
+//! Codex CLI (`codex-cli`). A custom provider is passed as `-c` overrides (Codex ignores
+//! `OPENAI_BASE_URL`) and derived only from the request, so every turn of a thread sees the same
+//! provider definition, which `codex exec resume` requires.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use metash_protocol::InteractionMode;
+
+use super::toml;
+use super::{harness_dir, BuildProcessInvocationSpecRequest, Materialized};
+use crate::error::Result;
+use crate::fsutil::write_atomic;
+use crate::programs::{Program, Programs};
+
+/// `-c` overrides for the provider, sandbox, instructions and MCP servers, in a fixed order.
+fn overrides(req: &BuildProcessInvocationSpecRequest) -> Vec<(String, String)> {
+    let o = &req.options;
+    let mut c: Vec<(String, String)> = vec![
+        ("analytics.enabled".into(), "false".into()),
+        ("check_for_update_on_startup".into(), "false".into()),
+    ];
+    if let Some(ep) = &o.endpoint {
+        let name = toml::key(ep.name());
+        c.push(("model_provider".into(), toml::string(ep.name())));
+        c.push((
+            format!("model_providers.{name}.name"),
+            toml::string(ep.name()),
+        ));
+        c.push((
+            format!("model_providers.{name}.base_url"),
+            toml::string(&ep.base_url),
+        ));
+        c.push((
+            format!("model_providers.{name}.wire_api"),
+            toml::string("responses"),
+        ));
+        if let Some(var) = &ep.api_key_env {
+            c.push((format!("model_providers.{name}.env_key"), toml::string(var)));
+        }
+    }
+    if !o.skip_permissions {
+        if let Some(mode) = &o.permission_mode {
+            c.push(("sandbox_mode".into(), toml::string(mode)));
+        }
+    }
+    let instructions = match (&o.system_prompt, &o.append_system_prompt) {
+        (Some(a), Some(b)) => Some(format!("{a}\n\n{b}")),
+        (Some(a), None) | (None, Some(a)) => Some(a.clone()),
+        (None, None) => None,
+    };
+    if let Some(text) = instructions {
+        c.push(("developer_instructions".into(), toml::string(&text)));
+    }
+    if let Some(serde_json::Value::Object(servers)) = &o.mcp_servers {
+        for (name, def) in servers {
+            c.push((format!("mcp_servers.{}", toml::key(name)), toml::value(def)));
+        }
+    }
+    c
+}
+
+pub(super) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Materialized> {
+    let mut m = Materialized::default();
+    let mut env = BTreeMap::new();
+    if req.options.isolated_home {
+        let home = harness_dir(&req.asp_home, req.frontend).join("home");
+        // The same overrides as the argv, as a config file: what a person running the
+        // displayCommand by hand from this CODEX_HOME also gets.
+        let mut doc = String::from("# written by metash; the argv's -c overrides say the same\n");
+        for (k, v) in overrides(req) {
+            doc.push_str(&format!("{k} = {v}\n"));
+        }
+        let path = home.join("config.toml");
+        write_atomic(&path, doc.as_bytes())?;
+        m.provider_config = Some(path);
+        env.insert(
+            "CODEX_HOME".to_string(),
+            home.to_string_lossy().into_owned(),
+        );
+        env.insert("HOME".to_string(), home.to_string_lossy().into_owned());
+        m.home = Some(home);
+    }
+    m.env = env;
+    Ok(m)
+}
+
+pub(super) fn argv(
+    req: &BuildProcessInvocationSpecRequest,
+    programs: &Programs,
+    warnings: &mut Vec<String>,
+) -> Vec<String> {
+    let o = &req.options;
+    let headless = req.interaction_mode != InteractionMode::Interactive;
+    let key = req.continuation_key();
+    let mut a = vec![programs.argv0(Program::Codex)];
+    match (headless, key.is_some()) {
+        (true, false) => a.push("exec".into()),
+        (true, true) => a.extend(["exec".into(), "resume".into()]),
+        (false, true) => a.push("resume".into()),
+        (false, false) => {}
+    }
+    if headless {
+        a.extend(["--json".into(), "--skip-git-repo-check".into()]);
+    }
+    for (k, v) in overrides(req) {
+        a.extend(["-c".to_string(), format!("{k}={v}")]);
+    }
+    for f in ["plugins", "apps", "remote_plugin", "in_app_updates"] {
+        a.extend(["--disable".to_string(), f.to_string()]);
+    }
+    if let Some(model) = &req.model {
+        a.extend(["-m".to_string(), model.clone()]);
+    }
+    if o.skip_permissions {
+        a.push("--dangerously-bypass-approvals-and-sandbox".into());
+    }
+    if !o.extra_dirs.is_empty() {
+        if key.is_some() {
+            warnings.push("codex resume takes no --add-dir; extra dirs not passed".into());
+        } else {
+            for d in &o.extra_dirs {
+                a.extend(["--add-dir".to_string(), d.to_string_lossy().into_owned()]);
+            }
+        }
+    }
+    if o.max_budget_usd.is_some() || o.max_turns.is_some() {
+        warnings
+            .push("codex has no budget or turn limit flags; the caller must enforce them".into());
+    }
+    if !o.allowed_tools.is_empty() || !o.disallowed_tools.is_empty() {
+        warnings.push("codex has no tool allow/deny flags; use permissionMode (sandbox)".into());
+    }
+    if key.is_some() || req.prompt.is_some() {
+        a.push("--".into());
+    }
+    if let Some(k) = key {
+        a.push(k.to_string());
+    }
+    if let Some(p) = &req.prompt {
+        a.push(p.clone());
+    }
+    a
+}
+
+/// Finds `$CODEX_HOME/sessions/YYYY/MM/DD/rollout-…-<thread_id>.jsonl`.
+pub fn codex_rollout_file(codex_home: &Path, thread_id: &str) -> Option<PathBuf> {
+    let suffix = format!("-{thread_id}.jsonl");
+    let mut stack = vec![codex_home.join("sessions")];
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p
+                .file_name()
+                .map(|n| n.to_string_lossy().ends_with(&suffix))
+                .unwrap_or(false)
+            {
+                return Some(p);
+            }
+        }
+    }
+    None
+}

@@ -1,0 +1,126 @@
+//! pi-coding-agent (`pi-sdk`), driven in its JSON mode. Provider config goes into its agent dir
+//! (`models.json`); a resume passes the session file's full path, which pi honours from any cwd
+//! (a bare id from another cwd makes pi ask to fork and exit doing nothing).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::{harness_dir, BuildProcessInvocationSpecRequest, Materialized};
+use crate::error::{HarnessError, Result};
+use crate::fsutil::{ensure_dir, write_atomic};
+use crate::programs::{Program, Programs};
+
+pub(super) fn agent_dir(asp_home: &Path) -> PathBuf {
+    asp_home.join("pi").join("agent")
+}
+
+pub(super) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Materialized> {
+    let dir = harness_dir(&req.asp_home, req.frontend);
+    let agent = agent_dir(&req.asp_home);
+    ensure_dir(&agent)?;
+    let mut m = Materialized::default();
+    let mut env = BTreeMap::new();
+    env.insert("PI_OFFLINE".to_string(), "1".to_string());
+    env.insert("PI_TELEMETRY".to_string(), "0".to_string());
+    env.insert(
+        "PI_CODING_AGENT_DIR".to_string(),
+        agent.to_string_lossy().into_owned(),
+    );
+    if req.options.isolated_home {
+        let home = dir.join("home");
+        ensure_dir(&home)?;
+        env.insert("HOME".to_string(), home.to_string_lossy().into_owned());
+        m.home = Some(home);
+    }
+    if let Some(ep) = &req.options.endpoint {
+        let model = req.model.clone().unwrap_or_else(|| "default".to_string());
+        let doc = serde_json::json!({
+            "providers": {
+                ep.name(): {
+                    "baseUrl": ep.base_url,
+                    "api": "openai-completions",
+                    "apiKey": ep.api_key_env.clone().unwrap_or_else(|| "OPENAI_API_KEY".to_string()),
+                    "compat": { "supportsDeveloperRole": false, "supportsReasoningEffort": false },
+                    "models": [ { "id": model } ]
+                }
+            }
+        });
+        let mut bytes = serde_json::to_vec_pretty(&doc).unwrap_or_default();
+        bytes.push(b'\n');
+        let path = agent.join("models.json");
+        write_atomic(&path, &bytes)?;
+        m.provider_config = Some(path);
+    }
+    m.env = env;
+    Ok(m)
+}
+
+pub(super) fn argv(
+    req: &BuildProcessInvocationSpecRequest,
+    m: &Materialized,
+    programs: &Programs,
+    _warnings: &mut [String],
+) -> Result<Vec<String>> {
+    let mut a = vec![
+        programs.argv0(Program::Pi),
+        "-p".into(),
+        "--mode".into(),
+        "json".into(),
+    ];
+    if let Some(ep) = &req.options.endpoint {
+        a.extend(["--provider".to_string(), ep.name().to_string()]);
+    }
+    if let Some(model) = &req.model {
+        a.extend(["--model".to_string(), model.clone()]);
+    }
+    if let Some(key) = req.continuation_key() {
+        let agent = m
+            .env
+            .get("PI_CODING_AGENT_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| agent_dir(&req.asp_home));
+        let file = pi_session_file(&agent, key).ok_or_else(|| {
+            HarnessError::ContinuationNotFound(format!(
+                "no pi session {key} under {}",
+                agent.display()
+            ))
+        })?;
+        a.extend(["--session".to_string(), file.to_string_lossy().into_owned()]);
+    }
+    if let Some(sp) = &req.options.system_prompt {
+        a.extend(["--system-prompt".to_string(), sp.clone()]);
+    }
+    if let Some(sp) = &req.options.append_system_prompt {
+        a.extend(["--append-system-prompt".to_string(), sp.clone()]);
+    }
+    if let Some(p) = &req.prompt {
+        a.push(p.clone());
+    }
+    Ok(a)
+}
+
+/// Finds the session file whose name ends with `_<id>.jsonl` under the agent dir's `sessions/`.
+pub fn pi_session_file(agent_dir: &Path, id: &str) -> Option<PathBuf> {
+    let mut stack = vec![agent_dir.join("sessions")];
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p
+                .file_name()
+                .map(|n| {
+                    let n = n.to_string_lossy();
+                    n.ends_with(".jsonl") && n.contains(id)
+                })
+                .unwrap_or(false)
+            {
+                return Some(p);
+            }
+        }
+    }
+    None
+}

@@ -1,0 +1,470 @@
+//! Snapshots of argv/env/cwd for both CLIs in every mode, with and without a continuation, and
+//! the materialization rules (deterministic, under aspHome, nothing written on a refusal).
+
+use std::path::{Path, PathBuf};
+
+use metash_harness::{
+    build_invocation, build_process_invocation_spec, materialize,
+    BuildProcessInvocationSpecRequest, Endpoint, Programs,
+};
+use metash_protocol::{
+    HarnessContinuationRef, HarnessErrorCode, HarnessFrontend, InteractionMode, IoMode,
+    ProviderDomain,
+};
+use serde_json::json;
+
+fn programs() -> Programs {
+    Programs {
+        claude: Some("/opt/claude".into()),
+        codex: Some("/opt/codex".into()),
+        pi: Some("/opt/pi".into()),
+    }
+}
+
+fn req(
+    frontend: HarnessFrontend,
+    asp: &Path,
+    mode: InteractionMode,
+    key: Option<&str>,
+) -> BuildProcessInvocationSpecRequest {
+    let mut r = BuildProcessInvocationSpecRequest::new(frontend, asp, "/work/project");
+    r.interaction_mode = mode;
+    r.io_mode = if mode == InteractionMode::Interactive {
+        IoMode::Pty
+    } else {
+        IoMode::Pipes
+    };
+    r.continuation = key.map(|k| HarnessContinuationRef {
+        provider: frontend.provider(),
+        key: Some(k.into()),
+    });
+    if mode == InteractionMode::Headless {
+        r.prompt = Some("hello world".into());
+    }
+    r
+}
+
+/// The spec as JSON with the temp aspHome replaced by `$ASP`.
+fn snapshot(r: &BuildProcessInvocationSpecRequest) -> serde_json::Value {
+    let resp = build_process_invocation_spec(r, &programs()).unwrap();
+    let text = serde_json::to_string(&resp.spec)
+        .unwrap()
+        .replace(&*r.asp_home.to_string_lossy(), "$ASP");
+    serde_json::from_str(&text).unwrap()
+}
+
+fn quiet_claude_env() -> serde_json::Value {
+    json!({
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "DISABLE_TELEMETRY": "1"
+    })
+}
+
+const CODEX_QUIET: [&str; 12] = [
+    "-c",
+    "analytics.enabled=false",
+    "-c",
+    "check_for_update_on_startup=false",
+    "--disable",
+    "plugins",
+    "--disable",
+    "apps",
+    "--disable",
+    "remote_plugin",
+    "--disable",
+    "in_app_updates",
+];
+
+fn codex_argv(head: &[&str], tail: &[&str]) -> serde_json::Value {
+    let mut v: Vec<&str> = head.to_vec();
+    v.extend(CODEX_QUIET);
+    v.extend(tail);
+    json!(v)
+}
+
+#[test]
+fn claude_code_headless_and_interactive_with_and_without_continuation() {
+    let asp = tempfile::tempdir().unwrap();
+    let s = snapshot(&req(
+        HarnessFrontend::ClaudeCode,
+        asp.path(),
+        InteractionMode::Headless,
+        None,
+    ));
+    assert_eq!(
+        s["argv"],
+        json!([
+            "/opt/claude",
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--",
+            "hello world"
+        ])
+    );
+    assert_eq!(s["env"], quiet_claude_env());
+    assert_eq!(s["cwd"], "/work/project");
+    assert_eq!(s["provider"], "anthropic");
+    assert_eq!(s["frontend"], "claude-code");
+    assert_eq!(s["interactionMode"], "headless");
+    assert_eq!(s["ioMode"], "pipes");
+    assert!(s.get("continuation").is_none());
+
+    let s = snapshot(&req(
+        HarnessFrontend::ClaudeCode,
+        asp.path(),
+        InteractionMode::Headless,
+        Some("5f1c"),
+    ));
+    assert_eq!(
+        s["argv"],
+        json!([
+            "/opt/claude",
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--resume",
+            "5f1c",
+            "--",
+            "hello world"
+        ])
+    );
+    assert_eq!(
+        s["continuation"],
+        json!({"provider": "anthropic", "key": "5f1c"})
+    );
+
+    let s = snapshot(&req(
+        HarnessFrontend::ClaudeCode,
+        asp.path(),
+        InteractionMode::Interactive,
+        None,
+    ));
+    assert_eq!(s["argv"], json!(["/opt/claude"]));
+    assert_eq!(s["ioMode"], "pty");
+    assert_eq!(s["interactionMode"], "interactive");
+
+    let s = snapshot(&req(
+        HarnessFrontend::ClaudeCode,
+        asp.path(),
+        InteractionMode::Interactive,
+        Some("5f1c"),
+    ));
+    assert_eq!(s["argv"], json!(["/opt/claude", "--resume", "5f1c"]));
+    assert_eq!(s["displayCommand"], "cd /work/project && env CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 DISABLE_ERROR_REPORTING=1 DISABLE_TELEMETRY=1 /opt/claude --resume 5f1c");
+}
+
+#[test]
+fn claude_code_passes_every_option_through() {
+    let asp = tempfile::tempdir().unwrap();
+    let mut r = req(
+        HarnessFrontend::ClaudeCode,
+        asp.path(),
+        InteractionMode::Headless,
+        None,
+    );
+    r.model = Some("claude-sonnet-4-5".into());
+    r.prompt = Some("-starts with a dash".into());
+    r.env.insert("ANTHROPIC_API_KEY".into(), "sk".into());
+    r.env
+        .insert("TMUX".into(), "/tmp/tmux-0/default,1,0".into());
+    let o = &mut r.options;
+    o.isolated_home = true;
+    o.endpoint = Some(Endpoint {
+        base_url: "http://127.0.0.1:9".into(),
+        api_key_env: None,
+        provider_name: None,
+    });
+    o.skip_permissions = true;
+    o.system_prompt = Some("You are terse.".into());
+    o.append_system_prompt = Some("Also polite.".into());
+    o.extra_dirs = vec![PathBuf::from("/data/a"), PathBuf::from("/data/b")];
+    o.max_budget_usd = Some(1.5);
+    o.max_turns = Some(3);
+    o.allowed_tools = vec!["Read".into(), "Bash(git:*)".into()];
+    o.mcp_servers = Some(json!({"files": {"command": "mcp-files", "args": ["--root", "/work"]}}));
+    o.include_partial_messages = true;
+    let s = snapshot(&r);
+    assert_eq!(
+        s["argv"],
+        json!([
+            "/opt/claude",
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--include-partial-messages",
+            "--model",
+            "claude-sonnet-4-5",
+            "--dangerously-skip-permissions",
+            "--system-prompt-file",
+            "$ASP/claude/sessions/default/system-prompt.md",
+            "--append-system-prompt",
+            "Also polite.",
+            "--mcp-config",
+            "$ASP/claude/sessions/default/mcp.json",
+            "--strict-mcp-config",
+            "--add-dir",
+            "/data/a",
+            "--add-dir",
+            "/data/b",
+            "--allowedTools",
+            "Read,Bash(git:*)",
+            "--max-budget-usd",
+            "1.5",
+            "--max-turns",
+            "3",
+            "--",
+            "-starts with a dash"
+        ])
+    );
+    assert_eq!(
+        s["env"],
+        json!({
+            "ANTHROPIC_API_KEY": "sk",
+            "ANTHROPIC_BASE_URL": "http://127.0.0.1:9",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+            "DISABLE_TELEMETRY": "1",
+            "HOME": "$ASP/claude/home",
+            "IS_SANDBOX": "1"
+        }),
+        "no TMUX in the delta"
+    );
+    let mcp = std::fs::read_to_string(asp.path().join("claude/sessions/default/mcp.json")).unwrap();
+    assert!(mcp.contains("\"mcpServers\""));
+    assert_eq!(
+        std::fs::read_to_string(asp.path().join("claude/sessions/default/system-prompt.md"))
+            .unwrap(),
+        "You are terse."
+    );
+    assert!(s["displayCommand"]
+        .as_str()
+        .unwrap()
+        .ends_with("-- '-starts with a dash'"));
+}
+
+#[test]
+fn codex_cli_headless_and_interactive_with_and_without_continuation() {
+    let asp = tempfile::tempdir().unwrap();
+    let s = snapshot(&req(
+        HarnessFrontend::CodexCli,
+        asp.path(),
+        InteractionMode::Headless,
+        None,
+    ));
+    assert_eq!(
+        s["argv"],
+        codex_argv(
+            &["/opt/codex", "exec", "--json", "--skip-git-repo-check"],
+            &["--", "hello world"]
+        )
+    );
+    assert_eq!(s["env"], json!({}));
+    assert_eq!(s["provider"], "openai");
+
+    let s = snapshot(&req(
+        HarnessFrontend::CodexCli,
+        asp.path(),
+        InteractionMode::Headless,
+        Some("0199-t"),
+    ));
+    assert_eq!(
+        s["argv"],
+        codex_argv(
+            &[
+                "/opt/codex",
+                "exec",
+                "resume",
+                "--json",
+                "--skip-git-repo-check"
+            ],
+            &["--", "0199-t", "hello world"]
+        )
+    );
+    assert_eq!(
+        s["continuation"],
+        json!({"provider": "openai", "key": "0199-t"})
+    );
+
+    let s = snapshot(&req(
+        HarnessFrontend::CodexCli,
+        asp.path(),
+        InteractionMode::Interactive,
+        None,
+    ));
+    assert_eq!(s["argv"], codex_argv(&["/opt/codex"], &[]));
+
+    let s = snapshot(&req(
+        HarnessFrontend::CodexCli,
+        asp.path(),
+        InteractionMode::Interactive,
+        Some("0199-t"),
+    ));
+    assert_eq!(
+        s["argv"],
+        codex_argv(&["/opt/codex", "resume"], &["--", "0199-t"])
+    );
+}
+
+#[test]
+fn codex_cli_provider_definition_is_deterministic_and_materialized() {
+    let asp = tempfile::tempdir().unwrap();
+    let mut r = req(
+        HarnessFrontend::CodexCli,
+        asp.path(),
+        InteractionMode::Headless,
+        None,
+    );
+    r.model = Some("gpt-5.1-codex".into());
+    r.options.isolated_home = true;
+    r.options.skip_permissions = true;
+    r.options.endpoint = Some(Endpoint {
+        base_url: "http://127.0.0.1:9/v1".into(),
+        api_key_env: Some("TEST_KEY".into()),
+        provider_name: None,
+    });
+    r.options.append_system_prompt = Some("Say \"hi\".".into());
+    let s = snapshot(&r);
+    let mut head = vec!["/opt/codex", "exec", "--json", "--skip-git-repo-check"];
+    head.extend([
+        "-c",
+        "analytics.enabled=false",
+        "-c",
+        "check_for_update_on_startup=false",
+    ]);
+    head.extend([
+        "-c",
+        "model_provider=\"metash\"",
+        "-c",
+        "model_providers.metash.name=\"metash\"",
+        "-c",
+        "model_providers.metash.base_url=\"http://127.0.0.1:9/v1\"",
+        "-c",
+        "model_providers.metash.wire_api=\"responses\"",
+        "-c",
+        "model_providers.metash.env_key=\"TEST_KEY\"",
+        "-c",
+        "developer_instructions=\"Say \\\"hi\\\".\"",
+    ]);
+    head.extend([
+        "--disable",
+        "plugins",
+        "--disable",
+        "apps",
+        "--disable",
+        "remote_plugin",
+        "--disable",
+        "in_app_updates",
+    ]);
+    head.extend([
+        "-m",
+        "gpt-5.1-codex",
+        "--dangerously-bypass-approvals-and-sandbox",
+        "--",
+        "hello world",
+    ]);
+    assert_eq!(s["argv"], json!(head));
+    assert_eq!(
+        s["env"],
+        json!({"CODEX_HOME": "$ASP/codex/home", "HOME": "$ASP/codex/home"})
+    );
+    let config = asp.path().join("codex/home/config.toml");
+    let first = std::fs::read(&config).unwrap();
+    // Same input, same bytes; build_invocation alone writes nothing.
+    let m = materialize(&r).unwrap();
+    assert_eq!(std::fs::read(&config).unwrap(), first);
+    std::fs::remove_file(&config).unwrap();
+    let again = build_invocation(&r, &m, &programs()).unwrap();
+    assert!(!config.exists());
+    assert_eq!(
+        again.spec.argv,
+        build_process_invocation_spec(&r, &programs())
+            .unwrap()
+            .spec
+            .argv
+    );
+    assert_eq!(std::fs::read(&config).unwrap(), first);
+    assert!(String::from_utf8_lossy(&first)
+        .contains("model_providers.metash.base_url = \"http://127.0.0.1:9/v1\""));
+}
+
+#[test]
+fn refusals_happen_before_anything_is_written() {
+    let asp = tempfile::tempdir().unwrap();
+    let home = asp.path().join("nested");
+    let mut r = req(
+        HarnessFrontend::ClaudeCode,
+        &home,
+        InteractionMode::Headless,
+        None,
+    );
+    r.continuation = Some(HarnessContinuationRef {
+        provider: ProviderDomain::Openai,
+        key: Some("t".into()),
+    });
+    let err = build_process_invocation_spec(&r, &programs()).unwrap_err();
+    assert_eq!(err.code(), HarnessErrorCode::ProviderMismatch);
+    assert!(!home.exists());
+
+    let mut r = req(
+        HarnessFrontend::CodexCli,
+        &home,
+        InteractionMode::Headless,
+        None,
+    );
+    r.model = Some("claude-opus-4-5".into());
+    assert_eq!(
+        build_process_invocation_spec(&r, &programs())
+            .unwrap_err()
+            .code(),
+        HarnessErrorCode::ModelNotSupported
+    );
+    let r = req(
+        HarnessFrontend::AnthropicApi,
+        &home,
+        InteractionMode::Headless,
+        None,
+    );
+    assert_eq!(
+        build_process_invocation_spec(&r, &programs())
+            .unwrap_err()
+            .code(),
+        HarnessErrorCode::UnsupportedFrontend
+    );
+    let mut r = req(
+        HarnessFrontend::CodexCli,
+        &home,
+        InteractionMode::Headless,
+        None,
+    );
+    r.cwd = "relative/dir".into();
+    assert_eq!(
+        build_process_invocation_spec(&r, &programs())
+            .unwrap_err()
+            .code(),
+        HarnessErrorCode::InvalidRequest
+    );
+    assert!(!home.exists());
+}
+
+#[test]
+fn the_request_and_spec_round_trip_as_json() {
+    let asp = tempfile::tempdir().unwrap();
+    let r = req(
+        HarnessFrontend::CodexCli,
+        asp.path(),
+        InteractionMode::Headless,
+        Some("k"),
+    );
+    let text = serde_json::to_string(&r).unwrap();
+    let back: BuildProcessInvocationSpecRequest = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, r);
+    assert!(text.contains("\"cpSessionId\""));
+    assert!(text.contains("\"interactionMode\":\"headless\""));
+}

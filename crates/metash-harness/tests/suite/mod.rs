@@ -1,0 +1,5 @@
+mod api_clients;
+mod invocation;
+mod real_cli;
+mod runner;
+pub mod support;

@@ -1,0 +1,101 @@
+//! Seed 000: the host protocol an orchestrator calls (`spawn_agent`, `log_progress`, checkpoints).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Which class of model a model-backed role should use; the host maps it to a concrete model in
+/// `.meta/config.toml`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelHint {
+    Fast,
+    Smart,
+}
+
+/// The `options` argument of `spawn_agent`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnOptions {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_hint: Option<ModelHint>,
+    /// Seconds; fractional values are allowed so tests can use short deadlines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentStatus {
+    Success,
+    Timeout,
+    Error,
+    Checkpoint,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ResponseMetadata {
+    pub tokens_used: u64,
+    pub duration_ms: u64,
+}
+
+/// What `spawn_agent` returns. `data` is the raw output, the error message, or (for `checkpoint`)
+/// a serialized [`CheckpointSignal`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentResponse {
+    pub status: AgentStatus,
+    pub data: String,
+    pub metadata: ResponseMetadata,
+}
+
+/// Why an agent stopped for a human. The seed names the first two; `human_verify` is the third case
+/// users ask for (look at a result and confirm it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointReason {
+    DecisionRequired,
+    HumanAction,
+    HumanVerify,
+}
+
+/// The literal `"checkpoint"` tag the seed puts in `type`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointTag {
+    #[default]
+    Checkpoint,
+}
+
+/// The JSON an agent emits to pause for a human (seed 000 section 2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointSignal {
+    #[serde(rename = "type")]
+    pub kind: CheckpointTag,
+    pub reason: CheckpointReason,
+    pub message: String,
+    /// Empty means free-text input.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_id: Option<String>,
+}
+
+/// The answer to a checkpoint, passed to the next spawn exactly once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResumeData {
+    pub checkpoint_id: String,
+    pub user_input: String,
+}
+
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum LogLevel {
+    Info,
+    Warn,
+    Error,
+}

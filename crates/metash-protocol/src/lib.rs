@@ -1,0 +1,30 @@
+//! The types every metash layer shares: the host protocol (seed 000), the session state (seed 001),
+//! the agent manifest and event protocol (seed 002) and the harness types (seed 003).
+//!
+//! This crate does no I/O on purpose: it is the one crate every other crate (and every agent, through
+//! `metash-agent`) links, so it must stay small, fast to build and free of policy. Field names on the
+//! wire follow the seeds exactly: camelCase for seeds 001 and 003, snake_case for 000's checkpoint and
+//! 002's events.
+
+pub mod events;
+pub mod harness;
+pub mod host;
+pub mod log;
+pub mod manifest;
+pub mod schema;
+pub mod session;
+
+pub use events::{AgentEvent, BaseEvent, EventEnvelope, ProtocolMessage, EVENT_PROTOCOL_VERSION};
+pub use harness::{
+    FrontendCapability, HarnessCapabilities, HarnessContinuationKey, HarnessContinuationRef,
+    HarnessErrorCode, HarnessEvent, HarnessEventEnvelope, HarnessFrontend, InteractionMode, IoMode,
+    ProcessInvocationSpec, ProviderCapabilities, ProviderDomain, RunError, RunResult,
+    RunTurnNonInteractiveResponse, ToolCall, Usage,
+};
+pub use host::{
+    AgentResponse, AgentStatus, CheckpointReason, CheckpointSignal, LogLevel, ModelHint,
+    ResponseMetadata, ResumeData, SpawnOptions,
+};
+pub use log::LogRecord;
+pub use manifest::{Manifest, SandboxKind, MANIFEST_SCHEMA_VERSIONS};
+pub use session::{Plan, SessionState, SessionStatus, Task, TaskStatus, SESSION_SCHEMA_VERSION};

@@ -1,0 +1,399 @@
+//! The runtime's front door: [`Runtime::register`] an [`AgentSpec`], then drive the [`Agent`]
+//! through the lifecycle. This is the only layer that knows both sandboxes; it enforces the state
+//! machine and records every transition in the sink.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use metash_protocol::{AgentEvent, SandboxKind};
+use serde_json::{json, Value};
+
+use crate::codec;
+use crate::error::{Result, RuntimeError};
+use crate::invocation::{InvocationStatus, Outcome};
+use crate::lifecycle::LifecycleState;
+use crate::limits::{parse_mem, Applied, AppliedLimits};
+use crate::native::NativeProcess;
+use crate::sink::{kinds, EventSink};
+use crate::spec::{caps, AgentSpec};
+use crate::wasm::{WasmAgent, WasmEngine, GUEST_WORKSPACE};
+
+/// Default WASM memory when the manifest sets none.
+const DEFAULT_WASM_MEM: u64 = 256 * 1024 * 1024;
+
+/// Runtime-wide settings.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Where compiled WASM modules are cached (e.g. `.meta/cache/wasm`).
+    pub cache_dir: PathBuf,
+}
+
+/// Shared state for all agents: the sink and the WASM engine.
+pub struct Runtime {
+    sink: Arc<dyn EventSink>,
+    wasm: Arc<WasmEngine>,
+}
+
+impl Runtime {
+    /// # Errors
+    /// The WASM engine cannot be created.
+    pub fn new(config: RuntimeConfig, sink: Arc<dyn EventSink>) -> Result<Self> {
+        Ok(Self {
+            sink,
+            wasm: WasmEngine::new(config.cache_dir)?,
+        })
+    }
+
+    pub fn wasm_engine(&self) -> &Arc<WasmEngine> {
+        &self.wasm
+    }
+
+    /// Register an agent (lifecycle state `registered`). A native agent without consent is refused
+    /// here, and the refusal is logged.
+    ///
+    /// # Errors
+    /// [`RuntimeError::NativeNotAllowed`], or an unsupported manifest version.
+    pub fn register(&self, spec: AgentSpec) -> Result<Agent> {
+        if !metash_protocol::MANIFEST_SCHEMA_VERSIONS.contains(&spec.manifest.schema_version.as_str())
+        {
+            return Err(RuntimeError::UnsupportedVersion {
+                found: spec.manifest.schema_version.clone(),
+                supported: metash_protocol::MANIFEST_SCHEMA_VERSIONS.join(", "),
+            });
+        }
+        if spec.manifest.sandbox == SandboxKind::Native && !spec.allow_native {
+            self.sink.record(
+                kinds::DENIED,
+                Some(&spec.id),
+                json!({"what": "native_execution", "reason": "no consent to run natively"}),
+            );
+            return Err(RuntimeError::NativeNotAllowed(spec.id.clone()));
+        }
+        self.sink.record(
+            kinds::REGISTERED,
+            Some(&spec.id),
+            json!({"name": spec.manifest.name, "version": spec.manifest.version,
+                   "sandbox": spec.manifest.sandbox, "granted": spec.granted}),
+        );
+        Ok(Agent {
+            spec,
+            sink: Arc::clone(&self.sink),
+            wasm_engine: Arc::clone(&self.wasm),
+            state: LifecycleState::Registered,
+            backend: Backend::None,
+            interrupt: Arc::new(AtomicBool::new(false)),
+            start_line: Vec::new(),
+        })
+    }
+}
+
+enum Backend {
+    None,
+    Wasm(WasmAgent),
+    Native(NativeProcess),
+}
+
+/// Stops a running invocation from another thread (the host's "stop" button, or shutdown while an
+/// invocation is in flight). The invocation ends as `killed` within the shutdown grace.
+#[derive(Clone)]
+pub struct Interrupter(Arc<AtomicBool>);
+
+impl Interrupter {
+    pub fn interrupt(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// One agent and its lifecycle.
+pub struct Agent {
+    spec: AgentSpec,
+    sink: Arc<dyn EventSink>,
+    wasm_engine: Arc<WasmEngine>,
+    state: LifecycleState,
+    backend: Backend,
+    interrupt: Arc<AtomicBool>,
+    start_line: Vec<u8>,
+}
+
+/// How `shutdown()` went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShutdownKind {
+    /// It exited within the grace period.
+    Graceful,
+    /// It had to be killed.
+    Forced,
+}
+
+impl Agent {
+    pub fn id(&self) -> &str {
+        &self.spec.id
+    }
+
+    pub fn state(&self) -> LifecycleState {
+        self.state
+    }
+
+    pub fn spec(&self) -> &AgentSpec {
+        &self.spec
+    }
+
+    /// The native agent's pid (its process group), when running natively.
+    pub fn pid(&self) -> Option<i32> {
+        match &self.backend {
+            Backend::Native(p) => Some(p.pid()),
+            _ => None,
+        }
+    }
+
+    pub fn interrupter(&self) -> Interrupter {
+        Interrupter(Arc::clone(&self.interrupt))
+    }
+
+    fn transition(&mut self, to: LifecycleState, kind: &str, data: Value) -> Result<()> {
+        self.state.check(&self.spec.id, to)?;
+        let from = self.state;
+        self.state = to;
+        let mut data = data;
+        if let Value::Object(m) = &mut data {
+            m.insert("from".into(), json!(from));
+            m.insert("to".into(), json!(to));
+        }
+        self.sink.record(kind, Some(&self.spec.id), data);
+        Ok(())
+    }
+
+    /// `start(ctx)`: prepare the sandbox (WASM: load, cache, link; native: spawn under every
+    /// restriction) and hand the agent its context. Logs `agent_started` with the limits applied.
+    ///
+    /// # Errors
+    /// Illegal transition, sandbox setup failure (fail-closed), load errors.
+    pub fn start(&mut self) -> Result<Value> {
+        self.state.check(&self.spec.id, LifecycleState::Initialized)?;
+        let workspace = match self.spec.manifest.sandbox {
+            SandboxKind::Wasm => GUEST_WORKSPACE.to_string(),
+            SandboxKind::Native => self.spec.workspace.display().to_string(),
+        };
+        let has_fs = self.spec.has(caps::FILES_READ) || self.spec.has(caps::FILES_WRITE);
+        self.start_line = codec::encode(AgentEvent::Start {
+            agent_id: self.spec.id.clone(),
+            workspace: has_fs.then_some(workspace),
+            config: self.spec.config.clone(),
+            capabilities: self.spec.granted.clone(),
+        })?;
+        let report = match self.spec.manifest.sandbox {
+            SandboxKind::Wasm => {
+                let mem = match self.spec.manifest.resources.mem.as_deref() {
+                    Some(m) => parse_mem(m)?,
+                    None => DEFAULT_WASM_MEM,
+                };
+                let t0 = Instant::now();
+                let wasm = WasmAgent::prepare(
+                    Arc::clone(&self.wasm_engine),
+                    &self.spec,
+                    usize::try_from(mem).unwrap_or(usize::MAX),
+                    self.sink.as_ref(),
+                )?;
+                let limits = AppliedLimits {
+                    memory_bytes: Some(Applied::new(mem, "wasm-store-limits")),
+                    cpu_millis: self.spec.manifest.resources.cpu.as_ref().map(|_| {
+                        Applied::new(0, "none")
+                            .with_note("no CPU share for WASM; time is bounded by the epoch deadline")
+                    }),
+                    pids: None,
+                    timeout_ms: Some(Applied::new(
+                        self.spec.timeout.as_millis() as u64,
+                        "wasm-epoch",
+                    )),
+                    output_bytes: Some(Applied::new(self.spec.output_cap, "memory-pipe")),
+                    events_per_s: Some(Applied::new(self.spec.throttle.rate as u64, "token-bucket")),
+                };
+                let report = json!({
+                    "sandbox": "wasm",
+                    "limits": limits,
+                    "module_cache": format!("{:?}", wasm.cache).to_lowercase(),
+                    "load_ms": t0.elapsed().as_secs_f64() * 1000.0,
+                    "preopen": if self.spec.has(caps::FILES_WRITE) { "read-write" }
+                        else if self.spec.has(caps::FILES_READ) { "read-only" } else { "none" },
+                    "network": "none (WASI preview 1 has no outbound sockets)",
+                    "env": self.spec.env.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+                });
+                self.backend = Backend::Wasm(wasm);
+                report
+            }
+            SandboxKind::Native => {
+                if !self.spec.allow_native {
+                    return Err(RuntimeError::NativeNotAllowed(self.spec.id.clone()));
+                }
+                let p = match NativeProcess::spawn(&self.spec, &self.sink, self.start_line.clone())
+                {
+                    Ok(p) => p,
+                    Err(e) => {
+                        self.sink.record(
+                            kinds::DENIED,
+                            Some(&self.spec.id),
+                            json!({"what": "start", "code": e.code(), "reason": e.to_string()}),
+                        );
+                        return Err(e);
+                    }
+                };
+                let report = p.report.clone();
+                self.backend = Backend::Native(p);
+                report
+            }
+        };
+        self.transition(LifecycleState::Initialized, kinds::STARTED, report.clone())?;
+        Ok(report)
+    }
+
+    /// `invoke(input)`: stream the agent's events to `on_event` until it sends `done` (or a
+    /// checkpoint), exits, hits a limit or the deadline. A slow `on_event` slows the agent.
+    ///
+    /// # Errors
+    /// Illegal transition (not started, suspended, terminated).
+    pub fn invoke(
+        &mut self,
+        prompt: &str,
+        context_refs: &[String],
+        on_event: &mut dyn FnMut(&AgentEvent),
+    ) -> Result<Outcome> {
+        self.state.check(&self.spec.id, LifecycleState::Active)?;
+        if self.state == LifecycleState::Initialized {
+            self.transition(LifecycleState::Active, kinds::ACTIVE, json!({}))?;
+        }
+        self.interrupt.store(false, Ordering::SeqCst);
+        let input = AgentEvent::Input {
+            agent_id: self.spec.id.clone(),
+            prompt: prompt.to_string(),
+            context_refs: context_refs.to_vec(),
+        };
+        self.sink.record(
+            kinds::INVOKED,
+            Some(&self.spec.id),
+            json!({"prompt_bytes": prompt.len(), "context_refs": context_refs}),
+        );
+        let outcome = match &mut self.backend {
+            Backend::Wasm(w) => w.invoke(
+                &self.spec,
+                &self.sink,
+                &self.start_line,
+                input,
+                &self.interrupt,
+                on_event,
+            )?,
+            Backend::Native(p) => {
+                p.invoke(&self.spec, &self.sink, input, &self.interrupt, on_event)?
+            }
+            Backend::None => return Err(RuntimeError::NotRunning(self.spec.id.clone())),
+        };
+        if outcome.throttled_ms > 0 {
+            self.sink.record(
+                kinds::THROTTLED,
+                Some(&self.spec.id),
+                json!({"throttled_ms": outcome.throttled_ms, "rate": self.spec.throttle.rate,
+                       "burst": self.spec.throttle.burst}),
+            );
+        }
+        self.sink.record(
+            kinds::INVOCATION_END,
+            Some(&self.spec.id),
+            serde_json::to_value(&outcome).unwrap_or_default(),
+        );
+        // A native agent that is gone cannot take another input: the lifecycle says so.
+        let dead = matches!(self.backend, Backend::Native(_))
+            && matches!(
+                outcome.status,
+                InvocationStatus::Timeout
+                    | InvocationStatus::Exited { .. }
+                    | InvocationStatus::LimitExceeded { .. }
+                    | InvocationStatus::Killed { .. }
+            );
+        if dead {
+            self.backend = Backend::None;
+            self.transition(
+                LifecycleState::Terminated,
+                kinds::TERMINATED,
+                json!({"reason": outcome.status}),
+            )?;
+        }
+        Ok(outcome)
+    }
+
+    /// Pause the agent. Native: SIGSTOP to its process group. WASM: instances only exist during an
+    /// invocation, so suspension refuses further invocations until `resume`.
+    ///
+    /// # Errors
+    /// Illegal transition.
+    pub fn suspend(&mut self) -> Result<()> {
+        self.state.check(&self.spec.id, LifecycleState::Suspended)?;
+        let how = match &self.backend {
+            Backend::Native(p) => {
+                p.suspend();
+                "SIGSTOP to the process group"
+            }
+            _ => "invocations refused until resume",
+        };
+        self.transition(LifecycleState::Suspended, kinds::SUSPENDED, json!({"how": how}))
+    }
+
+    /// # Errors
+    /// Illegal transition.
+    pub fn resume(&mut self) -> Result<()> {
+        self.state.check(&self.spec.id, LifecycleState::Active)?;
+        if let Backend::Native(p) = &self.backend {
+            p.resume();
+        }
+        self.transition(LifecycleState::Active, kinds::RESUMED, json!({}))
+    }
+
+    /// `shutdown()`: ask politely (`shutdown` message, stdin closed), wait the grace period, then
+    /// kill the whole process group. Logs `agent_killed` when force was needed.
+    ///
+    /// # Errors
+    /// Illegal transition (already terminated).
+    pub fn shutdown(&mut self) -> Result<ShutdownKind> {
+        self.state.check(&self.spec.id, LifecycleState::Terminated)?;
+        let grace = self.spec.shutdown_grace;
+        let kind = match std::mem::replace(&mut self.backend, Backend::None) {
+            Backend::Native(mut p) => {
+                if p.shutdown(grace) {
+                    self.sink.record(
+                        kinds::KILLED,
+                        Some(&self.spec.id),
+                        json!({"reason": "still running after the shutdown grace period",
+                               "grace_ms": grace.as_millis() as u64}),
+                    );
+                    ShutdownKind::Forced
+                } else {
+                    ShutdownKind::Graceful
+                }
+            }
+            _ => ShutdownKind::Graceful,
+        };
+        self.transition(
+            LifecycleState::Terminated,
+            kinds::TERMINATED,
+            json!({"how": match kind { ShutdownKind::Graceful => "graceful", ShutdownKind::Forced => "forced" }}),
+        )?;
+        Ok(kind)
+    }
+
+    /// The shutdown grace, for callers that want to bound their own waits.
+    pub fn grace(&self) -> Duration {
+        self.spec.shutdown_grace
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        // A dropped native agent is killed (NativeProcess::drop); log it if it was still live.
+        if matches!(self.backend, Backend::Native(_)) && self.state != LifecycleState::Terminated {
+            self.sink.record(
+                kinds::TERMINATED,
+                Some(&self.spec.id),
+                json!({"how": "dropped", "from": self.state}),
+            );
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! metash's sandboxed agent runtime (seed 002 sections 3 to 5).
+//!
+//! An agent is a program that speaks the agent protocol (JSON lines on stdio, `docs/agent-protocol.md`)
+//! and runs either as a WASI preview-1 module under wasmtime ([`wasm`]) or, with the user's consent,
+//! as a native Linux process under Landlock, seccomp and cgroups ([`native`]). Both are driven
+//! through the same lifecycle ([`Agent`]), report to the same [`EventSink`], and stream through the
+//! same bounded, throttled reader.
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use metash_runtime::*;
+//! # fn demo(manifest: metash_protocol::Manifest) -> Result<()> {
+//! let sink = Arc::new(MemorySink::new());
+//! let rt = Runtime::new(RuntimeConfig { cache_dir: ".meta/cache/wasm".into() }, sink)?;
+//! let mut agent = rt.register(AgentSpec::new("a1", manifest, "agent.wasm", "."))?;
+//! agent.start()?;
+//! let outcome = agent.invoke("hello", &[], &mut |event| println!("{event:?}"))?;
+//! agent.shutdown()?;
+//! # Ok(()) }
+//! ```
+
+mod agent;
+pub mod codec;
+mod error;
+mod invocation;
+pub mod lifecycle;
+pub mod limits;
+pub mod native;
+mod pump;
+pub mod sink;
+pub mod spec;
+pub mod stream;
+pub mod wasm;
+
+pub use agent::{Agent, Interrupter, Runtime, RuntimeConfig, ShutdownKind};
+pub use error::{Result, RuntimeError};
+pub use invocation::{InvocationStatus, Outcome};
+pub use lifecycle::LifecycleState;
+pub use sink::{EventSink, MemorySink, NullSink, Recorded};
+pub use spec::{AgentSpec, NetworkAccess};
+pub use stream::{Card, ChunkAssembler, Throttle, TokenBucket};

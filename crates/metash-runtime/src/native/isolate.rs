@@ -1,0 +1,389 @@
+//! The native sandbox's restrictions, prepared in the parent and applied in the child between fork
+//! and exec. Everything that allocates or opens paths (the Landlock ruleset, the seccomp program,
+//! the cgroup files) is built before the fork; the child only makes raw syscalls on ready data, so
+//! nothing can deadlock on a lock another host thread held at fork time. Every step is fail-closed:
+//! an error aborts the spawn and the error says which step failed.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, Scope, ABI,
+};
+use seccompiler::{
+    SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
+    TargetArch,
+};
+
+use crate::error::{Result, RuntimeError};
+use crate::spec::NetworkAccess;
+
+/// System paths an executable needs to load (read + execute, never write). `/etc` is deliberately
+/// not listed whole: only the loader and locale files in it (no `shadow`, no `passwd`).
+const SYSTEM_RO: &[&str] = &[
+    "/usr",
+    "/lib",
+    "/lib64",
+    "/lib32",
+    "/bin",
+    "/sbin",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/ssl/certs",
+    "/etc/ca-certificates",
+];
+
+/// Device files a program may open read-write.
+const DEVICES_RW: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
+const DEVICES_RO: &[&str] = &["/dev/urandom", "/dev/random"];
+
+fn setup(msg: impl Into<String>) -> RuntimeError {
+    RuntimeError::SandboxSetup(msg.into())
+}
+
+/// The kernel's Landlock ABI version (0 when Landlock is unavailable).
+pub fn landlock_abi() -> i64 {
+    // SAFETY: landlock_create_ruleset with NULL attr, size 0 and the VERSION flag only queries.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            1u32,
+        )
+    };
+    v.max(0)
+}
+
+fn abi_of(v: i64) -> ABI {
+    match v {
+        1 => ABI::V1,
+        2 => ABI::V2,
+        3 => ABI::V3,
+        4 => ABI::V4,
+        5 => ABI::V5,
+        6 => ABI::V6,
+        _ => ABI::V7,
+    }
+}
+
+/// Filesystem and network plan for Landlock.
+pub struct LandlockPlan<'a> {
+    pub workspace: &'a Path,
+    pub write: bool,
+    pub read: bool,
+    /// The agent's own executable (always readable and executable).
+    pub entry: &'a Path,
+    pub network: &'a NetworkAccess,
+    /// Port of the host's CONNECT proxy when `network` is an allowlist.
+    pub proxy_port: Option<u16>,
+}
+
+/// Build a Landlock ruleset (an fd the child enforces with `landlock_restrict_self`). Fails when
+/// the kernel lacks Landlock, or lacks TCP rules (ABI < 4) while network must be confined.
+///
+/// # Errors
+/// [`RuntimeError::SandboxSetup`] naming the missing feature.
+pub fn landlock_ruleset(plan: &LandlockPlan<'_>) -> Result<(OwnedFd, i64)> {
+    let abi_v = landlock_abi();
+    if abi_v < 1 {
+        return Err(setup("Landlock is not available in this kernel"));
+    }
+    let abi = abi_of(abi_v);
+    let ll = |e: landlock::RulesetError| setup(format!("landlock: {e}"));
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(ll)?;
+    let confine_net = !matches!(plan.network, NetworkAccess::Unrestricted);
+    if abi_v >= 4 && confine_net {
+        ruleset = ruleset.handle_access(AccessNet::from_all(abi)).map_err(ll)?;
+    } else if confine_net && matches!(plan.network, NetworkAccess::Allowlist(_)) {
+        return Err(setup(format!(
+            "Landlock ABI {abi_v} has no TCP rules; a network allowlist cannot be enforced"
+        )));
+    }
+    if abi_v >= 6 {
+        ruleset = ruleset.scope(Scope::from_all(abi)).map_err(ll)?;
+    }
+    let mut created = ruleset.create().map_err(ll)?;
+
+    for p in SYSTEM_RO {
+        let path = Path::new(p);
+        if path.exists() {
+            let access = if path.is_dir() {
+                AccessFs::from_read(abi)
+            } else {
+                AccessFs::ReadFile | AccessFs::Execute
+            };
+            let fd = PathFd::new(p).map_err(|e| setup(format!("landlock open {p}: {e}")))?;
+            created = created.add_rule(PathBeneath::new(fd, access)).map_err(ll)?;
+        }
+    }
+    for (list, access) in [
+        (DEVICES_RW, AccessFs::ReadFile | AccessFs::WriteFile),
+        (DEVICES_RO, AccessFs::ReadFile.into()),
+    ] {
+        for p in list {
+            if Path::new(p).exists() {
+                let fd = PathFd::new(p).map_err(|e| setup(format!("landlock open {p}: {e}")))?;
+                created = created.add_rule(PathBeneath::new(fd, access)).map_err(ll)?;
+            }
+        }
+    }
+    let entry_fd = PathFd::new(plan.entry)
+        .map_err(|e| setup(format!("landlock open {}: {e}", plan.entry.display())))?;
+    created = created
+        .add_rule(PathBeneath::new(
+            entry_fd,
+            AccessFs::ReadFile | AccessFs::Execute,
+        ))
+        .map_err(ll)?;
+    if plan.read || plan.write {
+        let access = if plan.write {
+            AccessFs::from_all(abi)
+        } else {
+            AccessFs::from_read(abi)
+        };
+        let fd = PathFd::new(plan.workspace).map_err(|e| {
+            setup(format!(
+                "landlock open workspace {}: {e}",
+                plan.workspace.display()
+            ))
+        })?;
+        created = created.add_rule(PathBeneath::new(fd, access)).map_err(ll)?;
+    }
+    if let (NetworkAccess::Allowlist(_), Some(port)) = (plan.network, plan.proxy_port) {
+        created = created
+            .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
+            .map_err(ll)?;
+    }
+    let fd: Option<OwnedFd> = created.into();
+    let fd = fd.ok_or_else(|| setup("Landlock ruleset was not created"))?;
+    Ok((fd, abi_v))
+}
+
+/// The seccomp program: EPERM for sockets the network mode does not allow, for leaving the process
+/// group or session (so killing the group reaches every descendant), and for a few syscalls no
+/// agent needs (ptrace, mount, namespaces, kernel keyring, bpf).
+///
+/// # Errors
+/// [`RuntimeError::SandboxSetup`] when the filter cannot be compiled for this architecture.
+pub fn seccomp_program(network: &NetworkAccess) -> Result<Vec<libc::sock_filter>> {
+    let sc = |e: seccompiler::BackendError| setup(format!("seccomp: {e}"));
+    let cond = |arg: u8, op: SeccompCmpOp, v: u64| {
+        SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, v).map_err(sc)
+    };
+    let unix = libc::AF_UNIX as u64;
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    let socket_rules = match network {
+        NetworkAccess::None => vec![SeccompRule::new(vec![cond(0, SeccompCmpOp::Ne, unix)?])
+            .map_err(sc)?],
+        NetworkAccess::Allowlist(_) => vec![
+            // Only unix, inet, inet6 families...
+            SeccompRule::new(vec![
+                cond(0, SeccompCmpOp::Ne, unix)?,
+                cond(0, SeccompCmpOp::Ne, libc::AF_INET as u64)?,
+                cond(0, SeccompCmpOp::Ne, libc::AF_INET6 as u64)?,
+            ])
+            .map_err(sc)?,
+            // ...and inet only as TCP streams (Landlock confines those to the proxy port).
+            SeccompRule::new(vec![
+                cond(0, SeccompCmpOp::Ne, unix)?,
+                cond(1, SeccompCmpOp::MaskedEq(0xff), libc::SOCK_DGRAM as u64)?,
+            ])
+            .map_err(sc)?,
+            SeccompRule::new(vec![
+                cond(0, SeccompCmpOp::Ne, unix)?,
+                cond(1, SeccompCmpOp::MaskedEq(0xff), libc::SOCK_RAW as u64)?,
+            ])
+            .map_err(sc)?,
+        ],
+        NetworkAccess::Unrestricted => vec![
+            SeccompRule::new(vec![
+                cond(0, SeccompCmpOp::Ne, unix)?,
+                cond(0, SeccompCmpOp::Ne, libc::AF_INET as u64)?,
+                cond(0, SeccompCmpOp::Ne, libc::AF_INET6 as u64)?,
+            ])
+            .map_err(sc)?,
+            SeccompRule::new(vec![cond(1, SeccompCmpOp::MaskedEq(0xff), libc::SOCK_RAW as u64)?])
+                .map_err(sc)?,
+        ],
+    };
+    rules.insert(libc::SYS_socket, socket_rules);
+    for nr in [
+        libc::SYS_setsid,
+        libc::SYS_setpgid,
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_pivot_root,
+        libc::SYS_unshare,
+        libc::SYS_setns,
+        libc::SYS_bpf,
+        libc::SYS_keyctl,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
+        libc::SYS_perf_event_open,
+        libc::SYS_kexec_load,
+        libc::SYS_init_module,
+        libc::SYS_finit_module,
+        libc::SYS_io_uring_setup,
+    ] {
+        rules.insert(nr, vec![]);
+    }
+    let arch = TargetArch::try_from(std::env::consts::ARCH)
+        .map_err(|e| setup(format!("seccomp arch: {e}")))?;
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .map_err(sc)?;
+    let prog: seccompiler::BpfProgram = filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| setup(format!("seccomp compile: {e}")))?;
+    Ok(prog
+        .into_iter()
+        .map(|f| libc::sock_filter {
+            code: f.code,
+            jt: f.jt,
+            jf: f.jf,
+            k: f.k,
+        })
+        .collect())
+}
+
+/// Everything the child applies, prepared by the parent.
+pub struct ChildPlan {
+    pub landlock_fd: RawFd,
+    pub seccomp: Vec<libc::sock_filter>,
+    /// Open `cgroup.procs` files; the child writes `0` to join.
+    pub cgroup_procs: Vec<RawFd>,
+    pub rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
+    pub parent_pid: libc::pid_t,
+    pub drop_caps: bool,
+}
+
+fn check(rc: libc::c_long, step: &str) -> io::Result<()> {
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        Err(io::Error::new(e.kind(), format!("sandbox step {step}: {e}")))
+    } else {
+        Ok(())
+    }
+}
+
+impl ChildPlan {
+    /// Apply the plan in the forked child. Only raw syscalls on prepared data (async-signal-safe).
+    ///
+    /// # Safety
+    /// Must only be called in the child between fork and exec.
+    pub unsafe fn apply(&self) -> io::Result<()> {
+        // SAFETY (whole block): plain syscalls with prepared, live arguments in a single-threaded
+        // child.
+        unsafe {
+            check(libc::setsid() as libc::c_long, "setsid")?;
+            check(
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0)
+                    as libc::c_long,
+                "pdeathsig",
+            )?;
+            if libc::getppid() != self.parent_pid {
+                return Err(io::Error::other("sandbox step pdeathsig: host already gone"));
+            }
+            for &fd in &self.cgroup_procs {
+                let rc = libc::write(fd, b"0".as_ptr().cast(), 1);
+                check(rc as libc::c_long, "cgroup join")?;
+            }
+            for &(res, value) in &self.rlimits {
+                let lim = libc::rlimit {
+                    rlim_cur: value,
+                    rlim_max: value,
+                };
+                check(libc::setrlimit(res, &lim) as libc::c_long, "setrlimit")?;
+            }
+            if self.drop_caps {
+                // Drop every capability (the host may run as root; Landlock confines root too, but
+                // capabilities would still allow raw sockets and the like).
+                for cap in 0..=63 {
+                    libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+                }
+                let mut hdr = CapHeader {
+                    version: 0x2008_0522,
+                    pid: 0,
+                };
+                let data = [CapData::default(); 2];
+                check(
+                    libc::syscall(libc::SYS_capset, &mut hdr as *mut CapHeader, data.as_ptr()),
+                    "capset",
+                )?;
+            }
+            check(
+                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as libc::c_long,
+                "no_new_privs",
+            )?;
+            check(
+                libc::syscall(libc::SYS_landlock_restrict_self, self.landlock_fd, 0u32),
+                "landlock_restrict_self",
+            )?;
+            let prog = libc::sock_fprog {
+                len: self.seccomp.len() as libc::c_ushort,
+                filter: self.seccomp.as_ptr() as *mut libc::sock_filter,
+            };
+            check(
+                libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER as libc::c_ulong,
+                    &prog as *const libc::sock_fprog,
+                ) as libc::c_long,
+                "seccomp",
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// Keep the fds alive until the spawn returned.
+pub struct Prepared {
+    pub plan: ChildPlan,
+    pub _landlock: OwnedFd,
+    pub landlock_abi: i64,
+}
+
+impl Prepared {
+    pub fn landlock_raw(&self) -> RawFd {
+        self._landlock.as_raw_fd()
+    }
+}
+
+/// Canonical form of `p` (symlinks resolved), so rules name the real directory.
+///
+/// # Errors
+/// The path does not exist.
+pub fn canonical(p: &Path) -> Result<PathBuf> {
+    p.canonicalize()
+        .map_err(|e| setup(format!("cannot resolve {}: {e}", p.display())))
+}

@@ -1,0 +1,510 @@
+//! The native sandbox (Linux): an agent executable in its own session and process group, with a
+//! cleared environment, no new privileges, no capabilities, Landlock confining the filesystem (and
+//! TCP to the allowlist proxy), seccomp denying sockets and group escapes, and cgroup (or rlimit)
+//! quotas. Runs only with the user's consent (`AgentSpec::allow_native`).
+
+mod cgroup;
+pub mod isolate;
+pub mod procs;
+mod proxy;
+
+use std::collections::VecDeque;
+use std::io::{BufReader, Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use metash_protocol::AgentEvent;
+use serde_json::{json, Value};
+
+pub use proxy::ConnectProxy;
+
+use crate::codec;
+use crate::error::{io_err, Result, RuntimeError};
+use crate::invocation::{InvocationStatus, Outcome, Step, Tracker};
+use crate::limits::{parse_cpu, parse_mem, Applied, AppliedLimits};
+use crate::pump::{pump, Msg, PumpCfg};
+use crate::sink::{kinds, EventSink};
+use crate::spec::{caps, AgentSpec, NetworkAccess};
+use crate::stream::TokenBucket;
+
+/// How long, after killing, we wait for the group to disappear and the pipes to close.
+const REAP_WITHIN: Duration = Duration::from_millis(200);
+const STDERR_TAIL: usize = 64 * 1024;
+
+static NONCE: AtomicU64 = AtomicU64::new(0);
+
+/// A running native agent.
+pub struct NativeProcess {
+    agent: String,
+    child: Child,
+    pgid: i32,
+    input: Option<SyncSender<Vec<u8>>>,
+    rx: Receiver<Msg>,
+    stderr: Arc<Mutex<VecDeque<u8>>>,
+    cgroup: Option<cgroup::AgentCgroup>,
+    _proxy: Option<ConnectProxy>,
+    exit: Option<ExitStatus>,
+    /// Limits already logged as hit (each is logged once).
+    reported: Vec<&'static str>,
+    /// What was applied, for the `agent_started` event.
+    pub report: Value,
+}
+
+fn sandbox_err(e: std::io::Error) -> RuntimeError {
+    let msg = e.to_string();
+    if msg.contains("sandbox step") {
+        RuntimeError::SandboxSetup(msg)
+    } else {
+        RuntimeError::Io {
+            context: "spawning the native agent".into(),
+            source: e,
+        }
+    }
+}
+
+impl NativeProcess {
+    /// Spawn the agent under every restriction and send it `start`.
+    ///
+    /// # Errors
+    /// [`RuntimeError::SandboxSetup`] when any restriction cannot be applied (the agent never
+    /// runs), I/O errors otherwise.
+    pub fn spawn(spec: &AgentSpec, sink: &Arc<dyn EventSink>, start_line: Vec<u8>) -> Result<Self> {
+        let workspace = isolate::canonical(&spec.workspace)?;
+        let entry = isolate::canonical(&spec.entry)?;
+        let network = spec.effective_network();
+        let proxy = match &network {
+            NetworkAccess::Allowlist(list) => Some(
+                ConnectProxy::start(spec.id.clone(), list.clone(), Arc::clone(sink))
+                    .map_err(io_err("starting the allowlist proxy"))?,
+            ),
+            _ => None,
+        };
+        let (ll_fd, abi) = isolate::landlock_ruleset(&isolate::LandlockPlan {
+            workspace: &workspace,
+            read: spec.has(caps::FILES_READ),
+            write: spec.has(caps::FILES_WRITE),
+            entry: &entry,
+            network: &network,
+            proxy_port: proxy.as_ref().map(ConnectProxy::port),
+        })?;
+        let seccomp = isolate::seccomp_program(&network)?;
+
+        // Quotas: cgroups first, rlimits for whatever they could not do.
+        let mem = spec
+            .manifest
+            .resources
+            .mem
+            .as_deref()
+            .map(parse_mem)
+            .transpose()?;
+        let cpu = spec
+            .manifest
+            .resources
+            .cpu
+            .as_deref()
+            .map(parse_cpu)
+            .transpose()?;
+        let name = format!(
+            "{}-{}-{}",
+            spec.id
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .collect::<String>(),
+            std::process::id(),
+            NONCE.fetch_add(1, Ordering::Relaxed)
+        );
+        let quotas = cgroup::Quotas {
+            memory_bytes: mem,
+            cpu_millis: cpu,
+            pids: Some(spec.max_pids),
+        };
+        let (cg, cg_applied) = match cgroup::AgentCgroup::create(&name, quotas) {
+            Some((cg, a)) => (Some(cg), a),
+            None => (None, cgroup::AppliedQuotas::default()),
+        };
+        let mut limits = AppliedLimits {
+            memory_bytes: cg_applied.memory,
+            cpu_millis: cg_applied.cpu,
+            pids: cg_applied.pids,
+            timeout_ms: Some(Applied::new(
+                spec.timeout.as_millis() as u64,
+                "host-deadline+killpg",
+            )),
+            output_bytes: Some(Applied::new(spec.output_cap, "host-reader")),
+            events_per_s: Some(Applied::new(spec.throttle.rate as u64, "token-bucket")),
+        };
+        let mut rlimits: Vec<(libc::__rlimit_resource_t, u64)> = vec![(libc::RLIMIT_CORE, 0)];
+        if let (Some(m), None) = (mem, &limits.memory_bytes) {
+            rlimits.push((libc::RLIMIT_AS, m));
+            limits.memory_bytes = Some(
+                Applied::new(m, "rlimit").with_note("RLIMIT_AS: address space, not resident memory"),
+            );
+        }
+        if limits.pids.is_none() {
+            rlimits.push((libc::RLIMIT_NPROC, spec.max_pids));
+            limits.pids = Some(
+                Applied::new(spec.max_pids, "rlimit")
+                    .with_note("RLIMIT_NPROC counts all processes of the user; root ignores it"),
+            );
+        }
+        if let (Some(c), None) = (cpu, &limits.cpu_millis) {
+            let secs = spec.timeout.as_secs().max(1) + 1;
+            rlimits.push((libc::RLIMIT_CPU, secs));
+            limits.cpu_millis = Some(Applied::new(c, "rlimit").with_note(
+                "no CPU share without cgroups; RLIMIT_CPU caps CPU seconds at the timeout",
+            ));
+        }
+
+        let plan = isolate::ChildPlan {
+            landlock_fd: std::os::fd::AsRawFd::as_raw_fd(&ll_fd),
+            seccomp,
+            cgroup_procs: cg.as_ref().map(cgroup::AgentCgroup::procs_fds).unwrap_or_default(),
+            rlimits,
+            // SAFETY: getpid has no preconditions.
+            parent_pid: unsafe { libc::getpid() },
+            drop_caps: true,
+        };
+        let mut cmd = Command::new(&entry);
+        cmd.args(&spec.args)
+            .env_clear()
+            .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .current_dir(&workspace)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(p) = &proxy {
+            let url = format!("http://127.0.0.1:{}", p.port());
+            for k in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY"] {
+                cmd.env(k, &url);
+            }
+        }
+        // SAFETY: `apply` makes only async-signal-safe syscalls on data prepared above.
+        unsafe {
+            cmd.pre_exec(move || plan.apply());
+        }
+        let mut child = cmd.spawn().map_err(sandbox_err)?;
+        drop(ll_fd);
+        let pgid = child.id() as i32;
+
+        let (tx, rx) = mpsc::sync_channel::<Msg>(spec.channel_capacity.max(1));
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| RuntimeError::NotRunning(spec.id.clone()))?;
+        let cfg = PumpCfg {
+            agent: spec.id.clone(),
+            sink: Arc::clone(sink),
+            max_line: spec.max_line,
+        };
+        let throttle = spec.throttle;
+        thread::Builder::new()
+            .name(format!("metash-out-{}", spec.id))
+            .spawn(move || {
+                let mut bucket = TokenBucket::new(throttle);
+                pump(BufReader::with_capacity(64 * 1024, stdout), &cfg, &mut bucket, |m| {
+                    tx.send(m).is_ok()
+                });
+            })
+            .map_err(io_err("starting the output reader"))?;
+        let stderr = Arc::new(Mutex::new(VecDeque::new()));
+        if let Some(mut err) = child.stderr.take() {
+            let tail = Arc::clone(&stderr);
+            thread::Builder::new()
+                .name(format!("metash-err-{}", spec.id))
+                .spawn(move || {
+                    let mut buf = [0u8; 8192];
+                    while let Ok(n) = err.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        if let Ok(mut t) = tail.lock() {
+                            t.extend(&buf[..n]);
+                            let excess = t.len().saturating_sub(STDERR_TAIL);
+                            t.drain(..excess);
+                        }
+                    }
+                })
+                .map_err(io_err("starting the stderr reader"))?;
+        }
+        // Writes go through a thread so an agent that never reads stdin cannot block the host.
+        let (in_tx, in_rx) = mpsc::sync_channel::<Vec<u8>>(16);
+        if let Some(mut stdin) = child.stdin.take() {
+            thread::Builder::new()
+                .name(format!("metash-in-{}", spec.id))
+                .spawn(move || {
+                    for chunk in in_rx {
+                        if stdin.write_all(&chunk).and_then(|()| stdin.flush()).is_err() {
+                            break;
+                        }
+                    }
+                })
+                .map_err(io_err("starting the stdin writer"))?;
+        }
+        let _ = in_tx.try_send(start_line);
+        let report = json!({
+            "sandbox": "native",
+            "pid": pgid,
+            "limits": limits,
+            "landlock_abi": abi,
+            "seccomp": true,
+            "no_new_privs": true,
+            "capabilities_dropped": true,
+            "network": network,
+            "proxy_port": proxy.as_ref().map(ConnectProxy::port),
+            "workspace_access": if spec.has(caps::FILES_WRITE) { "read-write" }
+                else if spec.has(caps::FILES_READ) { "read-only" } else { "none" },
+        });
+        Ok(Self {
+            agent: spec.id.clone(),
+            child,
+            pgid,
+            input: Some(in_tx),
+            rx,
+            stderr,
+            cgroup: cg,
+            _proxy: proxy,
+            exit: None,
+            reported: Vec::new(),
+            report,
+        })
+    }
+
+    /// The agent's pid (= its process group id).
+    pub fn pid(&self) -> i32 {
+        self.pgid
+    }
+
+    fn send(&self, line: Vec<u8>) -> bool {
+        self.input.as_ref().is_some_and(|tx| tx.send(line).is_ok())
+    }
+
+    fn signal_group(&self, sig: i32) {
+        // SAFETY: kill(2) on our child's process group.
+        unsafe {
+            libc::kill(-self.pgid, sig);
+        }
+    }
+
+    /// Pause every process of the agent.
+    pub fn suspend(&self) {
+        self.signal_group(libc::SIGSTOP);
+    }
+
+    pub fn resume(&self) {
+        self.signal_group(libc::SIGCONT);
+    }
+
+    fn try_reap(&mut self) -> bool {
+        if self.exit.is_some() {
+            return true;
+        }
+        if let Ok(Some(st)) = self.child.try_wait() {
+            self.exit = Some(st);
+            return true;
+        }
+        false
+    }
+
+    /// SIGTERM the group, wait `grace`, SIGKILL the group and the cgroup, reap. Returns whether the
+    /// kill was needed (the leader was still alive after `grace`).
+    pub fn terminate(&mut self, grace: Duration) -> bool {
+        self.input = None;
+        self.signal_group(libc::SIGCONT);
+        self.signal_group(libc::SIGTERM);
+        let start = Instant::now();
+        let mut forced = true;
+        while start.elapsed() < grace {
+            if self.try_reap() && procs::group_members(self.pgid).is_empty() {
+                forced = false;
+                break;
+            }
+            thread::sleep(Duration::from_millis(2));
+        }
+        self.kill_now();
+        forced
+    }
+
+    /// SIGKILL everything now and wait (bounded) for it to be gone.
+    fn kill_now(&mut self) {
+        self.signal_group(libc::SIGKILL);
+        if let Some(cg) = &self.cgroup {
+            cg.kill_all(REAP_WITHIN);
+        }
+        if self.exit.is_none() {
+            if let Ok(st) = self.child.wait() {
+                self.exit = Some(st);
+            }
+        }
+        let start = Instant::now();
+        while !procs::group_members(self.pgid).is_empty() && start.elapsed() < REAP_WITHIN {
+            self.signal_group(libc::SIGKILL);
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// The last bytes the agent wrote to stderr.
+    pub fn stderr_tail(&self) -> String {
+        self.stderr
+            .lock()
+            .map(|t| String::from_utf8_lossy(&t.iter().copied().collect::<Vec<u8>>()).to_string())
+            .unwrap_or_default()
+    }
+
+    /// Send `input` and stream events until the invocation ends.
+    ///
+    /// # Errors
+    /// Protocol encoding errors only; agent failures are statuses.
+    pub fn invoke(
+        &mut self,
+        spec: &AgentSpec,
+        sink: &Arc<dyn EventSink>,
+        input: AgentEvent,
+        interrupt: &Arc<AtomicBool>,
+        on_event: &mut dyn FnMut(&AgentEvent),
+    ) -> Result<Outcome> {
+        let mut tracker = Tracker::new(spec.output_cap);
+        if !self.send(codec::encode(input)?) {
+            return Ok(tracker.finish(self.exit_status(sink)));
+        }
+        let deadline = Instant::now() + spec.timeout;
+        loop {
+            if interrupt.load(Ordering::SeqCst) {
+                let forced = self.terminate(spec.shutdown_grace);
+                sink.record(
+                    kinds::KILLED,
+                    Some(&self.agent),
+                    json!({"reason": "host asked it to stop while running", "forced": forced}),
+                );
+                return Ok(tracker.finish(InvocationStatus::Killed {
+                    reason: "interrupted".into(),
+                }));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                // A timeout gets no grace beyond a short SIGTERM window: the deadline is the limit.
+                let forced = self.terminate(spec.shutdown_grace.min(Duration::from_millis(100)));
+                sink.record(
+                    kinds::TIMEOUT,
+                    Some(&self.agent),
+                    json!({"timeout_ms": spec.timeout.as_millis() as u64, "forced": forced,
+                           "via": "killpg+cgroup"}),
+                );
+                return Ok(tracker.finish(InvocationStatus::Timeout));
+            }
+            let wait = (deadline - now).min(Duration::from_millis(20));
+            let msg = match self.rx.recv_timeout(wait) {
+                Ok(m) => m,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => Msg::Eof,
+            };
+            match tracker.step(msg, on_event) {
+                Step::Continue => {}
+                Step::End(status) => {
+                    self.report_limits(sink);
+                    return Ok(tracker.finish(status));
+                }
+                Step::OverCap => {
+                    self.terminate(Duration::ZERO);
+                    sink.record(
+                        kinds::LIMIT,
+                        Some(&self.agent),
+                        json!({"limit": "output_bytes", "max": spec.output_cap}),
+                    );
+                    return Ok(tracker.finish(InvocationStatus::LimitExceeded {
+                        limit: "output_bytes".into(),
+                    }));
+                }
+                Step::Eof => return Ok(tracker.finish(self.exit_status(sink))),
+            }
+        }
+    }
+
+    /// Log quotas the kernel enforced during the invocation (e.g. forks refused by `pids.max`),
+    /// once each: the agent survived them, but the log must show them.
+    fn report_limits(&mut self, sink: &Arc<dyn EventSink>) {
+        for limit in self.limits_hit() {
+            if !self.reported.contains(&limit) {
+                self.reported.push(limit);
+                sink.record(
+                    kinds::LIMIT,
+                    Some(&self.agent),
+                    json!({"limit": limit, "via": "cgroup"}),
+                );
+            }
+        }
+    }
+
+    /// After stdout closed: reap (bounded), kill leftovers, and say why it ended.
+    fn exit_status(&mut self, sink: &Arc<dyn EventSink>) -> InvocationStatus {
+        let start = Instant::now();
+        while !self.try_reap() && start.elapsed() < REAP_WITHIN {
+            thread::sleep(Duration::from_millis(2));
+        }
+        self.kill_now();
+        let hit = self
+            .cgroup
+            .as_ref()
+            .map(cgroup::AgentCgroup::limits_hit)
+            .unwrap_or_default();
+        let st = self.exit;
+        if let Some(limit) = hit.first() {
+            sink.record(
+                kinds::LIMIT,
+                Some(&self.agent),
+                json!({"limit": limit, "via": "cgroup", "exit": st.map(|s| s.to_string()),
+                       "stderr": self.stderr_tail()}),
+            );
+            return InvocationStatus::LimitExceeded {
+                limit: (*limit).to_string(),
+            };
+        }
+        InvocationStatus::Exited {
+            code: st.and_then(|s| s.code()),
+            signal: st.and_then(|s| s.signal()),
+        }
+    }
+
+    /// `shutdown()`: send `shutdown`, close stdin, wait `grace`, then kill. Returns whether it had to
+    /// be killed.
+    pub fn shutdown(&mut self, grace: Duration) -> bool {
+        if let Ok(line) = codec::encode(AgentEvent::Shutdown {
+            grace_ms: Some(grace.as_millis() as u64),
+        }) {
+            let _ = self.send(line);
+        }
+        self.input = None;
+        self.signal_group(libc::SIGCONT);
+        let start = Instant::now();
+        while start.elapsed() < grace {
+            if self.try_reap() {
+                // The leader is gone; anything it left behind in the group is killed below.
+                self.kill_now();
+                return false;
+            }
+            thread::sleep(Duration::from_millis(2));
+        }
+        self.terminate(Duration::from_millis(50));
+        true
+    }
+
+    /// Limits the kernel reports as hit so far.
+    pub fn limits_hit(&self) -> Vec<&'static str> {
+        self.cgroup
+            .as_ref()
+            .map(cgroup::AgentCgroup::limits_hit)
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for NativeProcess {
+    fn drop(&mut self) {
+        if self.exit.is_none() || !procs::group_members(self.pgid).is_empty() {
+            self.kill_now();
+        }
+    }
+}

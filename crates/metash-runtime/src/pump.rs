@@ -1,0 +1,116 @@
+//! Reading an agent's stdout: bounded line framing, protocol decoding, logging to the sink, and
+//! the token bucket. Shared by both sandboxes: the native reader thread feeds a bounded channel,
+//! the WASM runner feeds the in-memory pipe's contents straight to the invocation.
+
+use std::io::{BufRead, ErrorKind};
+use std::sync::Arc;
+use std::time::Duration;
+
+use metash_protocol::AgentEvent;
+use serde_json::json;
+
+use crate::codec;
+use crate::sink::{kinds, EventSink};
+use crate::stream::TokenBucket;
+
+/// What the reader hands the invocation.
+#[derive(Debug)]
+pub(crate) enum Msg {
+    /// A decoded event, its line length, and how long the token bucket held it.
+    Event(AgentEvent, usize, Duration),
+    /// A line that is not a valid message (already logged).
+    Bad,
+    /// The agent closed stdout (exited, or closed it).
+    Eof,
+}
+
+/// Reader settings.
+pub(crate) struct PumpCfg {
+    pub agent: String,
+    pub sink: Arc<dyn EventSink>,
+    pub max_line: usize,
+}
+
+/// Read lines from `reader` until EOF or until `deliver` returns false. Lines longer than
+/// `max_line` are discarded up to their newline and reported (never buffered whole), so host
+/// memory per agent stays within `max_line` times the channel capacity.
+pub(crate) fn pump<R: BufRead>(
+    mut reader: R,
+    cfg: &PumpCfg,
+    bucket: &mut TokenBucket,
+    mut deliver: impl FnMut(Msg) -> bool,
+) {
+    let mut line: Vec<u8> = Vec::with_capacity(4096);
+    let mut too_long = false;
+    loop {
+        let buf = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        if buf.is_empty() {
+            break;
+        }
+        let (take, complete) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (buf.len(), false),
+        };
+        if !too_long {
+            let room = cfg.max_line.saturating_sub(line.len());
+            if take > room + usize::from(complete) {
+                too_long = true;
+                line.clear();
+            } else {
+                line.extend_from_slice(&buf[..take]);
+            }
+        }
+        reader.consume(take);
+        if !complete {
+            continue;
+        }
+        if too_long {
+            too_long = false;
+            let msg = format!("line longer than {} bytes discarded", cfg.max_line);
+            cfg.sink.record(
+                kinds::LIMIT,
+                Some(&cfg.agent),
+                json!({"limit": "line_bytes", "max": cfg.max_line, "message": msg}),
+            );
+            if !deliver(Msg::Bad) {
+                return;
+            }
+            continue;
+        }
+        let len = line.len();
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        if text.iter().all(u8::is_ascii_whitespace) {
+            line.clear();
+            continue;
+        }
+        let msg = match codec::decode(text) {
+            Ok(event) => {
+                let waited = bucket.take();
+                cfg.sink.record(
+                    kinds::AGENT_EVENT,
+                    Some(&cfg.agent),
+                    serde_json::to_value(&event).unwrap_or_default(),
+                );
+                Msg::Event(event, len, waited)
+            }
+            Err(e) => {
+                cfg.sink.record(
+                    kinds::PROTOCOL_ERROR,
+                    Some(&cfg.agent),
+                    json!({"code": e.code(), "message": e.to_string()}),
+                );
+                Msg::Bad
+            }
+        };
+        line.clear();
+        if !deliver(msg) {
+            return;
+        }
+    }
+    // Best effort: the consumer may already be gone.
+    let _ = deliver(Msg::Eof);
+}

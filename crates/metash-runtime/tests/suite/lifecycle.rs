@@ -1,0 +1,134 @@
+//! The lifecycle state machine on both sandboxes: illegal transitions, suspend/resume.
+
+use std::time::Duration;
+
+use metash_runtime::sink::kinds;
+use metash_runtime::{InvocationStatus, LifecycleState};
+
+use super::common::*;
+
+#[test]
+fn illegal_transitions_are_rejected() {
+    let f = Fixture::new();
+    let mut a = f.rt.register(f.wasm("l-ill", &wat_echo(), &[], None)).unwrap();
+    assert_eq!(a.state(), LifecycleState::Registered);
+    let err = a.invoke("x", &[], &mut |_| {}).unwrap_err();
+    assert_eq!(err.code(), "illegal_transition");
+    assert!(err.to_string().contains("registered -> active"), "{err}");
+    assert_eq!(a.suspend().unwrap_err().code(), "illegal_transition");
+    a.start().unwrap();
+    assert_eq!(a.start().unwrap_err().code(), "illegal_transition");
+    assert_eq!(a.suspend().unwrap_err().code(), "illegal_transition");
+    assert_eq!(a.resume().unwrap_err().code(), "illegal_transition");
+    run(&mut a, "go");
+    assert_eq!(a.state(), LifecycleState::Active);
+    assert_eq!(a.resume().unwrap_err().code(), "illegal_transition");
+    a.shutdown().unwrap();
+    assert_eq!(a.state(), LifecycleState::Terminated);
+    assert_eq!(a.invoke("x", &[], &mut |_| {}).unwrap_err().code(), "illegal_transition");
+    assert_eq!(a.shutdown().unwrap_err().code(), "illegal_transition");
+    // Each legal transition is in the log, in order.
+    let kinds_seen: Vec<String> = f
+        .sink
+        .events()
+        .into_iter()
+        .filter(|e| e.agent.as_deref() == Some("l-ill"))
+        .map(|e| e.kind)
+        .filter(|k| k.starts_with("agent_") && k != kinds::AGENT_EVENT)
+        .collect();
+    assert_eq!(
+        kinds_seen,
+        [
+            kinds::REGISTERED,
+            kinds::STARTED,
+            kinds::ACTIVE,
+            kinds::INVOKED,
+            kinds::INVOCATION_END,
+            kinds::TERMINATED
+        ]
+    );
+}
+
+#[test]
+fn wasm_suspend_resume_between_invocations() {
+    let f = Fixture::new();
+    let mut a = f.start(f.wasm("l-wsus", &wat_echo(), &[], None));
+    assert_eq!(text(&run(&mut a, "go").1), "OK");
+    a.suspend().unwrap();
+    assert_eq!(a.state(), LifecycleState::Suspended);
+    assert_eq!(a.invoke("x", &[], &mut |_| {}).unwrap_err().code(), "illegal_transition");
+    a.resume().unwrap();
+    assert_eq!(text(&run(&mut a, "go").1), "OK");
+    assert_eq!(f.events("l-wsus", kinds::SUSPENDED).len(), 1);
+    assert_eq!(f.events("l-wsus", kinds::RESUMED).len(), 1);
+}
+
+#[test]
+fn native_suspend_resume_stops_the_process() {
+    require_native!();
+    let f = Fixture::new();
+    let mut a = f.start(f.native("l-nsus", &[], None));
+    let pid = a.pid().unwrap();
+    assert_eq!(text(&run(&mut a, "echo one").1), "one");
+    a.suspend().unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let (state, _) = metash_runtime::native::procs::stat(pid).unwrap();
+    assert_eq!(state, 'T', "SIGSTOP did not stop the agent");
+    assert_eq!(a.invoke("echo x", &[], &mut |_| {}).unwrap_err().code(), "illegal_transition");
+    a.resume().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let (state, _) = metash_runtime::native::procs::stat(pid).unwrap();
+    assert_ne!(state, 'T');
+    assert_eq!(text(&run(&mut a, "echo two").1), "two");
+    a.shutdown().unwrap();
+}
+
+#[test]
+fn native_agent_that_exits_is_terminated() {
+    require_native!();
+    let f = Fixture::new();
+    let mut a = f.start(f.native("l-exit", &[], None));
+    let (o, _) = run(&mut a, "exit 7");
+    assert_eq!(o.status, InvocationStatus::Exited { code: Some(7), signal: None });
+    assert_eq!(a.state(), LifecycleState::Terminated);
+}
+
+#[test]
+fn start_event_reports_limits() {
+    let f = Fixture::new();
+    let mut a = f.rt.register(f.wasm("l-lim", &wat_echo(), &[], Some("32Mi"))).unwrap();
+    let report = a.start().unwrap();
+    assert_eq!(report["limits"]["memory_bytes"]["value"], 32 * 1024 * 1024);
+    assert_eq!(report["limits"]["memory_bytes"]["via"], "wasm-store-limits");
+    assert_eq!(report["limits"]["timeout_ms"]["via"], "wasm-epoch");
+    if native_unavailable().is_none() {
+        let mut n = f.start(f.native("l-nlim", &["files.read"], Some("128Mi")));
+        let ev = &f.events("l-nlim", kinds::STARTED)[0].data;
+        println!("native start report: {ev}");
+        assert!(ev["limits"]["memory_bytes"]["via"].is_string());
+        assert!(ev["limits"]["pids"]["via"].is_string());
+        assert_eq!(ev["workspace_access"], "read-only");
+        n.shutdown().unwrap();
+    }
+}
+
+#[test]
+fn module_cache_survives_a_new_runtime() {
+    let f = Fixture::new();
+    let spec = f.wasm("l-cache", &wat_echo(), &[], None);
+    let mut a = f.rt.register(spec.clone()).unwrap();
+    assert_eq!(a.start().unwrap()["module_cache"], "compiled");
+    let mut b = f.rt.register(spec.clone()).unwrap();
+    assert_eq!(b.start().unwrap()["module_cache"], "memory");
+    // A new runtime (new process, same cache dir) loads from disk.
+    let rt2 = metash_runtime::Runtime::new(
+        metash_runtime::RuntimeConfig {
+            cache_dir: f.dir.path().join("cache"),
+        },
+        std::sync::Arc::new(metash_runtime::NullSink),
+    )
+    .unwrap();
+    let mut c = rt2.register(spec).unwrap();
+    assert_eq!(c.start().unwrap()["module_cache"], "disk");
+    assert_eq!(text(&run(&mut c, "go").1), "OK");
+}

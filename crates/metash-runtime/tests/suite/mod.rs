@@ -1,0 +1,7 @@
+mod common;
+mod flood;
+mod lifecycle;
+mod native_escape;
+mod protocol;
+mod runaway;
+mod wasm_escape;

@@ -1,0 +1,73 @@
+//! Runaway native agents: whatever they do, they are gone within timeout + 250 ms, checked by
+//! looking for surviving processes of their group and the pids they reported.
+
+use std::time::{Duration, Instant};
+
+use metash_runtime::InvocationStatus;
+
+use super::common::*;
+
+const TIMEOUT: Duration = Duration::from_millis(400);
+const SLACK: Duration = Duration::from_millis(250);
+
+fn runaway(prompt: &str, id: &str) -> (Vec<i32>, String) {
+    let f = Fixture::new();
+    let mut spec = f.native(id, &[], None);
+    spec.timeout = TIMEOUT;
+    let mut a = f.start(spec);
+    let pgid = a.pid().unwrap();
+    let t = Instant::now();
+    let (o, ev) = run(&mut a, prompt);
+    let took = t.elapsed();
+    assert_eq!(o.status, InvocationStatus::Timeout, "{o:?}");
+    let out = text(&ev);
+    // Pids the agent reported ("CHILD:123", "GRANDCHILD:456:...").
+    let mut pids: Vec<i32> = out
+        .split(|c: char| !c.is_ascii_digit() && c != '-')
+        .filter_map(|s| s.parse().ok())
+        .filter(|&p: &i32| p > 1)
+        .collect();
+    pids.push(pgid);
+    let survivors: Vec<i32> = metash_runtime::native::procs::group_members(pgid);
+    assert!(survivors.is_empty(), "{prompt}: survivors in the group {survivors:?}");
+    for p in &pids {
+        assert!(!metash_runtime::native::procs::alive(*p), "{prompt}: pid {p} survived");
+    }
+    assert!(took < TIMEOUT + SLACK, "{prompt}: took {took:?}");
+    (pids, out)
+}
+
+#[test]
+fn runaway_infinite_loop() {
+    require_native!();
+    runaway("spin", "r-spin");
+}
+
+#[test]
+fn runaway_child_ignoring_sigterm() {
+    require_native!();
+    let (pids, out) = runaway("child-ignore-term", "r-child");
+    assert!(out.starts_with("CHILD:"), "{out}");
+    assert!(pids.len() >= 2);
+}
+
+#[test]
+fn runaway_grandchild_holding_stdout() {
+    require_native!();
+    let (_, out) = runaway("grandchild-stdout", "r-grand");
+    assert!(out.starts_with("GRANDCHILD:"), "{out}");
+    // seccomp refused the grandchild's attempt to leave the process group.
+    assert!(out.ends_with("setsid=-1"), "{out}");
+}
+
+#[test]
+fn wasm_runaway_loop() {
+    let f = Fixture::new();
+    let mut spec = f.wasm("r-wasm", &wat_spin(), &[], None);
+    spec.timeout = TIMEOUT;
+    let mut a = f.start(spec);
+    let t = Instant::now();
+    let (o, _) = run(&mut a, "go");
+    assert_eq!(o.status, InvocationStatus::Timeout);
+    assert!(t.elapsed() < TIMEOUT + SLACK, "{:?}", t.elapsed());
+}

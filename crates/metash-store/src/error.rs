@@ -1,0 +1,85 @@
+use std::path::PathBuf;
+
+/// Everything the store can refuse or fail at. Each variant says which file and what to do, because
+/// these messages reach people unchanged through the CLI.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("no metash project at {0} (run `metash init` there first)")]
+    NotInitialized(PathBuf),
+    #[error("{0} already holds a metash project")]
+    AlreadyInitialized(PathBuf),
+    #[error("{path} changed since `metash init` (expected sha256 {expected}, found {found}); context.md is immutable: restore it; nothing was changed")]
+    ContextChanged {
+        path: PathBuf,
+        expected: String,
+        found: String,
+    },
+    #[error("{path}:{line}:{column}: {message}; the file was left untouched (run `metash state rebuild` to recreate it from the event log)")]
+    BadSessionFile {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{path}:{line}: {message}")]
+    BadFile {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+    #[error("timed out after {waited_ms} ms waiting for the store lock {path}{holder}")]
+    LockTimeout {
+        path: PathBuf,
+        waited_ms: u64,
+        /// ` (held by pid N)` when the holder wrote its pid.
+        holder: String,
+    },
+    #[error("stale write refused: it was computed from revision {expected} but the state is at revision {found} (another writer got there first)")]
+    Fenced { expected: u64, found: u64 },
+    #[error("unknown key path `{key}`: {reason}")]
+    UnknownKey { key: String, reason: String },
+    #[error("invalid value for `{key}`: {reason}")]
+    InvalidValue { key: String, reason: String },
+    #[error("invalid name `{name}`: {reason}")]
+    InvalidName { name: String, reason: String },
+    #[error("event log {path} is broken at seq {seq}: {reason}")]
+    BrokenLog {
+        path: PathBuf,
+        seq: u64,
+        reason: String,
+    },
+    #[error("disk full while writing {path}; nothing was changed")]
+    DiskFull { path: PathBuf },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Rejected(String),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+impl StoreError {
+    /// Wraps an I/O error with the path it concerns, singling out a full disk.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        let path = path.into();
+        if source.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()) {
+            return Self::DiskFull { path };
+        }
+        Self::Io { path, source }
+    }
+}
+
+/// Adds the path to an `io::Result`.
+pub(crate) trait IoContext<T> {
+    fn at(self, path: &std::path::Path) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::io::Result<T> {
+    fn at(self, path: &std::path::Path) -> Result<T> {
+        self.map_err(|e| StoreError::io(path, e))
+    }
+}

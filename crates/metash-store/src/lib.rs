@@ -1,0 +1,443 @@
+//! The `.meta/` store: every other layer writes through it.
+//!
+//! One truth: the event log. `session.json` is a view written atomically after its event is
+//! durable; `rebuild` recreates it from the log alone. Every read-modify-write happens under one
+//! lock file (`.meta/lock`) so the log's `seq` stays gapless and the hash chain unbroken across
+//! processes. Layout:
+//!
+//! ```text
+//! .meta/context.md      immutable vision (sha256 recorded in store.json)
+//! .meta/session.json    mutable state (SessionState), revision = seq of the last folded event
+//! .meta/events.jsonl    append-only, hash-chained log
+//! .meta/store.json      store metadata
+//! .meta/lock            flock target
+//! .meta/kv/<agent>.json per-agent KV      .meta/scratchpad.json   shared scratchpad
+//! .meta/artifacts/      artifacts under a retention policy
+//! ```
+
+pub mod artifacts;
+pub mod atomic;
+mod context;
+mod error;
+pub mod keypath;
+mod kv;
+pub mod lock;
+pub mod log;
+mod names;
+mod rebuild;
+pub mod session;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use metash_protocol::log::kinds;
+use metash_protocol::{LogRecord, SessionState};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+pub use artifacts::{Artifacts, GcReport, Retention};
+pub use context::TEMPLATE as CONTEXT_TEMPLATE;
+pub use error::{Result, StoreError};
+pub use kv::Kv;
+pub use log::{EventLog, NewEvent, Tail};
+
+use error::IoContext;
+
+/// The lock timeout when none is configured.
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_millis(5_000);
+
+/// `.meta/store.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoreMeta {
+    store_version: u32,
+    context_sha256: String,
+    created_at: String,
+}
+
+const STORE_VERSION: u32 = 1;
+
+/// A handle on one project's `.meta/`. Cheap to open; holds no lock between calls, so any number of
+/// processes can hold handles at once.
+#[derive(Debug)]
+pub struct Store {
+    workspace: PathBuf,
+    meta: PathBuf,
+    lock_timeout: Duration,
+    log: EventLog,
+}
+
+impl Store {
+    fn handle(workspace: &Path) -> Self {
+        let meta = workspace.join(".meta");
+        Self {
+            workspace: workspace.to_path_buf(),
+            log: EventLog::new(meta.join("events.jsonl")),
+            meta,
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
+        }
+    }
+
+    /// Creates `.meta/` with context.md (`context`, or the template), a fresh session and a log
+    /// whose first event holds that session.
+    ///
+    /// # Errors
+    /// [`StoreError::AlreadyInitialized`] when `.meta/session.json` exists; I/O errors.
+    pub fn init(workspace: &Path, context: Option<&str>) -> Result<Self> {
+        let store = Self::handle(workspace);
+        std::fs::create_dir_all(&store.meta).at(&store.meta)?;
+        let _guard = store.lock()?;
+        if store.session_path().exists() || store.log.path().exists() {
+            return Err(StoreError::AlreadyInitialized(store.meta.clone()));
+        }
+        let context = context.unwrap_or(context::TEMPLATE);
+        atomic::write_atomic(&store.context_path(), context.as_bytes())?;
+        let meta = StoreMeta {
+            store_version: STORE_VERSION,
+            context_sha256: context::sha256_hex(context.as_bytes()),
+            created_at: log::now(),
+        };
+        store.write_json(&store.meta.join("store.json"), &meta)?;
+        let mut state = SessionState::new(uuid::Uuid::new_v4().to_string());
+        let data = serde_json::to_value(&state)
+            .map_err(|e| StoreError::Rejected(e.to_string()))?;
+        let rec = store
+            .log
+            .append(&store.log.tail()?, &[NewEvent::new(kinds::SESSION_INIT, None, data)])?;
+        state.revision = rec.first().map(|r| r.seq).unwrap_or(1);
+        session::save(&store.session_path(), &state)?;
+        Ok(store)
+    }
+
+    /// Opens an initialised project, refusing it if context.md changed, and folds into
+    /// session.json any state event a crash left unfolded.
+    ///
+    /// # Errors
+    /// [`StoreError::NotInitialized`], [`StoreError::ContextChanged`], I/O errors. A session.json
+    /// that does not parse is not an error here (so `rebuild` can repair it); it is reported by the
+    /// calls that need the state.
+    pub fn open(workspace: &Path) -> Result<Self> {
+        let store = Self::handle(workspace);
+        if !store.meta.join("store.json").exists() {
+            return Err(StoreError::NotInitialized(workspace.to_path_buf()));
+        }
+        store.check_context()?;
+        if let Ok(state) = session::load(&store.session_path()) {
+            if !store.unfolded(state.revision)?.is_empty() {
+                let _guard = store.lock()?;
+                store.load_current()?;
+            }
+        }
+        Ok(store)
+    }
+
+    pub fn with_lock_timeout(mut self, timeout: Duration) -> Self {
+        self.lock_timeout = timeout;
+        self
+    }
+
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+
+    pub fn meta_dir(&self) -> &Path {
+        &self.meta
+    }
+
+    pub fn session_path(&self) -> PathBuf {
+        self.meta.join("session.json")
+    }
+
+    pub fn context_path(&self) -> PathBuf {
+        self.meta.join("context.md")
+    }
+
+    pub fn log(&self) -> &EventLog {
+        &self.log
+    }
+
+    /// Takes the store lock (for callers that must group several store calls).
+    pub fn lock(&self) -> Result<lock::LockGuard> {
+        lock::acquire(&self.meta.join("lock"), self.lock_timeout)
+    }
+
+    /// The immutable context, after checking it is unchanged.
+    pub fn context(&self) -> Result<String> {
+        self.check_context()?;
+        std::fs::read_to_string(self.context_path()).at(&self.context_path())
+    }
+
+    fn check_context(&self) -> Result<()> {
+        let meta: StoreMeta = serde_json::from_value(self.read_json(&self.meta.join("store.json"))?)
+            .map_err(|e| StoreError::BadFile {
+                path: self.meta.join("store.json"),
+                line: 1,
+                message: e.to_string(),
+            })?;
+        let path = self.context_path();
+        let bytes = std::fs::read(&path).at(&path)?;
+        let found = context::sha256_hex(&bytes);
+        if found != meta.context_sha256 {
+            return Err(StoreError::ContextChanged {
+                path,
+                expected: meta.context_sha256,
+                found,
+            });
+        }
+        Ok(())
+    }
+
+    /// The session as session.json holds it.
+    ///
+    /// # Errors
+    /// [`StoreError::BadSessionFile`] with file, line and column when it does not parse or match
+    /// the schema.
+    pub fn state(&self) -> Result<SessionState> {
+        session::load(&self.session_path())
+    }
+
+    /// One value of the session by key path (`""` for all of it).
+    pub fn get(&self, key: &str) -> Result<Value> {
+        let state = serde_json::to_value(self.state()?)
+            .map_err(|e| StoreError::Rejected(e.to_string()))?;
+        if key.is_empty() {
+            return Ok(state);
+        }
+        keypath::get(&state, key).cloned().ok_or_else(|| StoreError::UnknownKey {
+            key: key.to_string(),
+            reason: "not set".into(),
+        })
+    }
+
+    /// seed 000's `update_state`: sets one key path atomically and durably. Returns the new
+    /// revision (the seq of its `state_update` event).
+    ///
+    /// # Errors
+    /// Unknown key, invalid value, bad session file, changed context, lock timeout, I/O: in every
+    /// case nothing was written.
+    pub fn update_state(&self, key: &str, value: Value) -> Result<u64> {
+        self.update_state_as(None, key, value, None)
+    }
+
+    /// `update_state` attributed to an agent, and fenced: with `expected_revision`, the write is
+    /// refused unless the state is still at that revision (a writer that lost its lock, or computed
+    /// its value from an old read, cannot overwrite newer state).
+    pub fn update_state_as(
+        &self,
+        agent: Option<&str>,
+        key: &str,
+        value: Value,
+        expected_revision: Option<u64>,
+    ) -> Result<u64> {
+        let _guard = self.lock()?;
+        self.check_context()?;
+        let (mut doc, tail) = self.load_current_value()?;
+        let current = doc.get("revision").and_then(Value::as_u64).unwrap_or(0);
+        if let Some(expected) = expected_revision {
+            if expected != current {
+                return Err(StoreError::Fenced {
+                    expected,
+                    found: current,
+                });
+            }
+        }
+        keypath::apply(&mut doc, key, value.clone())?;
+        let mut state = keypath::validate(doc, key)?;
+        let event = NewEvent::new(
+            kinds::STATE_UPDATE,
+            agent,
+            json!({"key": key, "value": value, "scope": "session"}),
+        );
+        let rec = self.log.append(&tail, &[event])?;
+        state.revision = rec.first().map(|r| r.seq).unwrap_or(tail.seq + 1);
+        session::save(&self.session_path(), &state)?;
+        Ok(state.revision)
+    }
+
+    /// Appends one event (not a state change) to the log; returns its seq.
+    pub fn append(&self, kind: &str, agent: Option<&str>, data: Value) -> Result<u64> {
+        let recs = self.append_batch(&[NewEvent::new(kind, agent, data)])?;
+        Ok(recs.last().map(|r| r.seq).unwrap_or(0))
+    }
+
+    /// Appends several events with one fsync.
+    pub fn append_batch(&self, events: &[NewEvent]) -> Result<Vec<LogRecord>> {
+        let _guard = self.lock()?;
+        self.append_locked(events)
+    }
+
+    /// Appends while the caller already holds the lock.
+    pub fn append_locked(&self, events: &[NewEvent]) -> Result<Vec<LogRecord>> {
+        if let Some(e) = events
+            .iter()
+            .find(|e| e.kind == kinds::STATE_UPDATE || e.kind == kinds::SESSION_INIT)
+        {
+            return Err(StoreError::Rejected(format!(
+                "`{}` events are written only by update_state",
+                e.kind
+            )));
+        }
+        self.log.append(&self.log.tail()?, events)
+    }
+
+    /// Recreates the session from the log alone (does not write it).
+    pub fn rebuild(&self) -> Result<SessionState> {
+        rebuild::from_log(&self.log)
+    }
+
+    /// Rebuilds and replaces session.json; a session.json that does not parse is kept beside it as
+    /// `session.json.bad-<time>` first, so nothing is lost.
+    pub fn rebuild_and_save(&self) -> Result<SessionState> {
+        let _guard = self.lock()?;
+        self.check_context()?;
+        let state = self.rebuild()?;
+        let path = self.session_path();
+        if let Ok(bytes) = std::fs::read(&path) {
+            if session::parse(&path, &bytes).is_err() {
+                let backup = self
+                    .meta
+                    .join(format!("session.json.bad-{}", chrono::Utc::now().format("%Y%m%dT%H%M%S%.6f")));
+                atomic::write_atomic(&backup, &bytes)?;
+            }
+        }
+        session::save(&path, &state)?;
+        Ok(state)
+    }
+
+    /// The agent's own KV namespace.
+    pub fn kv(&self, agent: &str) -> Result<Kv<'_>> {
+        names::check(agent, "agent name")?;
+        Ok(Kv {
+            store: self,
+            namespace: agent.to_string(),
+            path: self.meta.join("kv").join(format!("{agent}.json")),
+        })
+    }
+
+    /// The scratchpad all agents of the session share.
+    pub fn scratchpad(&self) -> Kv<'_> {
+        Kv {
+            store: self,
+            namespace: "scratchpad".to_string(),
+            path: self.meta.join("scratchpad.json"),
+        }
+    }
+
+    pub fn artifacts(&self) -> Artifacts<'_> {
+        Artifacts {
+            store: self,
+            dir: self.meta.join("artifacts"),
+        }
+    }
+
+    /// Reads `.meta/<name>.json` (`null` when absent). For other layers' small documents
+    /// (consent grants, config caches).
+    pub fn read_doc(&self, name: &str) -> Result<Value> {
+        names::check(name, "document name")?;
+        self.read_json(&self.meta.join(format!("{name}.json")))
+    }
+
+    /// Read-modify-write of `.meta/<name>.json` under the lock: `f` edits the document and returns
+    /// the event that describes the change, which is made durable before the file is replaced.
+    /// If `f` fails nothing is written.
+    pub fn update_doc(
+        &self,
+        name: &str,
+        f: impl FnOnce(&mut Value) -> Result<NewEvent>,
+    ) -> Result<LogRecord> {
+        names::check(name, "document name")?;
+        self.update_json(&self.meta.join(format!("{name}.json")), f)
+    }
+
+    pub(crate) fn update_json(
+        &self,
+        path: &Path,
+        f: impl FnOnce(&mut Value) -> Result<NewEvent>,
+    ) -> Result<LogRecord> {
+        let _guard = self.lock()?;
+        let mut doc = self.read_json(path)?;
+        let event = f(&mut doc)?;
+        let rec = self
+            .append_locked(&[event])?
+            .pop()
+            .ok_or_else(|| StoreError::Rejected("no event was written".into()))?;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).at(dir)?;
+        }
+        self.write_json(path, &doc)?;
+        Ok(rec)
+    }
+
+    pub(crate) fn read_json(&self, path: &Path) -> Result<Value> {
+        match std::fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| StoreError::BadFile {
+                path: path.to_path_buf(),
+                line: e.line(),
+                message: e.to_string(),
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Value::Null),
+            Err(e) => Err(StoreError::io(path, e)),
+        }
+    }
+
+    fn write_json<T: Serialize>(&self, path: &Path, value: &T) -> Result<()> {
+        let mut bytes =
+            serde_json::to_vec_pretty(value).map_err(|e| StoreError::Rejected(e.to_string()))?;
+        bytes.push(b'\n');
+        atomic::write_atomic(path, &bytes)
+    }
+
+    /// State events after `revision`, oldest first (what session.json has not folded yet).
+    fn unfolded(&self, revision: u64) -> Result<Vec<LogRecord>> {
+        let mut out = Vec::new();
+        self.log.scan_back(|r| {
+            if r.seq <= revision {
+                return false;
+            }
+            if r.kind == kinds::STATE_UPDATE || r.kind == kinds::SESSION_INIT {
+                out.push(r);
+            }
+            true
+        })?;
+        out.reverse();
+        Ok(out)
+    }
+
+    /// Under the lock: the session with every durable state event folded in (repairing
+    /// session.json if a crash came between the log append and the file write).
+    fn load_current(&self) -> Result<SessionState> {
+        let (doc, _) = self.load_current_value()?;
+        keypath::validate(doc, "")
+    }
+
+    fn load_current_value(&self) -> Result<(Value, Tail)> {
+        let state = self.state()?;
+        let tail = self.log.tail()?;
+        if state.revision > tail.seq {
+            return Err(StoreError::BrokenLog {
+                path: self.log.path().to_path_buf(),
+                seq: tail.seq,
+                reason: format!(
+                    "session.json is at revision {} but the log ends at {}",
+                    state.revision, tail.seq
+                ),
+            });
+        }
+        let pending = self.unfolded(state.revision)?;
+        let mut doc =
+            serde_json::to_value(&state).map_err(|e| StoreError::Rejected(e.to_string()))?;
+        if !pending.is_empty() {
+            let mut revision = state.revision;
+            for rec in &pending {
+                rebuild::fold(&mut doc, rec, self.log.path())?;
+                revision = rec.seq;
+            }
+            let mut repaired = keypath::validate(doc, "")?;
+            repaired.revision = revision;
+            session::save(&self.session_path(), &repaired)?;
+            doc = serde_json::to_value(&repaired)
+                .map_err(|e| StoreError::Rejected(e.to_string()))?;
+        }
+        Ok((doc, tail))
+    }
+}

@@ -1,0 +1,119 @@
+//! The store lock: `flock(2)` on `.meta/lock`, with a timeout.
+//!
+//! flock is released by the kernel when its holder dies, so a crashed writer never leaves a stale
+//! lock behind. Linux has no timed flock, so a contended acquisition waits in a helper thread doing
+//! the blocking call: the kernel then hands the lock over the moment it is released, which polling
+//! cannot match under contention. The holder writes its pid into the file for error messages only.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use rustix::fs::{flock, FlockOperation};
+
+use crate::error::{IoContext, Result, StoreError};
+
+/// Held while a read-modify-write is in progress; dropping it releases the lock.
+#[derive(Debug)]
+pub struct LockGuard {
+    file: File,
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        let _ = flock(&self.file, FlockOperation::Unlock);
+    }
+}
+
+/// Takes the exclusive lock on `path`, waiting at most `timeout`.
+///
+/// # Errors
+/// [`StoreError::LockTimeout`] naming the holder's pid when known; I/O errors opening the file.
+pub fn acquire(path: &Path, timeout: Duration) -> Result<LockGuard> {
+    let start = Instant::now();
+    loop {
+        let file = open(path)?;
+        let file = match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => file,
+            Err(e) if e != rustix::io::Errno::WOULDBLOCK => {
+                return Err(StoreError::io(path, e.into()));
+            }
+            Err(_) => {
+                let left = timeout.saturating_sub(start.elapsed());
+                match wait_in_thread(file, left) {
+                    Some(f) => f,
+                    None => return Err(timeout_error(path, start)),
+                }
+            }
+        };
+        // Someone may have replaced the file between our open and our flock; a lock on an
+        // unlinked inode protects nothing, so take it again on the current file.
+        if same_inode(path, &file)? {
+            let mut guard = LockGuard { file };
+            write_pid(&mut guard.file);
+            return Ok(guard);
+        }
+        if start.elapsed() >= timeout {
+            return Err(timeout_error(path, start));
+        }
+    }
+}
+
+fn open(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .at(path)
+}
+
+/// Blocks in a thread so the caller can give up; if the thread wins after the caller left, it
+/// drops the file, which releases the lock at once.
+fn wait_in_thread(file: File, timeout: Duration) -> Option<File> {
+    let (tx, rx) = mpsc::sync_channel(1);
+    std::thread::spawn(move || {
+        if flock(&file, FlockOperation::LockExclusive).is_ok() {
+            let _ = tx.send(file);
+        }
+    });
+    rx.recv_timeout(timeout).ok()
+}
+
+fn same_inode(path: &Path, file: &File) -> Result<bool> {
+    let on_disk = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(StoreError::io(path, e)),
+    };
+    let ours = file.metadata().at(path)?;
+    Ok(on_disk.ino() == ours.ino() && on_disk.dev() == ours.dev())
+}
+
+fn write_pid(file: &mut File) {
+    let pid = std::process::id().to_string();
+    let _ = file.set_len(0);
+    let _ = file.seek(SeekFrom::Start(0));
+    let _ = file.write_all(pid.as_bytes());
+}
+
+fn timeout_error(path: &Path, start: Instant) -> StoreError {
+    let holder = std::fs::File::open(path)
+        .ok()
+        .and_then(|mut f| {
+            let mut s = String::new();
+            f.read_to_string(&mut s).ok()?;
+            s.trim().parse::<u32>().ok()
+        })
+        .map(|pid| format!(" (held by pid {pid})"))
+        .unwrap_or_default();
+    StoreError::LockTimeout {
+        path: PathBuf::from(path),
+        waited_ms: start.elapsed().as_millis() as u64,
+        holder,
+    }
+}

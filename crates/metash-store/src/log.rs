@@ -1,0 +1,339 @@
+//! The append-only, hash-chained event log (`.meta/events.jsonl`), one [`LogRecord`] per line.
+//!
+//! Why JSONL and not SQLite: the log is append-only and read front to back (rebuild, verify,
+//! export) or from the back (tail); a text file gives that with one `write` and one `fdatasync`
+//! per append, is greppable by people, and needs no C dependency. The hash is computed over the
+//! exact bytes written, so verification never depends on re-serialising JSON the same way.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use metash_protocol::LogRecord;
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::error::{IoContext, Result, StoreError};
+
+/// The `prev` of the first record.
+pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// `,"hash":"` + 64 hex digits + `"}`: the fixed-size suffix of every line.
+const HASH_SUFFIX_LEN: usize = 9 + 64 + 2;
+
+/// An event to append; the log assigns `seq`, `ts`, `prev` and `hash`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    pub kind: String,
+    pub agent: Option<String>,
+    pub data: Value,
+}
+
+impl NewEvent {
+    pub fn new(kind: impl Into<String>, agent: Option<&str>, data: Value) -> Self {
+        Self {
+            kind: kind.into(),
+            agent: agent.map(str::to_string),
+            data,
+        }
+    }
+}
+
+/// The last record's position in the chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tail {
+    pub seq: u64,
+    pub hash: String,
+}
+
+impl Tail {
+    fn genesis() -> Self {
+        Self {
+            seq: 0,
+            hash: GENESIS_HASH.to_string(),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    seq: u64,
+    ts: &'a str,
+    kind: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    agent: Option<&'a str>,
+    data: &'a Value,
+    prev: &'a str,
+}
+
+/// Serialises one record as its line (with `\n`), computing its hash.
+fn encode(seq: u64, ts: &str, ev: &NewEvent, prev: &str) -> Result<(Vec<u8>, String)> {
+    let body = serde_json::to_vec(&Body {
+        seq,
+        ts,
+        kind: &ev.kind,
+        agent: ev.agent.as_deref(),
+        data: &ev.data,
+        prev,
+    })
+    .map_err(|e| StoreError::Rejected(format!("event is not serialisable: {e}")))?;
+    let hash = hex::encode(Sha256::digest(&body));
+    let mut line = body;
+    line.pop(); // the closing brace
+    line.extend_from_slice(b",\"hash\":\"");
+    line.extend_from_slice(hash.as_bytes());
+    line.extend_from_slice(b"\"}\n");
+    Ok((line, hash))
+}
+
+/// Checks one line's own hash and returns the parsed record.
+pub fn decode(line: &[u8]) -> std::result::Result<LogRecord, String> {
+    let record: LogRecord =
+        serde_json::from_slice(line).map_err(|e| format!("not a log record: {e}"))?;
+    if line.len() < HASH_SUFFIX_LEN || !line.ends_with(b"\"}") {
+        return Err("line does not end with its hash".into());
+    }
+    let cut = line.len() - HASH_SUFFIX_LEN;
+    if &line[cut..cut + 9] != b",\"hash\":\"" {
+        return Err("hash is not the last field".into());
+    }
+    let mut hasher = Sha256::new();
+    hasher.update(&line[..cut]);
+    hasher.update(b"}");
+    let computed = hex::encode(hasher.finalize());
+    if computed != record.hash {
+        return Err(format!(
+            "hash mismatch (stored {}, computed {computed})",
+            record.hash
+        ));
+    }
+    Ok(record)
+}
+
+/// The log file. All mutating calls must be made under the store lock.
+#[derive(Debug)]
+pub struct EventLog {
+    path: PathBuf,
+}
+
+impl EventLog {
+    pub fn new(path: PathBuf) -> Self {
+        Self { path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends `events` with one write and one fdatasync, after `tail` (which the caller read under
+    /// the lock). Returns the records as written.
+    pub fn append(&self, tail: &Tail, events: &[NewEvent]) -> Result<Vec<LogRecord>> {
+        let ts = now();
+        let mut buf = Vec::with_capacity(events.len() * 256);
+        let mut out = Vec::with_capacity(events.len());
+        let mut prev = tail.hash.clone();
+        for (i, ev) in events.iter().enumerate() {
+            let seq = tail.seq + 1 + i as u64;
+            let (line, hash) = encode(seq, &ts, ev, &prev)?;
+            buf.extend_from_slice(&line);
+            out.push(LogRecord {
+                seq,
+                ts: ts.clone(),
+                kind: ev.kind.clone(),
+                agent: ev.agent.clone(),
+                data: ev.data.clone(),
+                prev: std::mem::replace(&mut prev, hash.clone()),
+                hash,
+            });
+        }
+        let mut f = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&self.path)
+            .at(&self.path)?;
+        let len_before = f.metadata().at(&self.path)?.len();
+        if let Err(e) = f.write_all(&buf).and_then(|()| f.sync_data()) {
+            // Leave no partial line behind: the events were never acknowledged.
+            let _ = f.set_len(len_before);
+            let _ = f.sync_data();
+            return Err(StoreError::io(&self.path, e));
+        }
+        Ok(out)
+    }
+
+    /// Reads the last complete record, first cutting off a torn final line (a write that a crash
+    /// interrupted: it was never acknowledged, because acknowledgement follows the fsync).
+    pub fn tail(&self) -> Result<Tail> {
+        let mut tail = Tail::genesis();
+        self.scan_back(|r| {
+            tail = Tail {
+                seq: r.seq,
+                hash: r.hash,
+            };
+            false
+        })?;
+        Ok(tail)
+    }
+
+    /// Visits records newest first until `visit` returns false, reading the file backwards in
+    /// growing chunks: finding what session.json has not folded yet costs only the records after it.
+    pub fn scan_back(&self, mut visit: impl FnMut(LogRecord) -> bool) -> Result<()> {
+        let mut f = match File::options().read(true).write(true).open(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(StoreError::io(&self.path, e)),
+        };
+        let mut end = repair_torn_tail(&mut f, &self.path)?;
+        // Bytes of a line that started before the chunk we read last.
+        let mut carry: Vec<u8> = Vec::new();
+        let mut chunk = 8 * 1024u64;
+        while end > 0 {
+            let start = end.saturating_sub(chunk);
+            let mut buf = vec![0u8; (end - start) as usize];
+            f.seek(SeekFrom::Start(start)).at(&self.path)?;
+            f.read_exact(&mut buf).at(&self.path)?;
+            buf.extend_from_slice(&carry);
+            let first_complete = if start == 0 {
+                0
+            } else {
+                match buf.iter().position(|&b| b == b'\n') {
+                    Some(p) => p + 1,
+                    None => {
+                        carry = buf;
+                        end = start;
+                        chunk = chunk.saturating_mul(2);
+                        continue;
+                    }
+                }
+            };
+            for line in buf[first_complete..]
+                .split(|&b| b == b'\n')
+                .filter(|l| !l.is_empty())
+                .rev()
+            {
+                let rec = decode(line).map_err(|reason| StoreError::BrokenLog {
+                    path: self.path.clone(),
+                    seq: 0,
+                    reason,
+                })?;
+                if !visit(rec) {
+                    return Ok(());
+                }
+            }
+            buf.truncate(first_complete.saturating_sub(1));
+            carry = buf;
+            end = start;
+        }
+        Ok(())
+    }
+
+    /// Every record in order. Each line's own hash is checked; the chain is checked by
+    /// [`EventLog::verify`].
+    pub fn read_all(&self) -> Result<Vec<LogRecord>> {
+        let mut out = Vec::new();
+        self.for_each(|r| {
+            out.push(r);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Streams every record in order, checking hashes and the chain as it goes.
+    pub fn for_each(&self, mut f: impl FnMut(LogRecord) -> Result<()>) -> Result<()> {
+        let file = match File::open(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(StoreError::io(&self.path, e)),
+        };
+        let mut reader = BufReader::with_capacity(256 * 1024, file);
+        let mut line = Vec::with_capacity(512);
+        let mut expect = Tail::genesis();
+        loop {
+            line.clear();
+            let n = reader.read_until(b'\n', &mut line).at(&self.path)?;
+            if n == 0 {
+                return Ok(());
+            }
+            if line.last() != Some(&b'\n') {
+                // Torn tail of a crashed append: never acknowledged, not part of the log.
+                return Ok(());
+            }
+            line.pop();
+            let broken = |reason: String| StoreError::BrokenLog {
+                path: self.path.clone(),
+                seq: expect.seq + 1,
+                reason,
+            };
+            let rec = decode(&line).map_err(broken)?;
+            if rec.seq != expect.seq + 1 {
+                return Err(broken(format!(
+                    "seq {} where {} was expected (gap or reorder)",
+                    rec.seq,
+                    expect.seq + 1
+                )));
+            }
+            if rec.prev != expect.hash {
+                return Err(broken(
+                    "prev does not match the previous record's hash".into(),
+                ));
+            }
+            expect = Tail {
+                seq: rec.seq,
+                hash: rec.hash.clone(),
+            };
+            f(rec)?;
+        }
+    }
+
+    /// Checks the whole chain; returns the number of records.
+    ///
+    /// # Errors
+    /// [`StoreError::BrokenLog`] naming the first broken record.
+    pub fn verify(&self) -> Result<u64> {
+        let mut n = 0;
+        self.for_each(|_| {
+            n += 1;
+            Ok(())
+        })?;
+        Ok(n)
+    }
+}
+
+/// Truncates a final line that has no newline; returns the file length after.
+fn repair_torn_tail(f: &mut File, path: &Path) -> Result<u64> {
+    let len = f.metadata().at(path)?.len();
+    if len == 0 {
+        return Ok(0);
+    }
+    let mut last = [0u8; 1];
+    f.seek(SeekFrom::Start(len - 1)).at(path)?;
+    f.read_exact(&mut last).at(path)?;
+    if last[0] == b'\n' {
+        return Ok(len);
+    }
+    // Find the previous newline.
+    let mut pos = len;
+    let mut buf = vec![0u8; 64 * 1024];
+    while pos > 0 {
+        let start = pos.saturating_sub(buf.len() as u64);
+        let n = (pos - start) as usize;
+        f.seek(SeekFrom::Start(start)).at(path)?;
+        f.read_exact(&mut buf[..n]).at(path)?;
+        if let Some(p) = buf[..n].iter().rposition(|&b| b == b'\n') {
+            let keep = start + p as u64 + 1;
+            f.set_len(keep).at(path)?;
+            f.sync_data().at(path)?;
+            return Ok(keep);
+        }
+        pos = start;
+    }
+    f.set_len(0).at(path)?;
+    f.sync_data().at(path)?;
+    Ok(0)
+}
+
+/// RFC 3339 UTC with microseconds.
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}

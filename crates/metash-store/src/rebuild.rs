@@ -1,0 +1,60 @@
+//! Recreating session.json from the log alone: fold `state_update` events over `session_init`.
+
+use std::path::Path;
+
+use metash_protocol::log::kinds;
+use metash_protocol::{LogRecord, SessionState};
+use serde_json::Value;
+
+use crate::error::{Result, StoreError};
+use crate::keypath;
+use crate::log::EventLog;
+
+/// Applies one state event to the session document.
+pub fn fold(doc: &mut Value, rec: &LogRecord, log: &Path) -> Result<()> {
+    let broken = |reason: String| StoreError::BrokenLog {
+        path: log.to_path_buf(),
+        seq: rec.seq,
+        reason,
+    };
+    match rec.kind.as_str() {
+        kinds::SESSION_INIT => *doc = rec.data.clone(),
+        kinds::STATE_UPDATE => {
+            let key = rec
+                .data
+                .get("key")
+                .and_then(Value::as_str)
+                .ok_or_else(|| broken("state_update without a key".into()))?;
+            let value = rec.data.get("value").cloned().unwrap_or(Value::Null);
+            keypath::apply(doc, key, value).map_err(|e| broken(e.to_string()))?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+pub fn from_log(log: &EventLog) -> Result<SessionState> {
+    let mut doc = Value::Null;
+    let mut revision = 0;
+    log.for_each(|rec| {
+        if rec.kind == kinds::SESSION_INIT || rec.kind == kinds::STATE_UPDATE {
+            fold(&mut doc, &rec, log.path())?;
+            revision = rec.seq;
+        }
+        Ok(())
+    })?;
+    if doc.is_null() {
+        return Err(StoreError::BrokenLog {
+            path: log.path().to_path_buf(),
+            seq: 1,
+            reason: "the log has no session_init event".into(),
+        });
+    }
+    let mut state: SessionState = serde_json::from_value(doc).map_err(|e| StoreError::BrokenLog {
+        path: log.path().to_path_buf(),
+        seq: revision,
+        reason: format!("folded state does not match the schema: {e}"),
+    })?;
+    state.revision = revision;
+    Ok(state)
+}

@@ -1,0 +1,49 @@
+//! Reading and writing `.meta/session.json`.
+
+use std::path::Path;
+
+use metash_protocol::{SessionState, SESSION_SCHEMA_VERSION};
+
+use crate::atomic::write_atomic;
+use crate::error::{Result, StoreError};
+use crate::keypath::check_plan;
+
+/// Parses session.json; any problem names the file, line and column and leaves it alone.
+pub fn load(path: &Path) -> Result<SessionState> {
+    let bytes = std::fs::read(path).map_err(|e| StoreError::io(path, e))?;
+    parse(path, &bytes)
+}
+
+pub fn parse(path: &Path, bytes: &[u8]) -> Result<SessionState> {
+    let bad = |line: usize, column: usize, message: String| StoreError::BadSessionFile {
+        path: path.to_path_buf(),
+        line,
+        column,
+        message,
+    };
+    let state: SessionState =
+        serde_json::from_slice(bytes).map_err(|e| bad(e.line(), e.column(), e.to_string()))?;
+    if state.schema_version != SESSION_SCHEMA_VERSION {
+        return Err(bad(
+            1,
+            1,
+            format!(
+                "schema_version {} is not supported (this build reads {SESSION_SCHEMA_VERSION})",
+                state.schema_version
+            ),
+        ));
+    }
+    check_plan(&state).map_err(|m| bad(1, 1, m))?;
+    Ok(state)
+}
+
+pub fn to_bytes(state: &SessionState) -> Result<Vec<u8>> {
+    let mut out = serde_json::to_vec_pretty(state)
+        .map_err(|e| StoreError::Rejected(format!("session is not serialisable: {e}")))?;
+    out.push(b'\n');
+    Ok(out)
+}
+
+pub fn save(path: &Path, state: &SessionState) -> Result<()> {
+    write_atomic(path, &to_bytes(state)?)
+}

@@ -1,0 +1,557 @@
+//! `metash harness list|invocation|turn` and `metash attach`: the harness layer (seed 003) from
+//! the command line, so a control plane in any language can use it through JSON.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context};
+use clap::{Args, Subcommand};
+use metash_harness::{
+    BuildProcessInvocationSpecRequest, CancellationToken, Endpoint, Harness, HarnessError,
+    HarnessOptions, Programs, RunTurnNonInteractiveRequest,
+};
+use metash_protocol::{
+    HarnessContinuationRef, HarnessFrontend, InteractionMode, IoMode, ProcessInvocationSpec,
+    ProviderDomain,
+};
+
+/// Exit code of `harness turn` when the turn ran but failed (API error, harness failure...).
+const TURN_FAILED: u8 = 3;
+/// Exit code when the harness refused the request (provider_mismatch, continuation_not_found...).
+const REFUSED: u8 = 2;
+
+#[derive(Debug, Subcommand)]
+pub enum HarnessCommand {
+    /// Coding-agent harnesses and model API clients: capabilities, invocation specs, turns.
+    Harness {
+        #[command(subcommand)]
+        command: HarnessSub,
+    },
+    /// Opens an interactive invocation spec (JSON, from `metash harness invocation --interactive`)
+    /// in a new tmux window.
+    Attach {
+        /// The spec file, or `-` for standard input.
+        #[arg(long, default_value = "-")]
+        spec: String,
+        /// The tmux window's name.
+        #[arg(long, default_value = "metash")]
+        window_name: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HarnessSub {
+    /// Providers, their frontends (installed? which version?) and models.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Prints the ProcessInvocationSpec for a CLI harness as JSON (warnings go to stderr).
+    Invocation(Box<InvocationArgs>),
+    /// Runs one non-interactive turn and prints the response.
+    Turn(Box<TurnArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct CommonArgs {
+    /// claude-code, codex-cli, agent-sdk, pi-sdk, anthropic-api, openai-responses, openai-chat.
+    #[arg(long)]
+    frontend: String,
+    /// The harness's working directory (made absolute).
+    #[arg(long)]
+    cwd: PathBuf,
+    #[arg(long)]
+    model: Option<String>,
+    #[arg(long)]
+    prompt: Option<String>,
+    /// Where the harness keeps its state (default `<workspace>/.meta/harness`).
+    #[arg(long)]
+    asp_home: Option<PathBuf>,
+    #[arg(long, default_value = "default")]
+    cp_session_id: String,
+    /// The continuation's provider (default: the frontend's).
+    #[arg(long)]
+    continuation_provider: Option<String>,
+    #[arg(long)]
+    continuation_key: Option<String>,
+    /// Provider base URL (default: ANTHROPIC_BASE_URL / OPENAI_BASE_URL, else the provider's own).
+    #[arg(long)]
+    base_url: Option<String>,
+    /// The environment variable that holds the API key.
+    #[arg(long)]
+    api_key_env: Option<String>,
+    /// The provider name in Codex's / pi's config (keep it stable across turns).
+    #[arg(long)]
+    provider_name: Option<String>,
+    /// Give the harness its own HOME under aspHome.
+    #[arg(long)]
+    isolated_home: bool,
+    #[arg(long)]
+    permission_mode: Option<String>,
+    #[arg(long)]
+    skip_permissions: bool,
+    #[arg(long)]
+    system_prompt: Option<String>,
+    #[arg(long)]
+    append_system_prompt: Option<String>,
+    #[arg(long = "add-dir")]
+    extra_dirs: Vec<PathBuf>,
+    #[arg(long)]
+    max_budget_usd: Option<f64>,
+    #[arg(long)]
+    max_turns: Option<u32>,
+    /// MCP servers as a JSON object `{name: {command, args, env}}`.
+    #[arg(long)]
+    mcp_servers: Option<String>,
+    /// Extra environment for the harness, `KEY=VALUE` (repeatable).
+    #[arg(long = "env")]
+    env: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct InvocationArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    #[arg(long, conflicts_with = "interactive")]
+    headless: bool,
+    #[arg(long)]
+    interactive: bool,
+    /// pipes, pty or inherit (default: pty when interactive, pipes when headless).
+    #[arg(long)]
+    io: Option<String>,
+    /// Claude: fix the new conversation's id up front.
+    #[arg(long)]
+    session_id: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct TurnArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    #[arg(long)]
+    max_tokens: Option<u32>,
+    /// Bound on the whole turn.
+    #[arg(long)]
+    timeout_secs: Option<u64>,
+    /// Print the response as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Stream every event as a JSON line to stderr.
+    #[arg(long)]
+    events: bool,
+}
+
+pub fn run(cmd: HarnessCommand, ctx: &super::Ctx) -> anyhow::Result<ExitCode> {
+    let workspace = absolute(&ctx.workspace)?;
+    let programs = Programs::discover(Some(&workspace));
+    match cmd {
+        HarnessCommand::Harness { command } => match command {
+            HarnessSub::List { json } => list(&programs, json),
+            HarnessSub::Invocation(a) => invocation(&programs, &workspace, *a),
+            HarnessSub::Turn(a) => turn(programs, &workspace, *a),
+        },
+        HarnessCommand::Attach { spec, window_name } => attach(&spec, &window_name),
+    }
+}
+
+fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
+    let abs = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir()?.join(p)
+    };
+    Ok(std::fs::canonicalize(&abs).unwrap_or(abs))
+}
+
+fn list(programs: &Programs, json: bool) -> anyhow::Result<ExitCode> {
+    let caps = metash_harness::get_harness_capabilities(programs);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&caps)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    for p in &caps.providers {
+        println!("{} (models: {})", p.provider.as_str(), p.models.join(", "));
+        for f in &p.frontends {
+            let state = match (&f.kind[..], f.installed, &f.version) {
+                ("api", _, _) => "built in".to_string(),
+                (_, true, Some(v)) => format!("installed, {v}"),
+                (_, true, None) => "installed".to_string(),
+                (_, false, _) => "not installed".to_string(),
+            };
+            println!("  {:<17} {:<4} {state}", f.frontend.as_str(), f.kind);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn parse_frontend(s: &str) -> anyhow::Result<HarnessFrontend> {
+    HarnessFrontend::parse(s).ok_or_else(|| anyhow!("unsupported_frontend: {s:?}"))
+}
+
+/// The harness options and shared request fields from the common flags.
+struct Common {
+    frontend: HarnessFrontend,
+    cwd: PathBuf,
+    asp_home: PathBuf,
+    continuation: Option<HarnessContinuationRef>,
+    env: BTreeMap<String, String>,
+    options: HarnessOptions,
+}
+
+fn common(c: &CommonArgs, workspace: &Path) -> anyhow::Result<Common> {
+    let frontend = parse_frontend(&c.frontend)?;
+    let cwd = absolute(&c.cwd)?;
+    let asp_home = match &c.asp_home {
+        Some(p) => absolute(p)?,
+        None => workspace.join(".meta").join("harness"),
+    };
+    let continuation = match (&c.continuation_provider, &c.continuation_key) {
+        (None, None) => None,
+        (p, key) => {
+            let provider = match p {
+                Some(p) => {
+                    ProviderDomain::parse(p).ok_or_else(|| anyhow!("unknown provider {p:?}"))?
+                }
+                None => frontend.provider(),
+            };
+            Some(HarnessContinuationRef {
+                provider,
+                key: key.clone(),
+            })
+        }
+    };
+    let mut env = BTreeMap::new();
+    for kv in &c.env {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--env wants KEY=VALUE, got {kv:?}"))?;
+        env.insert(k.to_string(), v.to_string());
+    }
+    let base_url = c.base_url.clone().or_else(|| {
+        let var = match frontend.provider() {
+            ProviderDomain::Anthropic => "ANTHROPIC_BASE_URL",
+            ProviderDomain::Openai => "OPENAI_BASE_URL",
+        };
+        std::env::var(var).ok().filter(|v| !v.is_empty())
+    });
+    let endpoint = base_url.map(|base_url| Endpoint {
+        base_url,
+        api_key_env: c.api_key_env.clone(),
+        provider_name: c.provider_name.clone(),
+    });
+    let mcp_servers = c
+        .mcp_servers
+        .as_deref()
+        .map(serde_json::from_str)
+        .transpose()
+        .context("--mcp-servers is not JSON")?;
+    let options = HarnessOptions {
+        permission_mode: c.permission_mode.clone(),
+        skip_permissions: c.skip_permissions,
+        system_prompt: c.system_prompt.clone(),
+        append_system_prompt: c.append_system_prompt.clone(),
+        extra_dirs: c.extra_dirs.clone(),
+        max_budget_usd: c.max_budget_usd,
+        max_turns: c.max_turns,
+        allowed_tools: Vec::new(),
+        disallowed_tools: Vec::new(),
+        mcp_servers,
+        endpoint,
+        isolated_home: c.isolated_home,
+        session_id: None,
+        include_partial_messages: false,
+    };
+    Ok(Common {
+        frontend,
+        cwd,
+        asp_home,
+        continuation,
+        env,
+        options,
+    })
+}
+
+/// A refusal with its stable code, as JSON on stdout, and exit code 2.
+fn refused(err: &HarnessError) -> anyhow::Result<ExitCode> {
+    let doc = serde_json::json!({"error": {"code": err.code(), "message": err.to_string()}});
+    println!("{}", serde_json::to_string_pretty(&doc)?);
+    eprintln!("metash: {err}");
+    Ok(ExitCode::from(REFUSED))
+}
+
+fn invocation(
+    programs: &Programs,
+    workspace: &Path,
+    a: InvocationArgs,
+) -> anyhow::Result<ExitCode> {
+    let c = common(&a.common, workspace)?;
+    let interaction_mode = if a.interactive {
+        InteractionMode::Interactive
+    } else {
+        InteractionMode::Headless
+    };
+    let io_mode = match a.io.as_deref() {
+        None if a.interactive => IoMode::Pty,
+        None => IoMode::Pipes,
+        Some("pipes") => IoMode::Pipes,
+        Some("pty") => IoMode::Pty,
+        Some("inherit") => IoMode::Inherit,
+        Some(other) => bail!("--io must be pipes, pty or inherit, not {other:?}"),
+    };
+    let mut options = c.options;
+    options.session_id = a.session_id;
+    let req = BuildProcessInvocationSpecRequest {
+        cp_session_id: a.common.cp_session_id.clone(),
+        asp_home: c.asp_home,
+        provider: None,
+        frontend: c.frontend,
+        model: a.common.model.clone(),
+        interaction_mode,
+        io_mode,
+        continuation: c.continuation,
+        cwd: c.cwd,
+        env: c.env,
+        prompt: a.common.prompt.clone(),
+        options,
+        artifact_dir: None,
+    };
+    match metash_harness::build_process_invocation_spec(&req, programs) {
+        Ok(resp) => {
+            for w in &resp.warnings {
+                eprintln!("metash: warning: {w}");
+            }
+            println!("{}", serde_json::to_string_pretty(&resp.spec)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => refused(&e),
+    }
+}
+
+fn turn(programs: Programs, workspace: &Path, a: TurnArgs) -> anyhow::Result<ExitCode> {
+    let c = common(&a.common, workspace)?;
+    let prompt = a
+        .common
+        .prompt
+        .clone()
+        .ok_or_else(|| anyhow!("--prompt is required for a turn"))?;
+    let mut req = RunTurnNonInteractiveRequest::new(c.frontend, c.asp_home, c.cwd, prompt);
+    req.cp_session_id = a.common.cp_session_id.clone();
+    req.model = a.common.model.clone();
+    req.continuation = c.continuation;
+    req.env = c.env;
+    req.options = c.options;
+    req.max_tokens = a.max_tokens;
+    req.timeout_ms = a.timeout_secs.map(|s| s.saturating_mul(1000));
+    let harness = Harness::new(programs)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let cancel = CancellationToken::new();
+    let events = a.events;
+    let result = rt.block_on(async {
+        let c2 = cancel.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                c2.cancel();
+            }
+        });
+        let mut sink = |e: metash_protocol::HarnessEventEnvelope| {
+            if events {
+                if let Ok(line) = serde_json::to_string(&e) {
+                    eprintln!("{line}");
+                }
+            }
+        };
+        harness
+            .run_turn_non_interactive(&req, &cancel, &mut sink)
+            .await
+    });
+    let resp = match result {
+        Ok(r) => r,
+        Err(e) => return refused(&e),
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&resp)?);
+    } else {
+        if let Some(text) = &resp.result.final_output {
+            println!("{text}");
+        }
+        if let Some(key) = resp.continuation.as_ref().and_then(|c| c.key.as_deref()) {
+            eprintln!("continuation: {} {key}", resp.provider.as_str());
+        }
+        if let Some(err) = &resp.result.error {
+            eprintln!("metash: {}: {}", err.code.as_str(), err.message);
+        }
+    }
+    Ok(if resp.result.success {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(TURN_FAILED)
+    })
+}
+
+fn attach(spec_path: &str, window_name: &str) -> anyhow::Result<ExitCode> {
+    let text = if spec_path == "-" {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s)?;
+        s
+    } else {
+        std::fs::read_to_string(spec_path).with_context(|| format!("read {spec_path}"))?
+    };
+    let spec: ProcessInvocationSpec =
+        serde_json::from_str(&text).context("not a ProcessInvocationSpec")?;
+    if spec.interaction_mode != InteractionMode::Interactive {
+        eprintln!(
+            "metash: warning: the spec is {:?}; attach is meant for interactive specs",
+            spec.interaction_mode
+        );
+    }
+    let target = metash_harness::tmux::attach(&spec, window_name)?;
+    println!("{target}");
+    if std::env::var_os("TMUX").is_none() {
+        eprintln!("metash: opened in tmux {target}; run `tmux attach -t metash` to see it");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        cmd: HarnessCommand,
+    }
+
+    fn parse(args: &[&str]) -> HarnessCommand {
+        Cli::try_parse_from(std::iter::once("metash").chain(args.iter().copied()))
+            .unwrap()
+            .cmd
+    }
+
+    #[test]
+    fn invocation_flags_parse_and_default_sensibly() {
+        let HarnessCommand::Harness {
+            command: HarnessSub::Invocation(a),
+        } = parse(&[
+            "harness",
+            "invocation",
+            "--frontend",
+            "claude-code",
+            "--cwd",
+            "/tmp",
+            "--interactive",
+            "--continuation-key",
+            "k1",
+            "--model",
+            "opus",
+            "--add-dir",
+            "/a",
+            "--env",
+            "A=b=c",
+        ])
+        else {
+            panic!("not an invocation");
+        };
+        let c = common(&a.common, Path::new("/ws")).unwrap();
+        assert_eq!(c.asp_home, Path::new("/ws/.meta/harness"));
+        assert_eq!(c.continuation.unwrap().provider, ProviderDomain::Anthropic);
+        assert_eq!(c.env.get("A").map(String::as_str), Some("b=c"));
+        assert_eq!(c.options.extra_dirs, vec![PathBuf::from("/a")]);
+        assert!(a.interactive);
+        let HarnessCommand::Attach { spec, .. } = parse(&["attach", "--spec", "s.json"]) else {
+            panic!()
+        };
+        assert_eq!(spec, "s.json");
+        assert!(Cli::try_parse_from([
+            "metash",
+            "harness",
+            "invocation",
+            "--frontend",
+            "x",
+            "--cwd",
+            "/",
+            "--headless",
+            "--interactive"
+        ])
+        .is_err());
+    }
+
+    /// `metash harness turn` end to end against a loopback chat-completions server.
+    #[test]
+    fn turn_runs_against_a_loopback_server_and_persists_the_transcript() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}/v1", listener.local_addr().unwrap());
+        let server = std::thread::spawn(move || {
+            let (mut sock, _) = listener.accept().unwrap();
+            let mut buf = vec![0u8; 65536];
+            let mut got = Vec::new();
+            loop {
+                let n = sock.read(&mut buf).unwrap();
+                got.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&got);
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let len = text[..end]
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<usize>().unwrap())
+                        })
+                        .unwrap_or(0);
+                    if got.len() >= end + 4 + len {
+                        break;
+                    }
+                }
+            }
+            let chunk =
+                r#"{"choices":[{"index":0,"delta":{"content":"pong"},"finish_reason":"stop"}]}"#;
+            let body = format!("data: {chunk}\n\ndata: [DONE]\n\n");
+            let head =
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+            sock.write_all(head.as_bytes()).unwrap();
+            sock.write_all(body.as_bytes()).unwrap();
+            String::from_utf8_lossy(&got).into_owned()
+        });
+        let ws = tempfile::tempdir().unwrap();
+        let HarnessCommand::Harness {
+            command: HarnessSub::Turn(a),
+        } = parse(&[
+            "harness",
+            "turn",
+            "--frontend",
+            "openai-chat",
+            "--cwd",
+            "/tmp",
+            "--prompt",
+            "ping",
+            "--model",
+            "local",
+            "--base-url",
+            &base,
+            "--json",
+        ])
+        else {
+            panic!("not a turn");
+        };
+        let code = turn(Programs::default(), ws.path(), *a).unwrap();
+        assert_eq!(code, ExitCode::SUCCESS);
+        let request = server.join().unwrap();
+        assert!(request.starts_with("POST /v1/chat/completions"));
+        assert!(request.contains("\"ping\""));
+        let transcripts = std::fs::read_dir(ws.path().join(".meta/harness/transcripts"))
+            .unwrap()
+            .count();
+        assert_eq!(transcripts, 1);
+    }
+}

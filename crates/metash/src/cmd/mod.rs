@@ -1,0 +1,30 @@
+//! One module per command group; each owns its clap types and its printing.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+mod harness;
+mod store;
+
+/// What every command gets besides its own arguments.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    pub workspace: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    #[command(flatten)]
+    Store(store::StoreCommand),
+    #[command(flatten)]
+    Harness(harness::HarnessCommand),
+}
+
+pub fn run(command: Command, ctx: &Ctx) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Store(c) => store::run(c, ctx),
+        Command::Harness(c) => harness::run(c, ctx),
+    }
+}

@@ -1,0 +1,356 @@
+//! `init`, `state`, `log`, `kv`, `gc`, `schema`: the commands on the `.meta/` store.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use metash_store::{Retention, Store};
+use serde_json::Value;
+
+use super::Ctx;
+
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Create `.meta/` (context.md, session.json, the event log) in the workspace.
+    Init {
+        /// Use this file as context.md instead of the template.
+        #[arg(long)]
+        context: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read and change session.json.
+    State {
+        #[command(subcommand)]
+        cmd: StateCmd,
+    },
+    /// The append-only event log.
+    Log {
+        #[command(subcommand)]
+        cmd: LogCmd,
+    },
+    /// Per-agent key-value memory.
+    Kv {
+        #[command(subcommand)]
+        cmd: KvCmd,
+    },
+    /// Apply the artifact retention policy.
+    Gc {
+        /// Remove artifacts older than this many days.
+        #[arg(long, default_value_t = 30.0)]
+        max_age_days: f64,
+        /// Then remove the oldest until the rest fit in this many MiB.
+        #[arg(long, default_value_t = 1024)]
+        max_total_mib: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the JSON Schema of a metash type (`--list` for the names).
+    Schema {
+        name: Option<String>,
+        #[arg(long)]
+        list: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StateCmd {
+    /// Print a value by dotted key path (the whole state without KEY).
+    Get {
+        key: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set a dotted key path to a JSON value, atomically (seed 000's update_state).
+    Set {
+        key: String,
+        /// A JSON value: `3`, `"text"`, `{"a":1}`.
+        value: String,
+        /// Refuse unless the state is still at this revision.
+        #[arg(long)]
+        expect_revision: Option<u64>,
+        /// Lock timeout in milliseconds.
+        #[arg(long, default_value_t = 5000)]
+        lock_timeout_ms: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Recreate session.json from the event log alone.
+    Rebuild {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LogCmd {
+    /// The last events.
+    Tail {
+        #[arg(short = 'n', long, default_value_t = 20)]
+        lines: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check the hash chain; names the first broken event.
+    Verify {
+        #[arg(long)]
+        json: bool,
+    },
+    /// The whole verified log as JSON lines (to stdout or a file).
+    Export {
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KvCmd {
+    Get {
+        key: String,
+        #[command(flatten)]
+        ns: AgentArg,
+    },
+    Set {
+        key: String,
+        /// A JSON value.
+        value: String,
+        #[command(flatten)]
+        ns: AgentArg,
+    },
+    List {
+        #[command(flatten)]
+        ns: AgentArg,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct AgentArg {
+    /// The agent whose namespace this is.
+    #[arg(long)]
+    agent: String,
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(cmd: StoreCommand, ctx: &Ctx) -> Result<ExitCode> {
+    match cmd {
+        StoreCommand::Init { context, json } => init(ctx, context, json),
+        StoreCommand::State { cmd } => state(ctx, cmd),
+        StoreCommand::Log { cmd } => log(ctx, cmd),
+        StoreCommand::Kv { cmd } => kv(ctx, cmd),
+        StoreCommand::Gc {
+            max_age_days,
+            max_total_mib,
+            json,
+        } => {
+            let store = Store::open(&ctx.workspace)?;
+            let policy = Retention {
+                max_age: Duration::from_secs_f64(max_age_days.max(0.0) * 86_400.0),
+                max_total_bytes: max_total_mib.saturating_mul(1 << 20),
+            };
+            let report = store.artifacts().gc(policy, SystemTime::now())?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                println!(
+                    "removed {} artifacts ({} bytes); kept {} ({} bytes)",
+                    report.removed.len(),
+                    report.removed_bytes,
+                    report.kept,
+                    report.kept_bytes
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        StoreCommand::Schema { name, list } => schema(name, list),
+    }
+}
+
+fn init(ctx: &Ctx, context: Option<PathBuf>, json: bool) -> Result<ExitCode> {
+    let text = match &context {
+        Some(p) => Some(
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+        ),
+        None => None,
+    };
+    std::fs::create_dir_all(&ctx.workspace)
+        .with_context(|| format!("creating {}", ctx.workspace.display()))?;
+    let store = Store::init(&ctx.workspace, text.as_deref())?;
+    let state = store.state()?;
+    if json {
+        println!("{}", serde_json::to_string(&state)?);
+    } else {
+        println!(
+            "initialised {} (session {})",
+            store.meta_dir().display(),
+            state.session_id
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn parse_json(value: &str) -> Result<Value> {
+    serde_json::from_str(value).with_context(|| {
+        format!("`{value}` is not a JSON value (quote strings: '\"text\"')")
+    })
+}
+
+fn state(ctx: &Ctx, cmd: StateCmd) -> Result<ExitCode> {
+    match cmd {
+        StateCmd::Get { key, json } => {
+            let store = Store::open(&ctx.workspace)?;
+            let value = store.get(key.as_deref().unwrap_or(""))?;
+            print_value(&value, json)?;
+        }
+        StateCmd::Set {
+            key,
+            value,
+            expect_revision,
+            lock_timeout_ms,
+            json,
+        } => {
+            let value = parse_json(&value)?;
+            let store =
+                Store::open(&ctx.workspace)?.with_lock_timeout(Duration::from_millis(lock_timeout_ms));
+            let revision = store.update_state_as(None, &key, value, expect_revision)?;
+            if json {
+                println!("{}", serde_json::json!({ "revision": revision }));
+            } else {
+                println!("{key} set (revision {revision})");
+            }
+        }
+        StateCmd::Rebuild { json } => {
+            let store = Store::open(&ctx.workspace)?;
+            let state = store.rebuild_and_save()?;
+            if json {
+                println!("{}", serde_json::to_string(&state)?);
+            } else {
+                println!(
+                    "rebuilt {} from the log (revision {})",
+                    store.session_path().display(),
+                    state.revision
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn log(ctx: &Ctx, cmd: LogCmd) -> Result<ExitCode> {
+    let store = Store::open(&ctx.workspace)?;
+    match cmd {
+        LogCmd::Tail { lines, json } => {
+            let mut recs = Vec::new();
+            store.log().scan_back(|r| {
+                recs.push(r);
+                recs.len() < lines
+            })?;
+            recs.reverse();
+            let mut out = std::io::stdout().lock();
+            for r in recs {
+                if json {
+                    writeln!(out, "{}", serde_json::to_string(&r)?)?;
+                } else {
+                    let agent = r.agent.as_deref().unwrap_or("-");
+                    writeln!(out, "{:>6}  {}  {:<14} {:<12} {}", r.seq, r.ts, r.kind, agent, r.data)?;
+                }
+            }
+        }
+        LogCmd::Verify { json } => match store.log().verify() {
+            Ok(n) => {
+                if json {
+                    println!("{}", serde_json::json!({"ok": true, "events": n}));
+                } else {
+                    println!("ok: {n} events, hash chain intact");
+                }
+            }
+            Err(metash_store::StoreError::BrokenLog { seq, reason, path }) => {
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::json!({"ok": false, "first_broken_seq": seq, "reason": reason})
+                    );
+                } else {
+                    eprintln!("{}: broken at event {seq}: {reason}", path.display());
+                }
+                return Ok(ExitCode::from(crate::exit::FAILURE));
+            }
+            Err(e) => return Err(e.into()),
+        },
+        LogCmd::Export { output } => {
+            let mut sink: Box<dyn Write> = match &output {
+                Some(p) => Box::new(std::io::BufWriter::new(
+                    std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+                )),
+                None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+            };
+            store.log().for_each(|r| {
+                let line = serde_json::to_string(&r)
+                    .map_err(|e| metash_store::StoreError::Rejected(e.to_string()))?;
+                writeln!(sink, "{line}").map_err(|e| metash_store::StoreError::io("stdout", e))
+            })?;
+            sink.flush()?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn kv(ctx: &Ctx, cmd: KvCmd) -> Result<ExitCode> {
+    let store = Store::open(&ctx.workspace)?;
+    match cmd {
+        KvCmd::Get { key, ns } => match store.kv(&ns.agent)?.get(&key)? {
+            Some(v) => print_value(&v, ns.json)?,
+            None => bail!("no key `{key}` in {}'s namespace", ns.agent),
+        },
+        KvCmd::Set { key, value, ns } => {
+            let seq = store.kv(&ns.agent)?.set(&key, parse_json(&value)?)?;
+            if ns.json {
+                println!("{}", serde_json::json!({ "seq": seq }));
+            } else {
+                println!("{}: {key} set", ns.agent);
+            }
+        }
+        KvCmd::List { ns } => {
+            let map = store.kv(&ns.agent)?.list()?;
+            if ns.json {
+                println!("{}", serde_json::to_string(&map)?);
+            } else {
+                for (k, v) in map {
+                    println!("{k} = {v}");
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn schema(name: Option<String>, list: bool) -> Result<ExitCode> {
+    if list || name.is_none() {
+        for n in metash_protocol::schema::NAMES {
+            println!("{n}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let name = name.unwrap_or_default();
+    match metash_protocol::schema::schema_json(&name) {
+        Some(s) => print!("{s}"),
+        None => bail!(
+            "no schema `{name}`; known: {}",
+            metash_protocol::schema::NAMES.join(", ")
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Strings print bare for people; everything else as JSON.
+fn print_value(value: &Value, json: bool) -> Result<()> {
+    match value {
+        Value::String(s) if !json => println!("{s}"),
+        v if json => println!("{}", serde_json::to_string(v)?),
+        v => println!("{}", serde_json::to_string_pretty(v)?),
+    }
+    Ok(())
+}
