@@ -40,6 +40,8 @@ pub struct Session<W: Write> {
     out: W,
     stream: u64,
     invocation: u64,
+    /// The handler already ended the invocation (`done` or `checkpoint`): do not send another.
+    ended: bool,
 }
 
 impl<W: Write> Session<W> {
@@ -58,6 +60,9 @@ impl<W: Write> Session<W> {
     /// # Errors
     /// The host closed stdout (it is shutting the agent down) or serialization failed.
     pub fn send(&mut self, event: AgentEvent) -> io::Result<()> {
+        if matches!(event, AgentEvent::Done { .. } | AgentEvent::Checkpoint { .. }) {
+            self.ended = true;
+        }
         let line = serde_json::to_string(&ProtocolMessage::new(event)).map_err(io::Error::other)?;
         self.out.write_all(line.as_bytes())?;
         self.out.write_all(b"\n")?;
@@ -163,6 +168,7 @@ where
         out,
         stream: 0,
         invocation: 0,
+        ended: false,
     };
     for line in input.lines() {
         let line = line?;
@@ -207,6 +213,7 @@ where
             } => {
                 session.invocation += 1;
                 session.stream = 0;
+                session.ended = false;
                 let result = handler(
                     &mut session,
                     Input {
@@ -221,10 +228,12 @@ where
                         Some("error".to_string())
                     }
                 };
-                session.send(AgentEvent::Done {
-                    status,
-                    summary: None,
-                })?;
+                if !session.ended {
+                    session.send(AgentEvent::Done {
+                        status,
+                        summary: None,
+                    })?;
+                }
             }
             AgentEvent::Shutdown { .. } => break,
             _ => {}

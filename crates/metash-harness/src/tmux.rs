@@ -79,3 +79,38 @@ pub fn attach(spec: &ProcessInvocationSpec, window_name: &str) -> Result<String>
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use metash_protocol::{HarnessFrontend, InteractionMode, IoMode, ProviderDomain};
+
+    use super::*;
+
+    #[test]
+    fn the_window_gets_cwd_env_and_argv_as_separate_words() {
+        let mut env = BTreeMap::new();
+        env.insert("HOME".to_string(), "/asp/claude/home".to_string());
+        let spec = ProcessInvocationSpec {
+            provider: ProviderDomain::Anthropic,
+            frontend: HarnessFrontend::ClaudeCode,
+            argv: vec!["/opt/claude".into(), "--resume".into(), "k 1".into()],
+            cwd: "/work".into(),
+            env,
+            interaction_mode: InteractionMode::Interactive,
+            io_mode: IoMode::Pty,
+            continuation: None,
+            display_command: None,
+        };
+        let argv = new_window_argv(&spec, "agent", Some("metash"));
+        let tail: Vec<&str> = argv.iter().skip(5).map(String::as_str).collect();
+        assert_eq!(
+            tail,
+            [
+                "-t", "metash:", "-n", "agent", "-c", "/work", "-e", "HOME=/asp/claude/home",
+                "/opt/claude", "--resume", "k 1"
+            ]
+        );
+    }
+}

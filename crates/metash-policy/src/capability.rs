@@ -150,7 +150,6 @@ impl FromStr for Capability {
             (Category::FilesRead | Category::FilesWrite, Some(p)) => Some(parse_path(p)?),
             (Category::ProcessSpawn, Some(p)) => Some(parse_word(p, "a program name")?.to_string()),
             (Category::Oauth, Some(p)) => Some(parse_oauth(p)?),
-            (_, Some(_)) => return Err(format!("`{cat}` takes no scope")),
         };
         Ok(Self { category, scope })
     }

@@ -397,7 +397,7 @@ impl Parser<'_> {
                     column,
                     field: Some("sandbox".into()),
                     message: format!("expected \"wasm\" or \"native\", found \"{other}\""),
-                    suggestion: suggestion.map(|s| format!("\"{s}\"")).map(|s| s.replace('"', "")),
+                    suggestion: suggestion.map(str::to_string),
                 });
                 None
             }

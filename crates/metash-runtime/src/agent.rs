@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use crate::codec;
 use crate::error::{Result, RuntimeError};
 use crate::invocation::{InvocationStatus, Outcome};
-use crate::lifecycle::LifecycleState;
+use crate::lifecycle::{Action, LifecycleState};
 use crate::limits::{parse_mem, Applied, AppliedLimits};
 use crate::native::NativeProcess;
 use crate::sink::{kinds, EventSink};
@@ -151,8 +151,8 @@ impl Agent {
         Interrupter(Arc::clone(&self.interrupt))
     }
 
-    fn transition(&mut self, to: LifecycleState, kind: &str, data: Value) -> Result<()> {
-        self.state.check(&self.spec.id, to)?;
+    fn transition(&mut self, action: Action, kind: &str, data: Value) -> Result<()> {
+        let to = self.state.check(&self.spec.id, action)?;
         let from = self.state;
         self.state = to;
         let mut data = data;
@@ -170,7 +170,7 @@ impl Agent {
     /// # Errors
     /// Illegal transition, sandbox setup failure (fail-closed), load errors.
     pub fn start(&mut self) -> Result<Value> {
-        self.state.check(&self.spec.id, LifecycleState::Initialized)?;
+        self.state.check(&self.spec.id, Action::Start)?;
         let workspace = match self.spec.manifest.sandbox {
             SandboxKind::Wasm => GUEST_WORKSPACE.to_string(),
             SandboxKind::Native => self.spec.workspace.display().to_string(),
@@ -243,7 +243,7 @@ impl Agent {
                 report
             }
         };
-        self.transition(LifecycleState::Initialized, kinds::STARTED, report.clone())?;
+        self.transition(Action::Start, kinds::STARTED, report.clone())?;
         Ok(report)
     }
 
@@ -258,9 +258,9 @@ impl Agent {
         context_refs: &[String],
         on_event: &mut dyn FnMut(&AgentEvent),
     ) -> Result<Outcome> {
-        self.state.check(&self.spec.id, LifecycleState::Active)?;
+        self.state.check(&self.spec.id, Action::Invoke)?;
         if self.state == LifecycleState::Initialized {
-            self.transition(LifecycleState::Active, kinds::ACTIVE, json!({}))?;
+            self.transition(Action::Invoke, kinds::ACTIVE, json!({}))?;
         }
         self.interrupt.store(false, Ordering::SeqCst);
         let input = AgentEvent::Input {
@@ -312,7 +312,7 @@ impl Agent {
         if dead {
             self.backend = Backend::None;
             self.transition(
-                LifecycleState::Terminated,
+                Action::Shutdown,
                 kinds::TERMINATED,
                 json!({"reason": outcome.status}),
             )?;
@@ -326,7 +326,7 @@ impl Agent {
     /// # Errors
     /// Illegal transition.
     pub fn suspend(&mut self) -> Result<()> {
-        self.state.check(&self.spec.id, LifecycleState::Suspended)?;
+        self.state.check(&self.spec.id, Action::Suspend)?;
         let how = match &self.backend {
             Backend::Native(p) => {
                 p.suspend();
@@ -334,17 +334,17 @@ impl Agent {
             }
             _ => "invocations refused until resume",
         };
-        self.transition(LifecycleState::Suspended, kinds::SUSPENDED, json!({"how": how}))
+        self.transition(Action::Suspend, kinds::SUSPENDED, json!({"how": how}))
     }
 
     /// # Errors
     /// Illegal transition.
     pub fn resume(&mut self) -> Result<()> {
-        self.state.check(&self.spec.id, LifecycleState::Active)?;
+        self.state.check(&self.spec.id, Action::Resume)?;
         if let Backend::Native(p) = &self.backend {
             p.resume();
         }
-        self.transition(LifecycleState::Active, kinds::RESUMED, json!({}))
+        self.transition(Action::Resume, kinds::RESUMED, json!({}))
     }
 
     /// `shutdown()`: ask politely (`shutdown` message, stdin closed), wait the grace period, then
@@ -353,7 +353,7 @@ impl Agent {
     /// # Errors
     /// Illegal transition (already terminated).
     pub fn shutdown(&mut self) -> Result<ShutdownKind> {
-        self.state.check(&self.spec.id, LifecycleState::Terminated)?;
+        self.state.check(&self.spec.id, Action::Shutdown)?;
         let grace = self.spec.shutdown_grace;
         let kind = match std::mem::replace(&mut self.backend, Backend::None) {
             Backend::Native(mut p) => {
@@ -372,7 +372,7 @@ impl Agent {
             _ => ShutdownKind::Graceful,
         };
         self.transition(
-            LifecycleState::Terminated,
+            Action::Shutdown,
             kinds::TERMINATED,
             json!({"how": match kind { ShutdownKind::Graceful => "graceful", ShutdownKind::Forced => "forced" }}),
         )?;

@@ -6,11 +6,11 @@ use crate::lifecycle::LifecycleState;
 /// Everything the runtime can refuse or fail at.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("illegal lifecycle transition for agent {agent}: {from} -> {to}")]
+    #[error("illegal lifecycle transition for agent {agent}: cannot {action} while {from}")]
     IllegalTransition {
         agent: String,
         from: LifecycleState,
-        to: LifecycleState,
+        action: String,
     },
     #[error("unsupported schema_version {found:?} (this runtime speaks {supported})")]
     UnsupportedVersion { found: String, supported: String },

@@ -35,7 +35,7 @@ pub mod wasm;
 pub use agent::{Agent, Interrupter, Runtime, RuntimeConfig, ShutdownKind};
 pub use error::{Result, RuntimeError};
 pub use invocation::{InvocationStatus, Outcome};
-pub use lifecycle::LifecycleState;
+pub use lifecycle::{Action, LifecycleState};
 pub use sink::{EventSink, MemorySink, NullSink, Recorded};
 pub use spec::{AgentSpec, NetworkAccess};
 pub use stream::{Card, ChunkAssembler, Throttle, TokenBucket};

@@ -31,52 +31,63 @@ impl fmt::Display for LifecycleState {
     }
 }
 
+/// What the host asks of an agent; each is legal only from some states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Start,
+    Invoke,
+    Suspend,
+    Resume,
+    Shutdown,
+}
+
 impl LifecycleState {
-    /// Whether `self -> to` is allowed. `Active -> Active` is a new invocation; termination is
-    /// allowed from every live state (a forced stop must always be possible).
-    pub fn can_go(self, to: LifecycleState) -> bool {
+    /// The state `action` leads to from `self`, or `None` when the seed's lifecycle forbids it.
+    /// `invoke` keeps an active agent active; termination is allowed from every live state (a
+    /// forced stop must always be possible).
+    pub fn after(self, action: Action) -> Option<LifecycleState> {
+        use Action::*;
         use LifecycleState::*;
-        matches!(
-            (self, to),
-            (Registered, Initialized)
-                | (Initialized, Active)
-                | (Active, Active)
-                | (Active, Suspended)
-                | (Suspended, Active)
-                | (Registered | Initialized | Active | Suspended, Terminated)
-        )
+        match (self, action) {
+            (Registered, Start) => Some(Initialized),
+            (Initialized | Active, Invoke) => Some(Active),
+            (Active, Suspend) => Some(Suspended),
+            (Suspended, Resume) => Some(Active),
+            (Registered | Initialized | Active | Suspended, Shutdown) => Some(Terminated),
+            _ => None,
+        }
     }
 
-    /// Check a transition for `agent`.
+    /// The next state for `action` on `agent`.
     ///
     /// # Errors
-    /// [`RuntimeError::IllegalTransition`] when the seed's lifecycle does not allow it.
-    pub fn check(self, agent: &str, to: LifecycleState) -> Result<()> {
-        if self.can_go(to) {
-            Ok(())
-        } else {
-            Err(RuntimeError::IllegalTransition {
-                agent: agent.to_string(),
-                from: self,
-                to,
-            })
-        }
+    /// [`RuntimeError::IllegalTransition`] when the lifecycle does not allow it.
+    pub fn check(self, agent: &str, action: Action) -> Result<LifecycleState> {
+        self.after(action).ok_or_else(|| RuntimeError::IllegalTransition {
+            agent: agent.to_string(),
+            from: self,
+            action: format!("{action:?}").to_lowercase(),
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::Action::*;
     use super::LifecycleState::*;
 
     #[test]
     fn legal_and_illegal() {
-        assert!(Registered.can_go(Initialized));
-        assert!(!Registered.can_go(Active));
-        assert!(!Initialized.can_go(Suspended));
-        assert!(Suspended.can_go(Active));
-        assert!(!Suspended.can_go(Suspended));
-        assert!(!Terminated.can_go(Active));
-        assert!(!Terminated.can_go(Terminated));
-        assert!(Active.can_go(Terminated));
+        assert_eq!(Registered.after(Start), Some(Initialized));
+        assert_eq!(Registered.after(Invoke), None);
+        assert_eq!(Initialized.after(Suspend), None);
+        assert_eq!(Initialized.after(Resume), None);
+        assert_eq!(Suspended.after(Invoke), None);
+        assert_eq!(Suspended.after(Resume), Some(Active));
+        assert_eq!(Suspended.after(Suspend), None);
+        assert_eq!(Active.after(Resume), None);
+        assert_eq!(Terminated.after(Invoke), None);
+        assert_eq!(Terminated.after(Shutdown), None);
+        assert_eq!(Active.after(Shutdown), Some(Terminated));
     }
 }

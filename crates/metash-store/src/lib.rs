@@ -229,6 +229,27 @@ impl Store {
         value: Value,
         expected_revision: Option<u64>,
     ) -> Result<u64> {
+        self.commit_state(agent, key, expected_revision, |_| Ok(value))
+    }
+
+    /// An atomic read-modify-write of one key: `f` gets the current value (if set) under the lock
+    /// and returns the new one, so concurrent increments never lose an update.
+    pub fn modify_state(
+        &self,
+        agent: Option<&str>,
+        key: &str,
+        f: impl FnOnce(Option<&Value>) -> Result<Value>,
+    ) -> Result<u64> {
+        self.commit_state(agent, key, None, |doc| f(keypath::get(doc, key)))
+    }
+
+    fn commit_state(
+        &self,
+        agent: Option<&str>,
+        key: &str,
+        expected_revision: Option<u64>,
+        compute: impl FnOnce(&Value) -> Result<Value>,
+    ) -> Result<u64> {
         let _guard = self.lock()?;
         self.check_context()?;
         let (mut doc, tail) = self.load_current_value()?;
@@ -241,6 +262,7 @@ impl Store {
                 });
             }
         }
+        let value = compute(&doc)?;
         keypath::apply(&mut doc, key, value.clone())?;
         let mut state = keypath::validate(doc, key)?;
         let event = NewEvent::new(
@@ -248,9 +270,13 @@ impl Store {
             agent,
             json!({"key": key, "value": value, "scope": "session"}),
         );
+        let log_len = self.log.len()?;
         let rec = self.log.append(&tail, &[event])?;
         state.revision = rec.first().map(|r| r.seq).unwrap_or(tail.seq + 1);
-        session::save(&self.session_path(), &state)?;
+        if let Err(e) = session::save(&self.session_path(), &state) {
+            self.log.truncate_to(log_len)?;
+            return Err(e);
+        }
         Ok(state.revision)
     }
 
@@ -282,7 +308,12 @@ impl Store {
 
     /// Recreates the session from the log alone (does not write it).
     pub fn rebuild(&self) -> Result<SessionState> {
-        rebuild::from_log(&self.log)
+        rebuild::from_log(&self.log, u64::MAX)
+    }
+
+    /// The session as it stood after event `seq` (for audits and crash checks).
+    pub fn rebuild_until(&self, seq: u64) -> Result<SessionState> {
+        rebuild::from_log(&self.log, seq)
     }
 
     /// Rebuilds and replaces session.json; a session.json that does not parse is kept beside it as

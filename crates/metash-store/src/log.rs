@@ -162,6 +162,24 @@ impl EventLog {
         Ok(out)
     }
 
+    /// The file's length: a point [`EventLog::truncate_to`] can return to.
+    pub fn len(&self) -> Result<u64> {
+        match std::fs::metadata(&self.path) {
+            Ok(m) => Ok(m.len()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(StoreError::io(&self.path, e)),
+        }
+    }
+
+    /// Takes back events appended after `len`, for a write whose second half (session.json)
+    /// failed: they were never acknowledged, and leaving them would apply them at the next
+    /// recovery although the caller was told the update failed. Only under the lock.
+    pub(crate) fn truncate_to(&self, len: u64) -> Result<()> {
+        let f = OpenOptions::new().write(true).open(&self.path).at(&self.path)?;
+        f.set_len(len).at(&self.path)?;
+        f.sync_data().at(&self.path)
+    }
+
     /// Reads the last complete record, first cutting off a torn final line (a write that a crash
     /// interrupted: it was never acknowledged, because acknowledgement follows the fsync).
     pub fn tail(&self) -> Result<Tail> {

@@ -33,11 +33,12 @@ pub fn fold(doc: &mut Value, rec: &LogRecord, log: &Path) -> Result<()> {
     Ok(())
 }
 
-pub fn from_log(log: &EventLog) -> Result<SessionState> {
+/// Folds every state event with `seq <= until`.
+pub fn from_log(log: &EventLog, until: u64) -> Result<SessionState> {
     let mut doc = Value::Null;
     let mut revision = 0;
     log.for_each(|rec| {
-        if rec.kind == kinds::SESSION_INIT || rec.kind == kinds::STATE_UPDATE {
+        if rec.seq <= until && (rec.kind == kinds::SESSION_INIT || rec.kind == kinds::STATE_UPDATE) {
             fold(&mut doc, &rec, log.path())?;
             revision = rec.seq;
         }

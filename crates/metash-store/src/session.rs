@@ -22,7 +22,7 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<SessionState> {
         message,
     };
     let state: SessionState =
-        serde_json::from_slice(bytes).map_err(|e| bad(e.line(), e.column(), e.to_string()))?;
+        serde_json::from_slice(bytes).map_err(|e| bad(e.line(), e.column(), without_position(&e)))?;
     if state.schema_version != SESSION_SCHEMA_VERSION {
         return Err(bad(
             1,
@@ -46,4 +46,13 @@ pub fn to_bytes(state: &SessionState) -> Result<Vec<u8>> {
 
 pub fn save(path: &Path, state: &SessionState) -> Result<()> {
     write_atomic(path, &to_bytes(state)?)
+}
+
+/// serde_json's message without its trailing " at line L column C" (we print the position first).
+pub(crate) fn without_position(e: &serde_json::Error) -> String {
+    let msg = e.to_string();
+    match msg.rfind(" at line ") {
+        Some(i) => msg[..i].to_string(),
+        None => msg,
+    }
 }

@@ -26,10 +26,13 @@ pub(super) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Mat
     }
     if req.options.isolated_home {
         let home = dir.join("home");
-        ensure_dir(&home.join(".claude"))?;
+        // CLAUDE_CONFIG_DIR too, so a CLAUDE_CONFIG_DIR in the caller's environment cannot point the
+        // harness (and its sessions) elsewhere.
+        let config = home.join(".claude");
+        ensure_dir(&config)?;
         // Skips the first-run onboarding an interactive session would show; written only once
         // because Claude keeps its own state in this file afterwards.
-        let state = home.join(".claude.json");
+        let state = config.join(".claude.json");
         if !state.exists() {
             write_atomic(
                 &state,
@@ -37,6 +40,10 @@ pub(super) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Mat
             )?;
         }
         env.insert("HOME".to_string(), home.to_string_lossy().into_owned());
+        env.insert(
+            "CLAUDE_CONFIG_DIR".to_string(),
+            config.to_string_lossy().into_owned(),
+        );
         m.home = Some(home);
     }
     if let Some(ep) = &req.options.endpoint {
@@ -146,9 +153,10 @@ pub fn claude_project_dir(cwd: &Path) -> String {
         .collect()
 }
 
-/// Where Claude keeps a conversation started from `cwd`, given the HOME it runs with.
-pub fn claude_session_file(home: &Path, cwd: &Path, key: &str) -> PathBuf {
-    home.join(".claude")
+/// Where Claude keeps a conversation started from `cwd`: under its config dir
+/// (`CLAUDE_CONFIG_DIR`, by default `$HOME/.claude`).
+pub fn claude_session_file(config_dir: &Path, cwd: &Path, key: &str) -> PathBuf {
+    config_dir
         .join("projects")
         .join(claude_project_dir(cwd))
         .join(format!("{key}.jsonl"))

@@ -25,12 +25,13 @@ pub(super) async fn run(
     let inv = req.invocation_request();
     let m = materialize(&inv)?;
     if let Some(key) = req.key() {
-        let home = env_value(&req.env, &m.env, "HOME")
+        let config = env_value(&req.env, &m.env, "CLAUDE_CONFIG_DIR")
             .map(PathBuf::from)
+            .or_else(|| env_value(&req.env, &m.env, "HOME").map(|h| PathBuf::from(h).join(".claude")))
             .ok_or_else(|| {
                 HarnessError::ContinuationNotFound("no HOME to find Claude's sessions in".into())
             })?;
-        check_resumable(&home, &req.cwd, key)?;
+        check_resumable(&config, &req.cwd, key)?;
     }
     let spec = build_invocation(&inv, &m, &h.programs)?.spec;
     em.emit(HarnessEvent::TurnStarted {
@@ -58,11 +59,11 @@ pub(super) async fn run(
 
 /// Claude resumes a session only from the cwd it was started in (HARNESSES.md); say so up front
 /// instead of letting it fail or start fresh.
-fn check_resumable(home: &std::path::Path, cwd: &std::path::Path, key: &str) -> Result<()> {
-    if claude_session_file(home, cwd, key).is_file() {
+fn check_resumable(config: &std::path::Path, cwd: &std::path::Path, key: &str) -> Result<()> {
+    if claude_session_file(config, cwd, key).is_file() {
         return Ok(());
     }
-    let projects = home.join(".claude").join("projects");
+    let projects = config.join("projects");
     let elsewhere = std::fs::read_dir(&projects).ok().and_then(|rd| {
         rd.flatten()
             .find(|d| d.path().join(format!("{key}.jsonl")).is_file())

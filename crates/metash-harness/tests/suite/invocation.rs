@@ -228,6 +228,7 @@ fn claude_code_passes_every_option_through() {
             "ANTHROPIC_API_KEY": "sk",
             "ANTHROPIC_BASE_URL": "http://127.0.0.1:9",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "CLAUDE_CONFIG_DIR": "$ASP/claude/home/.claude",
             "DISABLE_AUTOUPDATER": "1",
             "DISABLE_ERROR_REPORTING": "1",
             "DISABLE_TELEMETRY": "1",

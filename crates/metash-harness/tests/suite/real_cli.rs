@@ -424,3 +424,28 @@ async fn pi_sdk_observes_the_session_and_resumes_with_history() {
         .unwrap_err();
     assert_eq!(err.code(), HarnessErrorCode::ContinuationNotFound);
 }
+
+/// Unknown keys are refused by the resume rules before any process starts: the programs here do
+/// not exist, so reaching a spawn would have failed with `program_not_found` instead.
+#[tokio::test]
+async fn unknown_keys_are_refused_before_spawning() {
+    let server = MockServer::start(|_| anthropic_text("never")).await;
+    let (root, cwd) = dirs();
+    let asp = root.path().join("asp");
+    let missing = metash_harness::Programs {
+        claude: Some("/nonexistent/claude".into()),
+        codex: Some("/nonexistent/codex".into()),
+        pi: Some("/nonexistent/pi".into()),
+    };
+    let h = Harness::new(missing).unwrap();
+    for frontend in [HarnessFrontend::AgentSdk, HarnessFrontend::ClaudeCode, HarnessFrontend::CodexCli, HarnessFrontend::PiSdk] {
+        let req = turn_request(&server, frontend, &asp, &cwd, "x", Some("0199aaaa-0000-7000-8000-000000000000"));
+        let err = h.run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {}).await.unwrap_err();
+        assert_eq!(err.code(), HarnessErrorCode::ContinuationNotFound, "{frontend:?}: {err}");
+    }
+    // Without a key the same harness does try to spawn, and says the program is missing.
+    let req = turn_request(&server, HarnessFrontend::CodexCli, &asp, &cwd, "x", None);
+    let err = h.run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {}).await.unwrap_err();
+    assert_eq!(err.code(), HarnessErrorCode::ProgramNotFound);
+    assert_eq!(server.count(), 0);
+}

@@ -1,6 +1,6 @@
 //! Fixtures: a workspace with a secret outside it, manifests, WAT module builder, event helpers.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -248,8 +248,4 @@ pub fn group_gone(pgid: i32, within: Duration) -> bool {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-}
-
-pub fn exists(p: &Path) -> bool {
-    p.exists()
 }

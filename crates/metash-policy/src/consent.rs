@@ -1,0 +1,174 @@
+//! Consent grants, persisted in `.meta/consent.json` through the store's locked read-modify-write,
+//! so a grant or revocation made by one `metash` process is seen by every other at its next check.
+//! The file is a cache of decisions; each change is first an event in the log (`consent_grant`,
+//! `consent_revoke`), which is the audit trail.
+//!
+//! A revoked grant stays as a tombstone (`revoked_at`) until the capability is granted again, so the
+//! agent's next use gets `consent_revoked` (a clear error) rather than a fresh prompt the user just
+//! answered by revoking. Expired grants are pruned on the next write; expiry itself is decided at
+//! use time against the clock.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use metash_store::{NewEvent, Store, StoreError};
+
+use crate::capability::Capability;
+use crate::clock::{parse_rfc3339, rfc3339};
+use crate::error::{PolicyError, Result};
+use crate::ledger::kinds;
+
+pub const CONSENT_DOC: &str = "consent";
+const DOC_VERSION: u64 = 1;
+
+/// One grant of one capability to one agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    pub agent: String,
+    pub capability: Capability,
+    pub granted_at: String,
+    pub expires_at: String,
+    pub duration_s: u64,
+    /// Whether the grant also answers sensitive actions (network writes, process starts, writes
+    /// outside the workspace, native execution), which otherwise ask every time.
+    #[serde(default)]
+    pub sensitive: bool,
+    /// Who granted: `cli`, `terminal`, `policy`, ...
+    #[serde(default)]
+    pub source: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked_at: Option<String>,
+}
+
+impl Grant {
+    pub fn expires(&self) -> Option<DateTime<Utc>> {
+        parse_rfc3339(&self.expires_at)
+    }
+
+    /// Not revoked and not expired at `now` (an unparsable expiry counts as expired).
+    pub fn active_at(&self, now: DateTime<Utc>) -> bool {
+        self.revoked_at.is_none() && self.expires().is_some_and(|e| now < e)
+    }
+}
+
+/// The document, as read.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ConsentDoc {
+    #[serde(default)]
+    pub version: u64,
+    #[serde(default)]
+    pub grants: Vec<Grant>,
+}
+
+impl ConsentDoc {
+    fn from_value(v: Value) -> Result<Self> {
+        if v.is_null() {
+            return Ok(Self::default());
+        }
+        serde_json::from_value(v)
+            .map_err(|e| PolicyError::Invalid(format!(".meta/{CONSENT_DOC}.json does not parse: {e}")))
+    }
+}
+
+/// Reads the grants as persisted now.
+///
+/// # Errors
+/// Store I/O, or a consent document that does not parse.
+pub fn load(store: &Store) -> Result<ConsentDoc> {
+    ConsentDoc::from_value(store.read_doc(CONSENT_DOC)?)
+}
+
+/// Records a grant (replacing any grant or tombstone for the same agent and capability) and its
+/// `consent_grant` event.
+pub(crate) fn grant(
+    store: &Store,
+    now: DateTime<Utc>,
+    agent: &str,
+    capability: &Capability,
+    duration_s: u64,
+    sensitive: bool,
+    source: &str,
+) -> Result<Grant> {
+    let expires = now + chrono::Duration::seconds(i64::try_from(duration_s).unwrap_or(i64::MAX / 2_000_000));
+    let g = Grant {
+        agent: agent.to_string(),
+        capability: capability.clone(),
+        granted_at: rfc3339(now),
+        expires_at: rfc3339(expires),
+        duration_s,
+        sensitive,
+        source: source.to_string(),
+        revoked_at: None,
+    };
+    let out = g.clone();
+    store.update_doc(CONSENT_DOC, move |doc| {
+        let mut d = ConsentDoc::from_value(doc.take()).map_err(|e| StoreError::Rejected(e.to_string()))?;
+        d.grants
+            .retain(|x| !(x.agent == g.agent && x.capability == g.capability) && (x.revoked_at.is_some() || x.active_at(now)));
+        let event = NewEvent::new(
+            kinds::CONSENT_GRANT,
+            Some(&g.agent),
+            json!({
+                "capability": g.capability,
+                "expires_at": g.expires_at,
+                "duration_s": g.duration_s,
+                "sensitive": g.sensitive,
+                "source": g.source,
+            }),
+        );
+        d.grants.push(g);
+        d.version = DOC_VERSION;
+        *doc = serde_json::to_value(&d).map_err(|e| StoreError::Rejected(e.to_string()))?;
+        Ok(event)
+    })?;
+    Ok(out)
+}
+
+/// Revokes every live grant of `agent` that `capability` covers (so revoking `network` revokes
+/// `network:api.github.com` too) and records a `consent_revoke` event. Returns the grants revoked;
+/// none revoked still leaves a tombstone and an event, so the revocation is on record and
+/// the next use is refused with `consent_revoked`.
+pub(crate) fn revoke(store: &Store, now: DateTime<Utc>, agent: &str, capability: &Capability, source: &str) -> Result<Vec<Grant>> {
+    let mut revoked = Vec::new();
+    let revoked_ref = &mut revoked;
+    store.update_doc(CONSENT_DOC, |doc| {
+        let mut d = ConsentDoc::from_value(doc.take()).map_err(|e| StoreError::Rejected(e.to_string()))?;
+        let ts = rfc3339(now);
+        let mut exact = false;
+        for g in d.grants.iter_mut() {
+            if g.agent == agent && capability.covers(&g.capability) && g.revoked_at.is_none() {
+                if g.active_at(now) {
+                    revoked_ref.push(g.clone());
+                }
+                g.revoked_at = Some(ts.clone());
+            }
+            exact |= g.agent == agent && g.capability == *capability;
+        }
+        if !exact {
+            d.grants.push(Grant {
+                agent: agent.to_string(),
+                capability: capability.clone(),
+                granted_at: ts.clone(),
+                expires_at: ts.clone(),
+                duration_s: 0,
+                sensitive: false,
+                source: source.to_string(),
+                revoked_at: Some(ts.clone()),
+            });
+        }
+        d.version = DOC_VERSION;
+        let event = NewEvent::new(
+            kinds::CONSENT_REVOKE,
+            Some(agent),
+            json!({
+                "capability": capability,
+                "revoked": revoked_ref.iter().map(|g| json!({"capability": g.capability, "expires_at": g.expires_at})).collect::<Vec<_>>(),
+                "source": source,
+            }),
+        );
+        *doc = serde_json::to_value(&d).map_err(|e| StoreError::Rejected(e.to_string()))?;
+        Ok(event)
+    })?;
+    Ok(revoked)
+}

@@ -1,0 +1,408 @@
+//! The decision the host makes before every mediated action: default deny, allowed only when the
+//! manifest declares the capability AND an unexpired grant covers it; sensitive actions ask every
+//! time (unless a grant explicitly covers sensitive use). Undeclared capabilities are refused
+//! without asking anyone: the manifest is the agent's contract, consent cannot widen it.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use metash_protocol::AgentEvent;
+use metash_store::{NewEvent, Store};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::capability::{Capability, Category};
+use crate::clock::{Clock, SystemClock};
+use crate::consent::{self, Grant};
+use crate::error::{PolicyError, Result};
+use crate::ledger::kinds;
+use crate::prompt::{Answer, ConsentPrompter, ConsentQuestion};
+use crate::registry::Registry;
+
+/// High-risk actions that the seed says ask per action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sensitive {
+    NetworkWrite,
+    ProcessSpawn,
+    WriteOutsideWorkspace,
+    NativeExec,
+}
+
+impl Sensitive {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Sensitive::NetworkWrite => "network_write",
+            Sensitive::ProcessSpawn => "process_spawn",
+            Sensitive::WriteOutsideWorkspace => "write_outside_workspace",
+            Sensitive::NativeExec => "native_exec",
+        }
+    }
+}
+
+/// What an agent wants to do, as the policy sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapabilityRequest {
+    pub capability: Capability,
+    pub sensitive: Option<Sensitive>,
+    /// Shown to the person asked, and logged.
+    pub reason: String,
+    /// The grant length to suggest when asking.
+    pub duration_s: Option<u64>,
+}
+
+impl CapabilityRequest {
+    pub fn new(capability: Capability, reason: impl Into<String>) -> Self {
+        Self {
+            capability,
+            sensitive: None,
+            reason: reason.into(),
+            duration_s: None,
+        }
+    }
+
+    /// Parses `capability` (`network:api.github.com`, ...).
+    ///
+    /// # Errors
+    /// [`PolicyError::InvalidCapability`].
+    pub fn parse(capability: &str, reason: impl Into<String>) -> Result<Self> {
+        let cap = capability.parse().map_err(|reason| PolicyError::InvalidCapability {
+            capability: capability.to_string(),
+            reason,
+        })?;
+        Ok(Self::new(cap, reason))
+    }
+
+    /// An outbound request to `host`; `write` (POST, PUT, DELETE, ...) makes it sensitive.
+    pub fn network(host: &str, write: bool, reason: impl Into<String>) -> Self {
+        let mut r = Self::new(Capability::new(Category::Network, Some(&host.to_ascii_lowercase())), reason);
+        if write {
+            r.sensitive = Some(Sensitive::NetworkWrite);
+        }
+        r
+    }
+
+    /// Reading `path` (relative to the workspace, or absolute).
+    pub fn files_read(path: &str, reason: impl Into<String>) -> Self {
+        Self::new(Capability::new(Category::FilesRead, Some(path.trim_end_matches('/'))), reason)
+    }
+
+    /// Writing `path`; a path outside `workspace` makes it sensitive. `path` is taken as already
+    /// normalised by the caller (no `..`), as the runtime's path resolution does.
+    pub fn files_write(workspace: &Path, path: &Path, reason: impl Into<String>) -> Self {
+        let (scope, outside) = match path.strip_prefix(workspace) {
+            Ok(rel) if path.is_absolute() => (rel.to_string_lossy().into_owned(), false),
+            _ if path.is_absolute() => (path.to_string_lossy().into_owned(), true),
+            _ => (path.to_string_lossy().into_owned(), false),
+        };
+        let scope = if scope.is_empty() { "/".to_string() } else { scope };
+        let mut r = Self::new(Capability::new(Category::FilesWrite, Some(scope.trim_end_matches('/'))), reason);
+        if outside {
+            r.sensitive = Some(Sensitive::WriteOutsideWorkspace);
+        }
+        r
+    }
+
+    /// Starting the external program `program`: always sensitive.
+    pub fn process_spawn(program: &str, reason: impl Into<String>) -> Self {
+        let mut r = Self::new(Capability::new(Category::ProcessSpawn, Some(program)), reason);
+        r.sensitive = Some(Sensitive::ProcessSpawn);
+        r
+    }
+
+    /// Running the agent natively (outside the WASM sandbox): always sensitive.
+    pub fn native_exec(reason: impl Into<String>) -> Self {
+        let mut r = Self::new(Capability::new(Category::Native, None), reason);
+        r.sensitive = Some(Sensitive::NativeExec);
+        r
+    }
+
+    pub fn sensitive(mut self, s: Sensitive) -> Self {
+        self.sensitive = Some(s);
+        self
+    }
+}
+
+/// Stable refusal codes, as they appear in `error` events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DenyCode {
+    UnknownAgent,
+    CapabilityUndeclared,
+    ConsentRevoked,
+    ConsentDenied,
+}
+
+impl DenyCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DenyCode::UnknownAgent => "unknown_agent",
+            DenyCode::CapabilityUndeclared => "capability_undeclared",
+            DenyCode::ConsentRevoked => "consent_revoked",
+            DenyCode::ConsentDenied => "consent_denied",
+        }
+    }
+}
+
+/// The outcome of [`Policy::check`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// A live grant covers the request.
+    Allow { grant: Box<Grant> },
+    /// Refused; never ask about it.
+    Deny { code: DenyCode, message: String, hint: String },
+    /// Declared but not (or no longer) granted, or sensitive: ask someone.
+    Ask,
+}
+
+impl Decision {
+    pub fn is_allow(&self) -> bool {
+        matches!(self, Decision::Allow { .. })
+    }
+}
+
+/// The outcome of [`Policy::authorize`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Authorization {
+    Allowed,
+    /// The `error` event to send the agent (it is already in the ledger).
+    Denied { code: DenyCode, event: AgentEvent },
+}
+
+impl Authorization {
+    pub fn is_allowed(&self) -> bool {
+        matches!(self, Authorization::Allowed)
+    }
+}
+
+/// The policy of one project: its registry, its store (for grants and the ledger) and a clock.
+#[derive(Debug)]
+pub struct Policy {
+    store: Store,
+    registry: Registry,
+    clock: Arc<dyn Clock>,
+}
+
+impl Policy {
+    pub fn new(store: Store, registry: Registry) -> Self {
+        Self {
+            store,
+            registry,
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The decision for `req` now, reading the persisted grants (so another process's grant or
+    /// revocation counts at once). Pure: writes nothing; [`Policy::authorize`] logs and asks.
+    ///
+    /// # Errors
+    /// Store I/O or an unreadable consent document (callers must treat an error as deny).
+    pub fn check(&self, agent: &str, req: &CapabilityRequest) -> Result<Decision> {
+        let Some(a) = self.registry.get(agent) else {
+            return Ok(Decision::Deny {
+                code: DenyCode::UnknownAgent,
+                message: format!("no agent `{agent}` is registered"),
+                hint: "see `metash agents list`".into(),
+            });
+        };
+        if !a.declared.iter().any(|d| d.covers(&req.capability)) {
+            return Ok(Decision::Deny {
+                code: DenyCode::CapabilityUndeclared,
+                message: format!("agent `{agent}` did not declare `{}`", req.capability),
+                hint: format!(
+                    "add \"{}\" to `capabilities` in {} (undeclared capabilities are refused without asking)",
+                    req.capability,
+                    a.manifest_path.display()
+                ),
+            });
+        }
+        let doc = consent::load(&self.store)?;
+        let now = self.clock.now();
+        let mut revoked: Option<&Grant> = None;
+        for g in doc.grants.iter().filter(|g| g.agent == agent && g.capability.covers(&req.capability)) {
+            if g.active_at(now) && (req.sensitive.is_none() || g.sensitive) {
+                return Ok(Decision::Allow { grant: Box::new(g.clone()) });
+            }
+            if g.revoked_at.is_some() {
+                revoked = Some(g);
+            }
+        }
+        if let Some(g) = revoked {
+            return Ok(Decision::Deny {
+                code: DenyCode::ConsentRevoked,
+                message: format!(
+                    "consent for `{}` was revoked at {}",
+                    g.capability,
+                    g.revoked_at.as_deref().unwrap_or("?")
+                ),
+                hint: format!(
+                    "continue without it, or ask the user to run `metash consent grant {agent} {}`",
+                    req.capability
+                ),
+            });
+        }
+        Ok(Decision::Ask)
+    }
+
+    /// [`Policy::check`], then, if someone must be asked, a `consent_request` event, the
+    /// prompter's answer (`consent_answer`, and `consent_grant` for "allow for N seconds"), and for
+    /// every refusal an `error` event, all in the ledger. Never blocks beyond the prompter.
+    ///
+    /// # Errors
+    /// Store I/O (callers must treat an error as deny).
+    pub fn authorize(
+        &self,
+        agent: &str,
+        req: &CapabilityRequest,
+        prompter: &mut dyn ConsentPrompter,
+    ) -> Result<Authorization> {
+        match self.check(agent, req)? {
+            Decision::Allow { .. } => Ok(Authorization::Allowed),
+            Decision::Deny { code, message, hint } => self.deny(agent, req, code, message, hint),
+            Decision::Ask => {
+                let request_id = uuid::Uuid::new_v4().to_string();
+                self.store.append(
+                    kinds::CONSENT_REQUEST,
+                    Some(agent),
+                    json!({
+                        "request_id": request_id,
+                        "capability": req.capability,
+                        "reason": req.reason,
+                        "duration_s": req.duration_s,
+                        "sensitive": req.sensitive,
+                        "prompter": prompter.name(),
+                    }),
+                )?;
+                let question = ConsentQuestion {
+                    agent: agent.to_string(),
+                    agent_name: self.registry.get(agent).map(|a| a.manifest.name.clone()).unwrap_or_default(),
+                    capability: req.capability.clone(),
+                    reason: req.reason.clone(),
+                    sensitive: req.sensitive,
+                    duration_s: req.duration_s,
+                };
+                let answer = prompter.ask(&question);
+                let answer_event = |a: &str, d: Option<u64>| {
+                    NewEvent::new(
+                        kinds::CONSENT_ANSWER,
+                        Some(agent),
+                        json!({"request_id": request_id, "capability": req.capability, "answer": a, "duration_s": d, "by": prompter.name()}),
+                    )
+                };
+                match answer {
+                    Answer::AllowOnce => {
+                        self.store.append_batch(&[answer_event("allow_once", None)])?;
+                        Ok(Authorization::Allowed)
+                    }
+                    Answer::AllowFor(secs) => {
+                        self.store.append_batch(&[answer_event("allow_for", Some(secs))])?;
+                        consent::grant(
+                            &self.store,
+                            self.clock.now(),
+                            agent,
+                            &req.capability,
+                            secs,
+                            req.sensitive.is_some(),
+                            prompter.name(),
+                        )?;
+                        Ok(Authorization::Allowed)
+                    }
+                    Answer::Deny => {
+                        self.store.append_batch(&[answer_event("deny", None)])?;
+                        self.deny(
+                            agent,
+                            req,
+                            DenyCode::ConsentDenied,
+                            format!("consent for `{}` was denied", req.capability),
+                            "continue without it; the user can grant it with `metash consent grant`".into(),
+                        )
+                    }
+                }
+            }
+        }
+    }
+
+    fn deny(&self, agent: &str, req: &CapabilityRequest, code: DenyCode, message: String, hint: String) -> Result<Authorization> {
+        self.store.append(
+            kinds::ERROR,
+            Some(agent),
+            json!({"code": code.as_str(), "message": message, "hint": hint, "capability": req.capability, "sensitive": req.sensitive}),
+        )?;
+        Ok(Authorization::Denied {
+            code,
+            event: AgentEvent::Error {
+                code: code.as_str().to_string(),
+                message,
+                hint: Some(hint),
+            },
+        })
+    }
+
+    /// Grants `capability` to `agent` for `duration_s` seconds (the CLI's `consent grant`).
+    ///
+    /// # Errors
+    /// [`PolicyError::UnknownAgent`], [`PolicyError::Undeclared`] (consent cannot widen a
+    /// manifest), store errors.
+    pub fn grant(&self, agent: &str, capability: &Capability, duration_s: u64, sensitive: bool, source: &str) -> Result<Grant> {
+        let a = self
+            .registry
+            .get(agent)
+            .ok_or_else(|| PolicyError::UnknownAgent(agent.to_string()))?;
+        if !a.declared.iter().any(|d| d.covers(capability)) {
+            return Err(PolicyError::Undeclared {
+                agent: agent.to_string(),
+                capability: capability.to_string(),
+                manifest: a.manifest_path.clone(),
+            });
+        }
+        consent::grant(&self.store, self.clock.now(), agent, capability, duration_s, sensitive, source)
+    }
+
+    /// Revokes `capability` (and every narrower grant it covers) for `agent`, effective at every
+    /// process's next check. Works for agents no longer registered too.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn revoke(&self, agent: &str, capability: &Capability, source: &str) -> Result<Vec<Grant>> {
+        consent::revoke(&self.store, self.clock.now(), agent, capability, source)
+    }
+
+    /// Every grant as persisted (including expired ones not yet pruned and revocation tombstones),
+    /// with whether it is live now.
+    pub fn grants(&self) -> Result<Vec<(Grant, bool)>> {
+        let now = self.clock.now();
+        Ok(consent::load(&self.store)?
+            .grants
+            .into_iter()
+            .map(|g| {
+                let live = g.active_at(now);
+                (g, live)
+            })
+            .collect())
+    }
+
+    /// Records an action the host mediated for `agent` (`agent_action` in the ledger).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn record_action(&self, agent: &str, capability: &Capability, detail: Value) -> Result<u64> {
+        Ok(self.store.append(
+            kinds::AGENT_ACTION,
+            Some(agent),
+            json!({"capability": capability, "detail": detail}),
+        )?)
+    }
+}

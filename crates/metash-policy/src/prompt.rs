@@ -1,0 +1,176 @@
+//! Who answers a consent request. The host routes each `consent_request` to whoever is attached:
+//! a person at a terminal ([`TerminalPrompter`]), later the TUI or a JSON-RPC client (each just
+//! another [`ConsentPrompter`]), or, for scripts and CI, a policy file and `--yes-to` flags
+//! ([`NonInteractive`]). With nobody to ask and no rule that matches, the answer is deny: a
+//! prompter never waits for an answer that cannot come.
+
+use std::io::{BufRead, Write};
+
+use crate::capability::Capability;
+use crate::policy::Sensitive;
+use crate::policy_file::PolicyFile;
+
+/// The question put to the person (or rule set).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsentQuestion {
+    pub agent: String,
+    /// The manifest's human name.
+    pub agent_name: String,
+    pub capability: Capability,
+    pub reason: String,
+    pub sensitive: Option<Sensitive>,
+    /// The grant length the agent suggested.
+    pub duration_s: Option<u64>,
+}
+
+/// The answers users expect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    AllowOnce,
+    /// Allow for this many seconds (records a grant).
+    AllowFor(u64),
+    Deny,
+}
+
+pub trait ConsentPrompter {
+    fn ask(&mut self, q: &ConsentQuestion) -> Answer;
+    /// Recorded in the ledger as who answered (`terminal`, `policy`, `nobody`, ...).
+    fn name(&self) -> &'static str;
+}
+
+/// Nobody to ask: always deny.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DenyAll;
+
+impl ConsentPrompter for DenyAll {
+    fn ask(&mut self, _: &ConsentQuestion) -> Answer {
+        Answer::Deny
+    }
+    fn name(&self) -> &'static str {
+        "nobody"
+    }
+}
+
+/// Asks on a terminal: `o` allow once, `s N` (or `N`) allow for N seconds, `d` deny. End of input or
+/// three answers it cannot read are a deny.
+#[derive(Debug)]
+pub struct TerminalPrompter<R, W> {
+    input: R,
+    output: W,
+}
+
+impl<R: BufRead, W: Write> TerminalPrompter<R, W> {
+    pub fn new(input: R, output: W) -> Self {
+        Self { input, output }
+    }
+
+    pub fn into_inner(self) -> (R, W) {
+        (self.input, self.output)
+    }
+}
+
+/// Parses one line of answer.
+pub fn parse_answer(line: &str) -> Option<Answer> {
+    let line = line.trim().to_ascii_lowercase();
+    let mut words = line.split_whitespace();
+    let first = words.next()?;
+    let secs = |w: Option<&str>| w.and_then(|n| n.trim_end_matches('s').parse::<u64>().ok()).filter(|n| *n > 0);
+    match first {
+        "o" | "once" | "y" | "yes" => Some(Answer::AllowOnce),
+        "d" | "deny" | "n" | "no" => Some(Answer::Deny),
+        "s" | "for" | "allow" => secs(words.next()).map(Answer::AllowFor),
+        n => secs(Some(n)).map(Answer::AllowFor),
+    }
+}
+
+impl<R: BufRead, W: Write> ConsentPrompter for TerminalPrompter<R, W> {
+    fn ask(&mut self, q: &ConsentQuestion) -> Answer {
+        let who = if q.agent_name.is_empty() || q.agent_name == q.agent {
+            q.agent.clone()
+        } else {
+            format!("{} ({})", q.agent_name, q.agent)
+        };
+        let sensitive = q
+            .sensitive
+            .map(|s| format!(" [sensitive: {}]", s.as_str()))
+            .unwrap_or_default();
+        let suggested = q.duration_s.unwrap_or(600);
+        for _ in 0..3 {
+            let _ = write!(
+                self.output,
+                "metash: agent {who} asks for `{}`{sensitive}: {}\n  [o] allow once  [s {suggested}] allow for N seconds  [d] deny > ",
+                q.capability, q.reason
+            );
+            let _ = self.output.flush();
+            let mut line = String::new();
+            match self.input.read_line(&mut line) {
+                Ok(0) | Err(_) => {
+                    let _ = writeln!(self.output, "\nmetash: no answer; denied");
+                    return Answer::Deny;
+                }
+                Ok(_) => {}
+            }
+            if let Some(a) = parse_answer(&line) {
+                return a;
+            }
+            let _ = writeln!(self.output, "metash: answer `o`, `s SECONDS` or `d`");
+        }
+        Answer::Deny
+    }
+
+    fn name(&self) -> &'static str {
+        "terminal"
+    }
+}
+
+/// Scripts and CI: `--yes-to CAPABILITY` flags (allow once, for every agent, sensitive actions
+/// included: the flag is an explicit per-run decision) and a policy file; anything else is denied.
+#[derive(Debug, Clone, Default)]
+pub struct NonInteractive {
+    pub policy: Option<PolicyFile>,
+    pub yes_to: Vec<Capability>,
+}
+
+impl NonInteractive {
+    pub fn new(policy: Option<PolicyFile>, yes_to: Vec<Capability>) -> Self {
+        Self { policy, yes_to }
+    }
+}
+
+impl ConsentPrompter for NonInteractive {
+    fn ask(&mut self, q: &ConsentQuestion) -> Answer {
+        if let Some(p) = &self.policy {
+            if p.denies(q) {
+                return Answer::Deny;
+            }
+        }
+        if self.yes_to.iter().any(|c| c.covers(&q.capability)) {
+            return Answer::AllowOnce;
+        }
+        self.policy
+            .as_ref()
+            .and_then(|p| p.answer(q))
+            .unwrap_or(Answer::Deny)
+    }
+
+    fn name(&self) -> &'static str {
+        "policy"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers() {
+        assert_eq!(parse_answer("o\n"), Some(Answer::AllowOnce));
+        assert_eq!(parse_answer("s 30"), Some(Answer::AllowFor(30)));
+        assert_eq!(parse_answer("120"), Some(Answer::AllowFor(120)));
+        assert_eq!(parse_answer("for 60s"), Some(Answer::AllowFor(60)));
+        assert_eq!(parse_answer("D"), Some(Answer::Deny));
+        assert_eq!(parse_answer("s 0"), None);
+        assert_eq!(parse_answer("maybe"), None);
+        assert_eq!(parse_answer(""), None);
+    }
+}

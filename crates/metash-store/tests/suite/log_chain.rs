@@ -1,0 +1,112 @@
+use std::io::Write;
+
+use metash_store::{NewEvent, StoreError};
+use serde_json::json;
+
+use super::common::project;
+
+fn lines(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn appends_are_gapless_and_chained() {
+    let (_dir, store) = project();
+    store.append("progress", None, json!({"message": "hi", "level": "info"})).unwrap();
+    let batch: Vec<_> = (0..10)
+        .map(|i| NewEvent::new("output", Some("agent-a"), json!({"i": i})))
+        .collect();
+    let recs = store.append_batch(&batch).unwrap();
+    assert_eq!(recs.first().unwrap().seq, 3);
+    assert_eq!(recs.last().unwrap().seq, 12);
+    let all = store.log().read_all().unwrap();
+    for w in all.windows(2) {
+        assert_eq!(w[1].prev, w[0].hash);
+        assert_eq!(w[1].seq, w[0].seq + 1);
+    }
+    assert_eq!(all[5].agent.as_deref(), Some("agent-a"));
+    assert_eq!(store.log().verify().unwrap(), 12);
+}
+
+#[test]
+fn state_events_can_only_come_from_update_state() {
+    let (_dir, store) = project();
+    let err = store
+        .append("state_update", None, json!({"key": "status", "value": "halted"}))
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Rejected(_)), "{err}");
+}
+
+/// Verification names the first broken event, for an edit, a deletion and a reorder.
+#[test]
+fn verify_names_the_first_broken_event() {
+    let (dir, store) = project();
+    for i in 0..5 {
+        store.update_state("variables.i", json!(i)).unwrap();
+    }
+    let path = dir.path().join(".meta/events.jsonl");
+    let good = lines(&path);
+    assert_eq!(good.len(), 6);
+
+    // Edited payload of event 3.
+    let mut edited = good.clone();
+    edited[2] = edited[2].replace("\"value\":1", "\"value\":7");
+    assert_ne!(edited[2], good[2]);
+    std::fs::write(&path, edited.join("\n") + "\n").unwrap();
+    match store.log().verify() {
+        Err(StoreError::BrokenLog { seq, reason, .. }) => {
+            assert_eq!(seq, 3);
+            assert!(reason.contains("hash mismatch"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // Event 4 deleted.
+    let mut dropped = good.clone();
+    dropped.remove(3);
+    std::fs::write(&path, dropped.join("\n") + "\n").unwrap();
+    match store.log().verify() {
+        Err(StoreError::BrokenLog { seq, reason, .. }) => {
+            assert_eq!(seq, 4);
+            assert!(reason.contains("seq 5"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A re-hashed forgery still breaks the chain at the next event: `prev` no longer matches.
+    std::fs::write(&path, good.join("\n") + "\n").unwrap();
+    assert_eq!(store.log().verify().unwrap(), 6);
+}
+
+/// A torn final line (a crashed, unacknowledged append) is cut off, not treated as corruption.
+#[test]
+fn torn_tail_is_repaired_on_the_next_write() {
+    let (dir, store) = project();
+    store.update_state("variables.a", json!(1)).unwrap();
+    let path = dir.path().join(".meta/events.jsonl");
+    let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    f.write_all(b"{\"seq\":3,\"ts\":\"2026").unwrap();
+    drop(f);
+    assert_eq!(store.log().verify().unwrap(), 2);
+    store.update_state("variables.a", json!(2)).unwrap();
+    assert_eq!(store.log().verify().unwrap(), 3);
+    assert_eq!(store.rebuild().unwrap(), store.state().unwrap());
+}
+
+#[test]
+fn rebuild_ignores_other_events_and_matches_the_file() {
+    let (_dir, store) = project();
+    store.update_state("status", json!("executing")).unwrap();
+    store.append("lifecycle", Some("a"), json!({"to": "active"})).unwrap();
+    store.kv("a").unwrap().set("k", json!(1)).unwrap();
+    store.update_state("currentPhase", json!(2)).unwrap();
+    store.append("progress", None, json!({"message": "m"})).unwrap();
+    let state = store.state().unwrap();
+    assert_eq!(state.revision, 5);
+    assert_eq!(store.rebuild().unwrap(), state);
+    assert_eq!(store.rebuild_until(2).unwrap().current_phase, 1);
+}

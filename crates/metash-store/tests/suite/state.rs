@@ -1,0 +1,115 @@
+use std::time::{Duration, Instant};
+
+use metash_store::{Store, StoreError};
+use serde_json::json;
+
+use super::common::{project, snapshot, spawn_writer};
+
+#[test]
+fn init_writes_context_session_and_first_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::init(dir.path(), None).unwrap();
+    let ctx = store.context().unwrap();
+    for section in ["## Vision", "## Tech Stack", "## Architecture Constraints", "## Current Phase Focus"] {
+        assert!(ctx.contains(section), "template lacks {section}");
+    }
+    let state = store.state().unwrap();
+    assert_eq!(state.revision, 1);
+    assert_eq!(state.current_phase, 1);
+    let log = store.log().read_all().unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].kind, "session_init");
+    assert!(matches!(
+        Store::init(dir.path(), None),
+        Err(StoreError::AlreadyInitialized(_))
+    ));
+}
+
+#[test]
+fn open_without_init_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = Store::open(dir.path()).unwrap_err();
+    assert!(err.to_string().contains("metash init"), "{err}");
+}
+
+#[test]
+fn dotted_paths_update_variables_tasks_and_commits() {
+    let (_dir, store) = project();
+    store.update_state("variables.retry.count", json!(2)).unwrap();
+    store
+        .update_state(
+            "plan",
+            json!({"currentTaskIdx": 0, "tasks": [
+                {"id": "01", "title": "a", "status": "complete", "dependencies": []},
+                {"id": "02", "title": "b", "status": "pending", "dependencies": ["01"]}
+            ]}),
+        )
+        .unwrap();
+    store.update_state("plan.tasks.02.status", json!("failed")).unwrap();
+    store.update_state("plan.tasks.02.commits", json!(["abc"])).unwrap();
+    store.update_state("plan.tasks.02.commits.1", json!("def")).unwrap();
+    let rev = store.update_state("gapCount", json!(1)).unwrap();
+    let state = store.state().unwrap();
+    assert_eq!(state.revision, rev);
+    assert_eq!(store.get("variables.retry.count").unwrap(), json!(2));
+    assert_eq!(store.get("plan.tasks.02.status").unwrap(), json!("failed"));
+    assert_eq!(store.get("plan.tasks.02.commits").unwrap(), json!(["abc", "def"]));
+    assert_eq!(state.gap_count, 1);
+    // Every update is a state_update event, and the log alone gives the same state.
+    assert_eq!(store.rebuild().unwrap(), state);
+}
+
+#[test]
+fn fenced_write_from_a_stale_revision_is_refused() {
+    let (dir, store) = project();
+    let seen = store.state().unwrap().revision;
+    store.update_state("variables.x", json!(1)).unwrap(); // someone else got there first
+    let before = snapshot(dir.path());
+    let err = store
+        .update_state_as(None, "variables.x", json!(99), Some(seen))
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Fenced { expected, found } if expected == seen && found == seen + 1), "{err}");
+    assert_eq!(snapshot(dir.path()), before);
+    // With the current revision it goes through.
+    store
+        .update_state_as(None, "variables.x", json!(2), Some(seen + 1))
+        .unwrap();
+}
+
+#[test]
+fn lock_timeout_names_the_holder_and_changes_nothing() {
+    let (dir, _store) = project();
+    let mut holder = spawn_writer(dir.path(), &["hold"]);
+    wait_for_line(&mut holder, "locked");
+    let store = Store::open(dir.path())
+        .unwrap()
+        .with_lock_timeout(Duration::from_millis(200));
+    let before = snapshot(dir.path());
+    let t = Instant::now();
+    let err = store.update_state("variables.x", json!(1)).unwrap_err();
+    assert!(t.elapsed() >= Duration::from_millis(200));
+    let msg = err.to_string();
+    assert!(matches!(err, StoreError::LockTimeout { .. }), "{msg}");
+    assert!(msg.contains(&format!("pid {}", holder.id())), "{msg}");
+    assert_eq!(snapshot(dir.path()), before);
+
+    // The holder dies: its lock goes with it and the next writer proceeds at once.
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let t = Instant::now();
+    store.update_state("variables.x", json!(1)).unwrap();
+    assert!(t.elapsed() < Duration::from_millis(200));
+}
+
+#[test]
+fn default_lock_timeout_is_five_seconds() {
+    assert_eq!(metash_store::DEFAULT_LOCK_TIMEOUT, Duration::from_millis(5000));
+}
+
+fn wait_for_line(child: &mut std::process::Child, want: &str) {
+    use std::io::BufRead;
+    let stdout = child.stdout.as_mut().unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(stdout).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), want);
+}
