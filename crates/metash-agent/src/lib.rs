@@ -60,7 +60,10 @@ impl<W: Write> Session<W> {
     /// # Errors
     /// The host closed stdout (it is shutting the agent down) or serialization failed.
     pub fn send(&mut self, event: AgentEvent) -> io::Result<()> {
-        if matches!(event, AgentEvent::Done { .. } | AgentEvent::Checkpoint { .. }) {
+        if matches!(
+            event,
+            AgentEvent::Done { .. } | AgentEvent::Checkpoint { .. }
+        ) {
             self.ended = true;
         }
         let line = serde_json::to_string(&ProtocolMessage::new(event)).map_err(io::Error::other)?;

@@ -78,14 +78,16 @@ async fn overhead(
         .ok()?
         .spec;
     let (mut via, mut direct) = (Vec::new(), Vec::new());
-    for i in 0..=runs {
+    let through_harness = || async {
         let t = Instant::now();
         let r = h
             .run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {})
             .await
             .unwrap();
         assert!(r.result.success, "{:?}", r.result);
-        let a = t.elapsed().as_secs_f64();
+        t.elapsed().as_secs_f64()
+    };
+    let run_directly = || {
         let t = Instant::now();
         let mut child = Command::new(&spec.argv[0])
             .args(&spec.argv[1..])
@@ -104,7 +106,17 @@ async fn overhead(
             .read_to_string(&mut out)
             .unwrap();
         assert!(child.wait().unwrap().success());
-        let b = t.elapsed().as_secs_f64();
+        t.elapsed().as_secs_f64()
+    };
+    for i in 0..=runs {
+        // Alternate which goes first so drift in machine load hits both alike.
+        let (a, b) = if i % 2 == 0 {
+            let a = through_harness().await;
+            (a, run_directly())
+        } else {
+            let b = run_directly();
+            (through_harness().await, b)
+        };
         if i > 0 {
             // The first pair warms caches (page cache of the binary, first-run setup).
             via.push(a);
@@ -150,7 +162,7 @@ async fn main() {
     let runs: usize = std::env::var("METASH_BENCH_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(5);
+        .unwrap_or(9);
     let deltas = 200_000;
     let body = Arc::new(long_anthropic_stream(deltas));
     let mb = body.len() as f64 / 1e6;

@@ -80,7 +80,7 @@ pub async fn run_piped(
         String::from_utf8_lossy(&buf[from..]).into_owned()
     });
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
-    let read_all = async {
+    let read_lines = async {
         if let Some(out) = stdout {
             let mut reader = BufReader::with_capacity(64 * 1024, out);
             let mut line = Vec::new();
@@ -98,7 +98,19 @@ pub async fn run_piped(
                 }
             }
         }
-        child.wait().await
+    };
+    // Done when stdout closes and the child exits. A grandchild that keeps stdout open after the
+    // child exited gets a short grace to flush, then the group is killed: a turn never hangs on it.
+    let finish = async {
+        tokio::pin!(read_lines);
+        tokio::select! {
+            () = &mut read_lines => child.wait().await,
+            status = child.wait() => {
+                let _ = tokio::time::timeout(Duration::from_secs(2), &mut read_lines).await;
+                kill_group(pid);
+                status
+            }
+        }
     };
     let sleep = async {
         match deadline {
@@ -107,7 +119,7 @@ pub async fn run_piped(
         }
     };
     let result = tokio::select! {
-        r = read_all => r.map_err(|e| HarnessError::io("wait for harness", e)),
+        r = finish => r.map_err(|e| HarnessError::io("wait for harness", e)),
         () = sleep => Err(HarnessError::Timeout(format!("harness ran past {:?}", timeout.unwrap_or_default()))),
         () = cancel.cancelled() => Err(HarnessError::Cancelled),
     };

@@ -108,8 +108,17 @@ mod tests {
         assert_eq!(
             tail,
             [
-                "-t", "metash:", "-n", "agent", "-c", "/work", "-e", "HOME=/asp/claude/home",
-                "/opt/claude", "--resume", "k 1"
+                "-t",
+                "metash:",
+                "-n",
+                "agent",
+                "-c",
+                "/work",
+                "-e",
+                "HOME=/asp/claude/home",
+                "/opt/claude",
+                "--resume",
+                "k 1"
             ]
         );
     }

@@ -140,10 +140,16 @@ impl FromStr for Capability {
         };
         let scope = match (category, scope) {
             (_, None) if category == Category::Oauth => {
-                return Err("`oauth` needs a scope: `oauth:PROVIDER.SCOPE`, e.g. `oauth:github.repo`".into())
+                return Err(
+                    "`oauth` needs a scope: `oauth:PROVIDER.SCOPE`, e.g. `oauth:github.repo`"
+                        .into(),
+                )
             }
             (_, None) => None,
-            (Category::MediaPreview | Category::Codegen | Category::Memory | Category::Native, Some(_)) => {
+            (
+                Category::MediaPreview | Category::Codegen | Category::Memory | Category::Native,
+                Some(_),
+            ) => {
                 return Err(format!("`{cat}` takes no scope"));
             }
             (Category::Network, Some(h)) => Some(parse_host(h)?),
@@ -196,18 +202,28 @@ fn parse_host(s: &str) -> Result<String, String> {
 /// A relative (to the workspace) or absolute path without `.`/`..` components; trailing `/` dropped.
 fn parse_path(s: &str) -> Result<String, String> {
     if s.is_empty() || s.chars().any(char::is_control) {
-        return Err(format!("expected a path such as `src/` or `/tmp/out`, found `{s}`"));
+        return Err(format!(
+            "expected a path such as `src/` or `/tmp/out`, found `{s}`"
+        ));
     }
     if s.split('/').any(|c| c == ".." || c == ".") {
-        return Err(format!("a path scope may not contain `.` or `..` components, found `{s}`"));
+        return Err(format!(
+            "a path scope may not contain `.` or `..` components, found `{s}`"
+        ));
     }
     let trimmed = s.trim_end_matches('/');
-    Ok(if trimmed.is_empty() { "/".into() } else { trimmed.to_string() })
+    Ok(if trimmed.is_empty() {
+        "/".into()
+    } else {
+        trimmed.to_string()
+    })
 }
 
 /// `PROVIDER.SCOPE`, the provider lowercase letters/digits/`-`/`_`.
 fn parse_oauth(s: &str) -> Result<String, String> {
-    let bad = || format!("expected `oauth:PROVIDER.SCOPE` such as `oauth:github.repo`, found `oauth:{s}`");
+    let bad = || {
+        format!("expected `oauth:PROVIDER.SCOPE` such as `oauth:github.repo`, found `oauth:{s}`")
+    };
     let (provider, scope) = s.split_once('.').ok_or_else(bad)?;
     let provider_ok = !provider.is_empty()
         && provider
@@ -257,9 +273,9 @@ fn path_covers(prefix: &str, path: &str) -> bool {
 /// # Errors
 /// What was expected.
 pub fn oauth_scope_capability(scope: &str) -> Result<Capability, String> {
-    let (provider, rest) = scope
-        .split_once(':')
-        .ok_or_else(|| format!("expected `PROVIDER:SCOPE` such as `github:repo`, found `{scope}`"))?;
+    let (provider, rest) = scope.split_once(':').ok_or_else(|| {
+        format!("expected `PROVIDER:SCOPE` such as `github:repo`, found `{scope}`")
+    })?;
     format!("oauth:{provider}.{rest}")
         .parse()
         .map_err(|_| format!("expected `PROVIDER:SCOPE` such as `github:repo`, found `{scope}`"))
@@ -324,6 +340,9 @@ mod tests {
         assert!(cap("files.write:docs").covers(&cap("files.write:docs/a.md")));
         assert!(!cap("files.write:docs").covers(&cap("files.write:docs2/a.md")));
         assert!(!cap("files.read").covers(&cap("files.write")));
-        assert_eq!(oauth_scope_capability("github:repo").ok(), Some(cap("oauth:github.repo")));
+        assert_eq!(
+            oauth_scope_capability("github:repo").ok(),
+            Some(cap("oauth:github.repo"))
+        );
     }
 }

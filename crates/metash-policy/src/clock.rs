@@ -57,5 +57,7 @@ pub fn rfc3339(t: DateTime<Utc>) -> String {
 
 /// Parses an RFC 3339 timestamp to UTC.
 pub fn parse_rfc3339(s: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(s).ok().map(|t| t.with_timezone(&Utc))
+    DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
 }

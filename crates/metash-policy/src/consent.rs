@@ -66,8 +66,9 @@ impl ConsentDoc {
         if v.is_null() {
             return Ok(Self::default());
         }
-        serde_json::from_value(v)
-            .map_err(|e| PolicyError::Invalid(format!(".meta/{CONSENT_DOC}.json does not parse: {e}")))
+        serde_json::from_value(v).map_err(|e| {
+            PolicyError::Invalid(format!(".meta/{CONSENT_DOC}.json does not parse: {e}"))
+        })
     }
 }
 
@@ -77,6 +78,28 @@ impl ConsentDoc {
 /// Store I/O, or a consent document that does not parse.
 pub fn load(store: &Store) -> Result<ConsentDoc> {
     ConsentDoc::from_value(store.read_doc(CONSENT_DOC)?)
+}
+
+/// The grants of one agent as persisted now. The hot path of every check: it deserialises only
+/// that agent's entries, not the whole document.
+///
+/// # Errors
+/// Store I/O, or an entry of that agent that does not parse.
+pub fn load_for(store: &Store, agent: &str) -> Result<Vec<Grant>> {
+    let doc = store.read_doc(CONSENT_DOC)?;
+    let Some(all) = doc.get("grants").and_then(Value::as_array) else {
+        return Ok(Vec::new());
+    };
+    all.iter()
+        .filter(|g| g.get("agent").and_then(Value::as_str) == Some(agent))
+        .map(|g| {
+            Grant::deserialize(g).map_err(|e| {
+                PolicyError::Invalid(format!(
+                    ".meta/{CONSENT_DOC}.json: a grant does not parse: {e}"
+                ))
+            })
+        })
+        .collect()
 }
 
 /// Records a grant (replacing any grant or tombstone for the same agent and capability) and its
@@ -90,7 +113,8 @@ pub(crate) fn grant(
     sensitive: bool,
     source: &str,
 ) -> Result<Grant> {
-    let expires = now + chrono::Duration::seconds(i64::try_from(duration_s).unwrap_or(i64::MAX / 2_000_000));
+    let expires =
+        now + chrono::Duration::seconds(i64::try_from(duration_s).unwrap_or(i64::MAX / 2_000_000));
     let g = Grant {
         agent: agent.to_string(),
         capability: capability.clone(),
@@ -103,9 +127,12 @@ pub(crate) fn grant(
     };
     let out = g.clone();
     store.update_doc(CONSENT_DOC, move |doc| {
-        let mut d = ConsentDoc::from_value(doc.take()).map_err(|e| StoreError::Rejected(e.to_string()))?;
-        d.grants
-            .retain(|x| !(x.agent == g.agent && x.capability == g.capability) && (x.revoked_at.is_some() || x.active_at(now)));
+        let mut d =
+            ConsentDoc::from_value(doc.take()).map_err(|e| StoreError::Rejected(e.to_string()))?;
+        d.grants.retain(|x| {
+            !(x.agent == g.agent && x.capability == g.capability)
+                && (x.revoked_at.is_some() || x.active_at(now))
+        });
         let event = NewEvent::new(
             kinds::CONSENT_GRANT,
             Some(&g.agent),
@@ -129,7 +156,13 @@ pub(crate) fn grant(
 /// `network:api.github.com` too) and records a `consent_revoke` event. Returns the grants revoked;
 /// none revoked still leaves a tombstone and an event, so the revocation is on record and
 /// the next use is refused with `consent_revoked`.
-pub(crate) fn revoke(store: &Store, now: DateTime<Utc>, agent: &str, capability: &Capability, source: &str) -> Result<Vec<Grant>> {
+pub(crate) fn revoke(
+    store: &Store,
+    now: DateTime<Utc>,
+    agent: &str,
+    capability: &Capability,
+    source: &str,
+) -> Result<Vec<Grant>> {
     let mut revoked = Vec::new();
     let revoked_ref = &mut revoked;
     store.update_doc(CONSENT_DOC, |doc| {

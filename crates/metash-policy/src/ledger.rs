@@ -99,7 +99,12 @@ pub fn capabilities_of(rec: &LogRecord) -> Vec<Capability> {
     rec.data
         .get("capabilities")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).filter_map(|s| s.parse().ok()).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .filter_map(|s| s.parse().ok())
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -118,7 +123,9 @@ pub fn parse_time(s: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>> {
         }
     }
     let unit = s.chars().last().unwrap_or(' ');
-    let n: Option<i64> = s.get(..s.len().saturating_sub(1)).and_then(|n| n.parse().ok());
+    let n: Option<i64> = s
+        .get(..s.len().saturating_sub(1))
+        .and_then(|n| n.parse().ok());
     let age = match (n, unit) {
         (Some(n), 's') => Duration::try_seconds(n),
         (Some(n), 'm') => Duration::try_minutes(n),
@@ -153,9 +160,19 @@ pub fn summary(rec: &LogRecord) -> String {
     let d = &rec.data;
     let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_string();
     match rec.kind.as_str() {
-        kinds::AGENT_REGISTERED => format!("{} {} ({}) from {}", s("name"), s("version"), s("sandbox"), s("manifest")),
+        kinds::AGENT_REGISTERED => format!(
+            "{} {} ({}) from {}",
+            s("name"),
+            s("version"),
+            s("sandbox"),
+            s("manifest")
+        ),
         kinds::CONSENT_REQUEST => {
-            let sens = d.get("sensitive").and_then(Value::as_str).map(|x| format!(" [{x}]")).unwrap_or_default();
+            let sens = d
+                .get("sensitive")
+                .and_then(Value::as_str)
+                .map(|x| format!(" [{x}]"))
+                .unwrap_or_default();
             format!("asked {}{sens}: {}", s("prompter"), s("reason"))
         }
         kinds::CONSENT_ANSWER => match d.get("duration_s").and_then(Value::as_u64) {
@@ -164,7 +181,11 @@ pub fn summary(rec: &LogRecord) -> String {
         },
         kinds::CONSENT_GRANT => format!("until {} ({})", s("expires_at"), s("source")),
         kinds::CONSENT_REVOKE => {
-            let n = d.get("revoked").and_then(Value::as_array).map(Vec::len).unwrap_or(0);
+            let n = d
+                .get("revoked")
+                .and_then(Value::as_array)
+                .map(Vec::len)
+                .unwrap_or(0);
             format!("{n} live grant(s) revoked ({})", s("source"))
         }
         kinds::ERROR => format!("{}: {}", s("code"), s("message")),
@@ -248,7 +269,13 @@ pub struct ExportStats {
 ///
 /// # Errors
 /// Store errors, or the writer's I/O error.
-pub fn export(store: &Store, filter: &Filter, format: Format, redactor: &Redactor, out: &mut dyn Write) -> Result<ExportStats> {
+pub fn export(
+    store: &Store,
+    filter: &Filter,
+    format: Format,
+    redactor: &Redactor,
+    out: &mut dyn Write,
+) -> Result<ExportStats> {
     let mut stats = ExportStats::default();
     let io = |e: std::io::Error| PolicyError::io("<export output>", e);
     if format == Format::Csv {
@@ -281,13 +308,18 @@ pub fn export_line(rec: &LogRecord, format: Format, redactor: &Redactor) -> Stri
     let r = redactor.redact_record(rec);
     match format {
         Format::Jsonl => {
-            let mut s = serde_json::to_string(&r).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+            let mut s =
+                serde_json::to_string(&r).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
             s.push('\n');
             s
         }
         Format::Csv => {
             let caps = capabilities_of(&r);
-            let cap = if caps.len() == 1 { caps[0].to_string() } else { String::new() };
+            let cap = if caps.len() == 1 {
+                caps[0].to_string()
+            } else {
+                String::new()
+            };
             let cells = [
                 r.seq.to_string(),
                 r.ts.clone(),
@@ -297,7 +329,11 @@ pub fn export_line(rec: &LogRecord, format: Format, redactor: &Redactor) -> Stri
                 r.data.to_string(),
                 r.hash.clone(),
             ];
-            let mut s = cells.iter().map(|c| csv_cell(c)).collect::<Vec<_>>().join(",");
+            let mut s = cells
+                .iter()
+                .map(|c| csv_cell(c))
+                .collect::<Vec<_>>()
+                .join(",");
             s.push('\n');
             s
         }

@@ -35,6 +35,8 @@ pub use error::{PolicyError, Result};
 pub use manifest::{Diagnostic, Diagnostics};
 pub use policy::{Authorization, CapabilityRequest, Decision, DenyCode, Policy, Sensitive};
 pub use policy_file::PolicyFile;
-pub use prompt::{Answer, ConsentPrompter, ConsentQuestion, DenyAll, NonInteractive, TerminalPrompter};
+pub use prompt::{
+    Answer, ConsentPrompter, ConsentQuestion, DenyAll, NonInteractive, TerminalPrompter,
+};
 pub use redact::Redactor;
 pub use registry::{Agent, AgentDirs, Registry, Source};

@@ -192,7 +192,13 @@ struct Parser<'a> {
 }
 
 impl Parser<'_> {
-    fn push_at(&mut self, offset: usize, field: Option<&str>, message: String, suggestion: Option<&str>) {
+    fn push_at(
+        &mut self,
+        offset: usize,
+        field: Option<&str>,
+        message: String,
+        suggestion: Option<&str>,
+    ) {
         let (line, column) = line_col(self.src, offset);
         self.diags.push(Diagnostic {
             path: self.path.to_path_buf(),
@@ -205,7 +211,13 @@ impl Parser<'_> {
     }
 
     /// Reports at the value, else its key, else the start of the file.
-    fn push(&mut self, node: Node<'_>, key_span: &Option<Range<usize>>, field: &str, message: String) {
+    fn push(
+        &mut self,
+        node: Node<'_>,
+        key_span: &Option<Range<usize>>,
+        field: &str,
+        message: String,
+    ) {
         let offset = node
             .span()
             .or_else(|| key_span.clone())
@@ -214,13 +226,16 @@ impl Parser<'_> {
         self.push_at(offset, Some(field), message, None);
     }
 
-    fn unknown(&mut self, key: &str, key_span: &Option<Range<usize>>, prefix: &str, valid: &[&str]) {
+    fn unknown(
+        &mut self,
+        key: &str,
+        key_span: &Option<Range<usize>>,
+        prefix: &str,
+        valid: &[&str],
+    ) {
         let field = format!("{prefix}{key}");
         let names: Vec<String> = valid.iter().map(|v| format!("`{v}`")).collect();
-        let message = format!(
-            "unknown field; expected one of {}",
-            names.join(", ")
-        );
+        let message = format!("unknown field; expected one of {}", names.join(", "));
         let suggestion = suggest::nearest(key, valid).map(|s| format!("{prefix}{s}"));
         let offset = key_span.as_ref().map(|r| r.start).unwrap_or(0);
         self.push_at(offset, Some(&field), message, suggestion.as_deref());
@@ -257,7 +272,12 @@ impl Parser<'_> {
     ) -> Option<Vec<String>> {
         let Some(Value::Array(arr)) = node.value() else {
             let found = node.type_name();
-            self.push(node, ks, field, format!("expected an array of strings, found {found}"));
+            self.push(
+                node,
+                ks,
+                field,
+                format!("expected an array of strings, found {found}"),
+            );
             return None;
         };
         let mut out = Vec::new();
@@ -274,7 +294,12 @@ impl Parser<'_> {
                 },
                 _ => {
                     let found = Node::Value(v).type_name();
-                    self.push(Node::Value(v), ks, &f, format!("expected a string, found {found}"));
+                    self.push(
+                        Node::Value(v),
+                        ks,
+                        &f,
+                        format!("expected a string, found {found}"),
+                    );
                     ok = false;
                 }
             }
@@ -348,7 +373,10 @@ impl Parser<'_> {
         if MANIFEST_SCHEMA_VERSIONS.contains(&v.as_str()) {
             return Some(v);
         }
-        let supported: Vec<String> = MANIFEST_SCHEMA_VERSIONS.iter().map(|v| format!("\"{v}\"")).collect();
+        let supported: Vec<String> = MANIFEST_SCHEMA_VERSIONS
+            .iter()
+            .map(|v| format!("\"{v}\""))
+            .collect();
         self.push(
             node,
             ks,
@@ -378,7 +406,12 @@ impl Parser<'_> {
     fn entry(&mut self, node: Node<'_>, ks: &Option<Range<usize>>) -> Option<String> {
         let v = self.text(node, ks, "entry")?;
         if v.contains('\0') {
-            self.push(node, ks, "entry", "expected a file path, found a NUL character".into());
+            self.push(
+                node,
+                ks,
+                "entry",
+                "expected a file path, found a NUL character".into(),
+            );
             return None;
         }
         Some(v)
@@ -498,7 +531,12 @@ pub fn declared(manifest: &Manifest) -> Vec<Capability> {
         .capabilities
         .iter()
         .filter_map(|c| c.parse().ok())
-        .chain(manifest.oauth_scopes.iter().filter_map(|s| oauth_scope_capability(s).ok()))
+        .chain(
+            manifest
+                .oauth_scopes
+                .iter()
+                .filter_map(|s| oauth_scope_capability(s).ok()),
+        )
         .collect();
     if manifest.sandbox == SandboxKind::Native {
         out.push(Capability::new(crate::capability::Category::Native, None));

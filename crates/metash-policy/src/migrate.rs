@@ -128,6 +128,9 @@ mod tests {
     fn keeps_crlf() {
         let m = migrate(Path::new("m.toml"), "# h\r\n\r\nname = \"x\"\r\n");
         let out = m.map(|m| m.output).unwrap_or_default();
-        assert_eq!(out, "# h\r\n\r\nschema_version = \"0.1\"\r\nname = \"x\"\r\n");
+        assert_eq!(
+            out,
+            "# h\r\n\r\nschema_version = \"0.1\"\r\nname = \"x\"\r\n"
+        );
     }
 }

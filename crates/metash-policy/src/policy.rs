@@ -66,16 +66,21 @@ impl CapabilityRequest {
     /// # Errors
     /// [`PolicyError::InvalidCapability`].
     pub fn parse(capability: &str, reason: impl Into<String>) -> Result<Self> {
-        let cap = capability.parse().map_err(|reason| PolicyError::InvalidCapability {
-            capability: capability.to_string(),
-            reason,
-        })?;
+        let cap = capability
+            .parse()
+            .map_err(|reason| PolicyError::InvalidCapability {
+                capability: capability.to_string(),
+                reason,
+            })?;
         Ok(Self::new(cap, reason))
     }
 
     /// An outbound request to `host`; `write` (POST, PUT, DELETE, ...) makes it sensitive.
     pub fn network(host: &str, write: bool, reason: impl Into<String>) -> Self {
-        let mut r = Self::new(Capability::new(Category::Network, Some(&host.to_ascii_lowercase())), reason);
+        let mut r = Self::new(
+            Capability::new(Category::Network, Some(&host.to_ascii_lowercase())),
+            reason,
+        );
         if write {
             r.sensitive = Some(Sensitive::NetworkWrite);
         }
@@ -84,7 +89,10 @@ impl CapabilityRequest {
 
     /// Reading `path` (relative to the workspace, or absolute).
     pub fn files_read(path: &str, reason: impl Into<String>) -> Self {
-        Self::new(Capability::new(Category::FilesRead, Some(path.trim_end_matches('/'))), reason)
+        Self::new(
+            Capability::new(Category::FilesRead, Some(path.trim_end_matches('/'))),
+            reason,
+        )
     }
 
     /// Writing `path`; a path outside `workspace` makes it sensitive. `path` is taken as already
@@ -95,8 +103,15 @@ impl CapabilityRequest {
             _ if path.is_absolute() => (path.to_string_lossy().into_owned(), true),
             _ => (path.to_string_lossy().into_owned(), false),
         };
-        let scope = if scope.is_empty() { "/".to_string() } else { scope };
-        let mut r = Self::new(Capability::new(Category::FilesWrite, Some(scope.trim_end_matches('/'))), reason);
+        let scope = if scope.is_empty() {
+            "/".to_string()
+        } else {
+            scope
+        };
+        let mut r = Self::new(
+            Capability::new(Category::FilesWrite, Some(scope.trim_end_matches('/'))),
+            reason,
+        );
         if outside {
             r.sensitive = Some(Sensitive::WriteOutsideWorkspace);
         }
@@ -105,7 +120,10 @@ impl CapabilityRequest {
 
     /// Starting the external program `program`: always sensitive.
     pub fn process_spawn(program: &str, reason: impl Into<String>) -> Self {
-        let mut r = Self::new(Capability::new(Category::ProcessSpawn, Some(program)), reason);
+        let mut r = Self::new(
+            Capability::new(Category::ProcessSpawn, Some(program)),
+            reason,
+        );
         r.sensitive = Some(Sensitive::ProcessSpawn);
         r
     }
@@ -150,7 +168,11 @@ pub enum Decision {
     /// A live grant covers the request.
     Allow { grant: Box<Grant> },
     /// Refused; never ask about it.
-    Deny { code: DenyCode, message: String, hint: String },
+    Deny {
+        code: DenyCode,
+        message: String,
+        hint: String,
+    },
     /// Declared but not (or no longer) granted, or sensitive: ask someone.
     Ask,
 }
@@ -166,7 +188,10 @@ impl Decision {
 pub enum Authorization {
     Allowed,
     /// The `error` event to send the agent (it is already in the ledger).
-    Denied { code: DenyCode, event: AgentEvent },
+    Denied {
+        code: DenyCode,
+        event: AgentEvent,
+    },
 }
 
 impl Authorization {
@@ -229,12 +254,17 @@ impl Policy {
                 ),
             });
         }
-        let doc = consent::load(&self.store)?;
+        let grants = consent::load_for(&self.store, agent)?;
         let now = self.clock.now();
         let mut revoked: Option<&Grant> = None;
-        for g in doc.grants.iter().filter(|g| g.agent == agent && g.capability.covers(&req.capability)) {
+        for g in grants
+            .iter()
+            .filter(|g| g.capability.covers(&req.capability))
+        {
             if g.active_at(now) && (req.sensitive.is_none() || g.sensitive) {
-                return Ok(Decision::Allow { grant: Box::new(g.clone()) });
+                return Ok(Decision::Allow {
+                    grant: Box::new(g.clone()),
+                });
             }
             if g.revoked_at.is_some() {
                 revoked = Some(g);
@@ -271,7 +301,11 @@ impl Policy {
     ) -> Result<Authorization> {
         match self.check(agent, req)? {
             Decision::Allow { .. } => Ok(Authorization::Allowed),
-            Decision::Deny { code, message, hint } => self.deny(agent, req, code, message, hint),
+            Decision::Deny {
+                code,
+                message,
+                hint,
+            } => self.deny(agent, req, code, message, hint),
             Decision::Ask => {
                 let request_id = uuid::Uuid::new_v4().to_string();
                 self.store.append(
@@ -288,7 +322,11 @@ impl Policy {
                 )?;
                 let question = ConsentQuestion {
                     agent: agent.to_string(),
-                    agent_name: self.registry.get(agent).map(|a| a.manifest.name.clone()).unwrap_or_default(),
+                    agent_name: self
+                        .registry
+                        .get(agent)
+                        .map(|a| a.manifest.name.clone())
+                        .unwrap_or_default(),
                     capability: req.capability.clone(),
                     reason: req.reason.clone(),
                     sensitive: req.sensitive,
@@ -304,11 +342,13 @@ impl Policy {
                 };
                 match answer {
                     Answer::AllowOnce => {
-                        self.store.append_batch(&[answer_event("allow_once", None)])?;
+                        self.store
+                            .append_batch(&[answer_event("allow_once", None)])?;
                         Ok(Authorization::Allowed)
                     }
                     Answer::AllowFor(secs) => {
-                        self.store.append_batch(&[answer_event("allow_for", Some(secs))])?;
+                        self.store
+                            .append_batch(&[answer_event("allow_for", Some(secs))])?;
                         consent::grant(
                             &self.store,
                             self.clock.now(),
@@ -335,7 +375,14 @@ impl Policy {
         }
     }
 
-    fn deny(&self, agent: &str, req: &CapabilityRequest, code: DenyCode, message: String, hint: String) -> Result<Authorization> {
+    fn deny(
+        &self,
+        agent: &str,
+        req: &CapabilityRequest,
+        code: DenyCode,
+        message: String,
+        hint: String,
+    ) -> Result<Authorization> {
         self.store.append(
             kinds::ERROR,
             Some(agent),
@@ -356,7 +403,14 @@ impl Policy {
     /// # Errors
     /// [`PolicyError::UnknownAgent`], [`PolicyError::Undeclared`] (consent cannot widen a
     /// manifest), store errors.
-    pub fn grant(&self, agent: &str, capability: &Capability, duration_s: u64, sensitive: bool, source: &str) -> Result<Grant> {
+    pub fn grant(
+        &self,
+        agent: &str,
+        capability: &Capability,
+        duration_s: u64,
+        sensitive: bool,
+        source: &str,
+    ) -> Result<Grant> {
         let a = self
             .registry
             .get(agent)
@@ -368,7 +422,15 @@ impl Policy {
                 manifest: a.manifest_path.clone(),
             });
         }
-        consent::grant(&self.store, self.clock.now(), agent, capability, duration_s, sensitive, source)
+        consent::grant(
+            &self.store,
+            self.clock.now(),
+            agent,
+            capability,
+            duration_s,
+            sensitive,
+            source,
+        )
     }
 
     /// Revokes `capability` (and every narrower grant it covers) for `agent`, effective at every
@@ -398,7 +460,12 @@ impl Policy {
     ///
     /// # Errors
     /// Store errors.
-    pub fn record_action(&self, agent: &str, capability: &Capability, detail: Value) -> Result<u64> {
+    pub fn record_action(
+        &self,
+        agent: &str,
+        capability: &Capability,
+        detail: Value,
+    ) -> Result<u64> {
         Ok(self.store.append(
             kinds::AGENT_ACTION,
             Some(agent),

@@ -73,8 +73,12 @@ impl PolicyFile {
                 message: format!("{l}:{c}: {message}"),
             }
         };
-        let mut p: PolicyFile = toml_edit::de::from_str(text)
-            .map_err(|e| err(e.span().map(|s| s.start).unwrap_or(0), e.message().trim().to_string()))?;
+        let mut p: PolicyFile = toml_edit::de::from_str(text).map_err(|e| {
+            err(
+                e.span().map(|s| s.start).unwrap_or(0),
+                e.message().trim().to_string(),
+            )
+        })?;
         if !POLICY_SCHEMA_VERSIONS.contains(&p.schema_version.as_str()) {
             return Err(err(
                 0,

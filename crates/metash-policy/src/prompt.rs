@@ -74,7 +74,10 @@ pub fn parse_answer(line: &str) -> Option<Answer> {
     let line = line.trim().to_ascii_lowercase();
     let mut words = line.split_whitespace();
     let first = words.next()?;
-    let secs = |w: Option<&str>| w.and_then(|n| n.trim_end_matches('s').parse::<u64>().ok()).filter(|n| *n > 0);
+    let secs = |w: Option<&str>| {
+        w.and_then(|n| n.trim_end_matches('s').parse::<u64>().ok())
+            .filter(|n| *n > 0)
+    };
     match first {
         "o" | "once" | "y" | "yes" => Some(Answer::AllowOnce),
         "d" | "deny" | "n" | "no" => Some(Answer::Deny),

@@ -39,7 +39,9 @@ pub fn cpu_millis(s: &str) -> Result<u64, String> {
 /// A message saying what was expected, for the manifest diagnostic.
 pub fn mem_bytes(s: &str) -> Result<u64, String> {
     let expected = || {
-        format!("a memory quantity such as \"512Mi\", \"1Gi\" or \"1000000\" (bytes), found \"{s}\"")
+        format!(
+            "a memory quantity such as \"512Mi\", \"1Gi\" or \"1000000\" (bytes), found \"{s}\""
+        )
     };
     const SUFFIXES: &[(&str, u64)] = &[
         ("Ki", 1 << 10),
@@ -62,7 +64,9 @@ pub fn mem_bytes(s: &str) -> Result<u64, String> {
         .and_then(|n| n.checked_mul(mult))
         .ok_or_else(expected)?;
     if bytes == 0 {
-        return Err(format!("a memory quantity greater than zero, found \"{s}\""));
+        return Err(format!(
+            "a memory quantity greater than zero, found \"{s}\""
+        ));
     }
     Ok(bytes)
 }
@@ -85,7 +89,9 @@ mod tests {
         assert_eq!(cpu_millis("2"), Ok(2000));
         assert_eq!(cpu_millis("0.5"), Ok(500));
         assert_eq!(cpu_millis("1.25"), Ok(1250));
-        for bad in ["", "m", "0", "0m", "-1", "1.", ".5", "1.2345", "500 m", "2cores"] {
+        for bad in [
+            "", "m", "0", "0m", "-1", "1.", ".5", "1.2345", "500 m", "2cores",
+        ] {
             assert!(cpu_millis(bad).is_err(), "{bad}");
         }
     }
@@ -96,7 +102,15 @@ mod tests {
         assert_eq!(mem_bytes("1Gi"), Ok(1 << 30));
         assert_eq!(mem_bytes("1000000"), Ok(1_000_000));
         assert_eq!(mem_bytes("64M"), Ok(64_000_000));
-        for bad in ["", "Mi", "0", "512MB", "1.5Gi", "-1Gi", "99999999999999999999Pi"] {
+        for bad in [
+            "",
+            "Mi",
+            "0",
+            "512MB",
+            "1.5Gi",
+            "-1Gi",
+            "99999999999999999999Pi",
+        ] {
             assert!(mem_bytes(bad).is_err(), "{bad}");
         }
     }

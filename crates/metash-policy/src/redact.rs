@@ -69,7 +69,14 @@ pub fn secret_key(key: &str) -> bool {
         || k.contains("passwd")
         || matches!(
             k.as_str(),
-            "authorization" | "proxy_authorization" | "token" | "secret" | "apikey" | "cookie" | "set_cookie" | "credentials"
+            "authorization"
+                | "proxy_authorization"
+                | "token"
+                | "secret"
+                | "apikey"
+                | "cookie"
+                | "set_cookie"
+                | "credentials"
         )
 }
 
@@ -94,7 +101,8 @@ impl Redactor {
     /// Also redacts these exact values (secrets the host fetched from the vault), kind `vault`.
     /// Values shorter than 4 bytes are ignored (they would redact ordinary text).
     pub fn with_known_secrets(mut self, secrets: impl IntoIterator<Item = String>) -> Self {
-        self.known.extend(secrets.into_iter().filter(|s| s.len() >= 4));
+        self.known
+            .extend(secrets.into_iter().filter(|s| s.len() >= 4));
         self.re = Self::pattern(&self.known);
         self
     }
@@ -195,7 +203,9 @@ impl Redactor {
             Value::Null => {}
             Value::String(s) if s.is_empty() || s.starts_with("[REDACTED:") => {}
             Value::String(s) => *s = self.marker(s, kind),
-            Value::Bool(_) | Value::Number(_) => *v = Value::String(self.marker(&v.to_string(), kind)),
+            Value::Bool(_) | Value::Number(_) => {
+                *v = Value::String(self.marker(&v.to_string(), kind))
+            }
             Value::Array(a) => a.iter_mut().for_each(|x| self.redact_whole(x, kind)),
             Value::Object(o) => o.values_mut().for_each(|x| self.redact_whole(x, kind)),
         }
@@ -228,11 +238,19 @@ fn shapes_only() -> Regex {
 /// Store errors.
 pub fn project_redactor(store: &metash_store::Store) -> Result<Redactor> {
     const DOC: &str = "redaction";
-    let salt = |doc: &Value| doc.get("salt").and_then(Value::as_str).and_then(|s| hex::decode(s).ok());
+    let salt = |doc: &Value| {
+        doc.get("salt")
+            .and_then(Value::as_str)
+            .and_then(|s| hex::decode(s).ok())
+    };
     if let Some(s) = salt(&store.read_doc(DOC)?) {
         return Ok(Redactor::new(&s));
     }
-    let fresh = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+    let fresh = format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    );
     let mut chosen = None;
     let result = store.update_doc(DOC, |doc| {
         if let Some(s) = salt(doc) {
@@ -251,7 +269,9 @@ pub fn project_redactor(store: &metash_store::Store) -> Result<Redactor> {
         Err(metash_store::StoreError::Rejected(m)) if m == ALREADY => {}
         Err(e) => return Err(PolicyError::from(e)),
     }
-    let salt = chosen.or_else(|| hex::decode(&fresh).ok()).unwrap_or_default();
+    let salt = chosen
+        .or_else(|| hex::decode(&fresh).ok())
+        .unwrap_or_default();
     Ok(Redactor::new(&salt))
 }
 

@@ -21,7 +21,7 @@ use crate::ledger::kinds;
 use crate::manifest;
 
 /// Where an agent was found. A project agent shadows a user agent of the same id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Source {
     Project,
@@ -117,7 +117,8 @@ fn valid_id(n: &str) -> bool {
     !n.is_empty()
         && n.len() <= 200
         && !n.starts_with('.')
-        && n.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && n.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 /// A manifest that was found but is not usable, with why.

@@ -1,1 +1,233 @@
-fn main() {}
+//! Spawn cost, printed as medians with ratios in one run (`cargo bench -p metash-runtime`):
+//! bare fork/exec of a tiny program (posix_spawn, and fork+exec forced by an empty `pre_exec`),
+//! the same through the native sandbox with every restriction on, the same under
+//! `bwrap --unshare-net` when installed, and a WASM agent's instantiate + run from the module cache.
+//! Not a timed test: it prints, it does not assert.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use metash_protocol::{Manifest, SandboxKind};
+use metash_runtime::native::Sandbox;
+use metash_runtime::{AgentSpec, EventSink, NullSink, Runtime, RuntimeConfig};
+
+const TINY: &str = "/bin/true";
+
+fn median(n: usize, mut f: impl FnMut()) -> Duration {
+    for _ in 0..(n / 10).max(3) {
+        f();
+    }
+    let mut v: Vec<Duration> = (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn quiet(cmd: &mut Command) -> &mut Command {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+}
+
+fn manifest(sandbox: SandboxKind) -> Manifest {
+    Manifest {
+        schema_version: "0.1".into(),
+        name: "bench".into(),
+        version: "0.1.0".into(),
+        entry: "x".into(),
+        sandbox,
+        capabilities: vec![],
+        oauth_scopes: vec![],
+        resources: metash_protocol::manifest::Resources {
+            cpu: Some("500m".into()),
+            mem: Some("64Mi".into()),
+        },
+        ui: Default::default(),
+    }
+}
+
+const ECHO_WAT: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 64) "{\"schema_version\":\"0.1\",\"type\":\"done\"}\n")
+  (func (export "_start")
+    (i32.store (i32.const 0) (i32.const 64))
+    (i32.store (i32.const 4) (i32.const 39))
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))
+"#;
+
+fn main() {
+    let n: usize = std::env::var("METASH_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let sink: Arc<dyn EventSink> = Arc::new(NullSink);
+    let mut rows: Vec<(&str, Option<Duration>, String)> = Vec::new();
+
+    let bare = median(n, || {
+        quiet(&mut Command::new(TINY)).status().unwrap();
+    });
+    rows.push(("bare spawn+wait (posix_spawn)", Some(bare), String::new()));
+
+    let forked = median(n, || {
+        let mut c = Command::new(TINY);
+        // SAFETY: an empty pre_exec closure; it only forces the fork+exec path.
+        unsafe {
+            c.pre_exec(|| Ok(()));
+        }
+        quiet(&mut c).status().unwrap();
+    });
+    rows.push((
+        "bare fork+exec (empty pre_exec)",
+        Some(forked),
+        String::new(),
+    ));
+
+    let mut spec = AgentSpec::new("bench", manifest(SandboxKind::Native), TINY, &ws);
+    spec.granted = vec!["files.read".into()];
+    spec.allow_native = true;
+    let sandboxed = match Sandbox::prepare(&spec, &sink) {
+        Ok(sb) => {
+            println!("sandbox: {}", sb.report);
+            let d = median(n, || {
+                assert!(quiet(&mut sb.command()).status().unwrap().success());
+            });
+            rows.push((
+                "native sandbox spawn+wait (all restrictions)",
+                Some(d),
+                "setsid, pdeathsig, cgroup join, rlimits, caps dropped, no_new_privs, Landlock, seccomp".into(),
+            ));
+            let full = median(n / 3, || {
+                let sb = Sandbox::prepare(&spec, &sink).unwrap();
+                assert!(quiet(&mut sb.command()).status().unwrap().success());
+            });
+            rows.push((
+                "native sandbox prepare+spawn+wait",
+                Some(full),
+                "plus building the ruleset, seccomp program and cgroups per agent".into(),
+            ));
+            Some(d)
+        }
+        Err(e) => {
+            rows.push(("native sandbox", None, format!("skipped: {e}")));
+            None
+        }
+    };
+
+    let bwrap = ["/usr/bin/bwrap", "/bin/bwrap"]
+        .into_iter()
+        .find(|p| Path::new(p).exists());
+    let bwrap_d = match bwrap {
+        Some(b) => {
+            let ok = quiet(Command::new(b).args(["--unshare-net", "--ro-bind", "/", "/", TINY]))
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            if ok {
+                let d = median(n, || {
+                    quiet(Command::new(b).args(["--unshare-net", "--ro-bind", "/", "/", TINY]))
+                        .status()
+                        .unwrap();
+                });
+                rows.push(("bwrap --unshare-net --ro-bind / /", Some(d), String::new()));
+                Some(d)
+            } else {
+                rows.push((
+                    "bwrap",
+                    None,
+                    "skipped: bwrap cannot create namespaces here".into(),
+                ));
+                None
+            }
+        }
+        None => {
+            rows.push((
+                "bwrap",
+                None,
+                "skipped: bubblewrap not installed (apt-get install -y bubblewrap)".into(),
+            ));
+            None
+        }
+    };
+
+    // WASM: compile once into the disk cache, then a fresh runtime loads it from disk.
+    let wat = dir.path().join("echo.wat");
+    std::fs::write(&wat, ECHO_WAT).unwrap();
+    let cache = dir.path().join("cache");
+    let wspec = AgentSpec::new("wbench", manifest(SandboxKind::Wasm), &wat, &ws);
+    {
+        let rt = Runtime::new(
+            RuntimeConfig {
+                cache_dir: cache.clone(),
+            },
+            Arc::clone(&sink),
+        )
+        .unwrap();
+        rt.register(wspec.clone()).unwrap().start().unwrap();
+    }
+    let rt = Runtime::new(RuntimeConfig { cache_dir: cache }, Arc::clone(&sink)).unwrap();
+    let mut agent = rt.register(wspec.clone()).unwrap();
+    let t = Instant::now();
+    let report = agent.start().unwrap();
+    let load = t.elapsed();
+    assert_eq!(report["module_cache"], "disk");
+    let wasm = median(n * 10, || {
+        let o = agent.invoke("go", &[], &mut |_| {}).unwrap();
+        assert!(matches!(
+            o.status,
+            metash_runtime::InvocationStatus::Done { .. }
+        ));
+    });
+    rows.push((
+        "wasm instantiate+run (agent.invoke, cached module)",
+        Some(wasm),
+        format!("first load from the disk cache took {load:?}"),
+    ));
+
+    println!(
+        "\n{:<52} {:>12} {:>10}  notes",
+        "case (median)", "time", "x bare"
+    );
+    for (name, d, note) in &rows {
+        match d {
+            Some(d) => println!(
+                "{name:<52} {:>9.1} us {:>9.2}x  {note}",
+                d.as_secs_f64() * 1e6,
+                d.as_secs_f64() / bare.as_secs_f64()
+            ),
+            None => println!("{name:<52} {:>12} {:>10}  {note}", "-", "-"),
+        }
+    }
+    println!();
+    if let Some(s) = sandboxed {
+        let r = s.as_secs_f64() / bare.as_secs_f64();
+        println!(
+            "target sandboxed <= 1.5x bare: {r:.2}x ({})",
+            if r <= 1.5 { "met" } else { "MISSED" }
+        );
+        if let Some(b) = bwrap_d {
+            println!(
+                "target sandboxed faster than bwrap: {:.2}x faster ({})",
+                b.as_secs_f64() / s.as_secs_f64(),
+                if s < b { "met" } else { "MISSED" }
+            );
+        }
+    }
+    let w = bare.as_secs_f64() / wasm.as_secs_f64();
+    println!(
+        "target wasm >= 10x faster than a bare spawn: {w:.1}x ({})",
+        if w >= 10.0 { "met" } else { "MISSED" }
+    );
+}

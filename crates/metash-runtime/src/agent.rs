@@ -56,7 +56,8 @@ impl Runtime {
     /// # Errors
     /// [`RuntimeError::NativeNotAllowed`], or an unsupported manifest version.
     pub fn register(&self, spec: AgentSpec) -> Result<Agent> {
-        if !metash_protocol::MANIFEST_SCHEMA_VERSIONS.contains(&spec.manifest.schema_version.as_str())
+        if !metash_protocol::MANIFEST_SCHEMA_VERSIONS
+            .contains(&spec.manifest.schema_version.as_str())
         {
             return Err(RuntimeError::UnsupportedVersion {
                 found: spec.manifest.schema_version.clone(),
@@ -92,7 +93,7 @@ impl Runtime {
 enum Backend {
     None,
     Wasm(WasmAgent),
-    Native(NativeProcess),
+    Native(Box<NativeProcess>),
 }
 
 /// Stops a running invocation from another thread (the host's "stop" button, or shutdown while an
@@ -198,8 +199,9 @@ impl Agent {
                 let limits = AppliedLimits {
                     memory_bytes: Some(Applied::new(mem, "wasm-store-limits")),
                     cpu_millis: self.spec.manifest.resources.cpu.as_ref().map(|_| {
-                        Applied::new(0, "none")
-                            .with_note("no CPU share for WASM; time is bounded by the epoch deadline")
+                        Applied::new(0, "none").with_note(
+                            "no CPU share for WASM; time is bounded by the epoch deadline",
+                        )
                     }),
                     pids: None,
                     timeout_ms: Some(Applied::new(
@@ -207,7 +209,10 @@ impl Agent {
                         "wasm-epoch",
                     )),
                     output_bytes: Some(Applied::new(self.spec.output_cap, "memory-pipe")),
-                    events_per_s: Some(Applied::new(self.spec.throttle.rate as u64, "token-bucket")),
+                    events_per_s: Some(Applied::new(
+                        self.spec.throttle.rate as u64,
+                        "token-bucket",
+                    )),
                 };
                 let report = json!({
                     "sandbox": "wasm",
@@ -239,7 +244,7 @@ impl Agent {
                     }
                 };
                 let report = p.report.clone();
-                self.backend = Backend::Native(p);
+                self.backend = Backend::Native(Box::new(p));
                 report
             }
         };

@@ -33,11 +33,7 @@ pub fn decode(line: &[u8]) -> Result<AgentEvent> {
                 supported: EVENT_PROTOCOL_VERSION.to_string(),
             })
         }
-        None => {
-            return Err(RuntimeError::Protocol(
-                "missing schema_version".to_string(),
-            ))
-        }
+        None => return Err(RuntimeError::Protocol("missing schema_version".to_string())),
     }
     let msg: ProtocolMessage =
         serde_json::from_value(value).map_err(|e| RuntimeError::Protocol(e.to_string()))?;
@@ -69,6 +65,9 @@ mod tests {
         let err = decode(bad).unwrap_err();
         assert_eq!(err.code(), "unsupported_version");
         assert!(err.to_string().contains("0.2"));
-        assert_eq!(decode(br#"{"type":"done"}"#).unwrap_err().code(), "protocol_error");
+        assert_eq!(
+            decode(br#"{"type":"done"}"#).unwrap_err().code(),
+            "protocol_error"
+        );
     }
 }

@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use metash_protocol::{AgentEvent, AgentStatus, CheckpointSignal};
 use metash_protocol::host::CheckpointTag;
+use metash_protocol::{AgentEvent, AgentStatus, CheckpointSignal};
 use serde::Serialize;
 
 use crate::pump::Msg;

@@ -63,11 +63,12 @@ impl LifecycleState {
     /// # Errors
     /// [`RuntimeError::IllegalTransition`] when the lifecycle does not allow it.
     pub fn check(self, agent: &str, action: Action) -> Result<LifecycleState> {
-        self.after(action).ok_or_else(|| RuntimeError::IllegalTransition {
-            agent: agent.to_string(),
-            from: self,
-            action: format!("{action:?}").to_lowercase(),
-        })
+        self.after(action)
+            .ok_or_else(|| RuntimeError::IllegalTransition {
+                agent: agent.to_string(),
+                from: self,
+                action: format!("{action:?}").to_lowercase(),
+            })
     }
 }
 

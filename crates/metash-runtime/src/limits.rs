@@ -34,7 +34,7 @@ pub fn parse_mem(value: &str) -> Result<u64> {
         _ => return Err(bad("unknown unit (use Ki, Mi, Gi, K, M, G)")),
     };
     let bytes = n * mult;
-    if !(bytes >= 1.0 && bytes < 1e18) {
+    if !(1.0..1e18).contains(&bytes) {
         return Err(bad("out of range"));
     }
     Ok(bytes as u64)

@@ -13,7 +13,8 @@ use metash_agent::Session;
 static LINGER: AtomicBool = AtomicBool::new(false);
 
 fn fail<W: Write>(s: &mut Session<W>, what: &str, e: impl std::fmt::Display) -> Result<(), String> {
-    s.error("denied", &format!("{what}: {e}")).map_err(|e| e.to_string())
+    s.error("denied", &format!("{what}: {e}"))
+        .map_err(|e| e.to_string())
 }
 
 fn out<W: Write>(s: &mut Session<W>, text: &str) -> Result<(), String> {
@@ -38,7 +39,10 @@ fn handle<W: Write>(s: &mut Session<W>, prompt: &str) -> Result<(), String> {
     match cmd {
         "echo" => out(s, arg),
         "read" => match std::fs::read(arg) {
-            Ok(b) => out(s, &format!("READ-OK:{}", String::from_utf8_lossy(&b[..b.len().min(64)]))),
+            Ok(b) => out(
+                s,
+                &format!("READ-OK:{}", String::from_utf8_lossy(&b[..b.len().min(64)])),
+            ),
             Err(e) => fail(s, "read", e),
         },
         "write" => match std::fs::write(arg, b"pwned") {
@@ -61,8 +65,10 @@ fn handle<W: Write>(s: &mut Session<W>, prompt: &str) -> Result<(), String> {
                 Ok(c) => c,
                 Err(e) => return fail(s, "proxy connect", e),
             };
-            c.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
-            write!(c, "CONNECT {arg} HTTP/1.1\r\nHost: {arg}\r\n\r\n").map_err(|e| e.to_string())?;
+            c.set_read_timeout(Some(Duration::from_secs(5)))
+                .map_err(|e| e.to_string())?;
+            write!(c, "CONNECT {arg} HTTP/1.1\r\nHost: {arg}\r\n\r\n")
+                .map_err(|e| e.to_string())?;
             let mut buf = [0u8; 512];
             let n = c.read(&mut buf).map_err(|e| e.to_string())?;
             let head = String::from_utf8_lossy(&buf[..n]).to_string();
@@ -70,7 +76,10 @@ fn handle<W: Write>(s: &mut Session<W>, prompt: &str) -> Result<(), String> {
             if status.contains(" 200 ") {
                 c.write_all(b"ping\n").map_err(|e| e.to_string())?;
                 let n = c.read(&mut buf).map_err(|e| e.to_string())?;
-                out(s, &format!("PROXY-OK:{}", String::from_utf8_lossy(&buf[..n]).trim()))
+                out(
+                    s,
+                    &format!("PROXY-OK:{}", String::from_utf8_lossy(&buf[..n]).trim()),
+                )
             } else {
                 fail(s, "proxy", status)
             }
@@ -97,7 +106,11 @@ fn handle<W: Write>(s: &mut Session<W>, prompt: &str) -> Result<(), String> {
                 }
             }
             if failed > 0 {
-                fail(s, "fork", format!("forked {ok}, then fork failed {failed} times"))
+                fail(
+                    s,
+                    "fork",
+                    format!("forked {ok}, then fork failed {failed} times"),
+                )
             } else {
                 out(s, &format!("FORKBOMB-OK:{ok}"))
             }
@@ -166,7 +179,8 @@ fn handle<W: Write>(s: &mut Session<W>, prompt: &str) -> Result<(), String> {
             let start = Instant::now();
             let mut seq = 0u64;
             while start.elapsed().as_secs_f64() < secs {
-                s.output_chunk("flood", seq, "text/plain", &data).map_err(|e| e.to_string())?;
+                s.output_chunk("flood", seq, "text/plain", &data)
+                    .map_err(|e| e.to_string())?;
                 seq += 1;
             }
             s.send(metash_protocol::AgentEvent::Done {

@@ -265,15 +265,30 @@ impl Store {
         let value = compute(&doc)?;
         keypath::apply(&mut doc, key, value.clone())?;
         let mut state = keypath::validate(doc, key)?;
+        state.revision = tail.seq + 1;
         let event = NewEvent::new(
             kinds::STATE_UPDATE,
             agent,
             json!({"key": key, "value": value, "scope": "session"}),
         );
+        let bytes = session::to_bytes(&state)?;
+        let path = self.session_path();
         let log_len = self.log.len()?;
-        let rec = self.log.append(&tail, &[event])?;
-        state.revision = rec.first().map(|r| r.seq).unwrap_or(tail.seq + 1);
-        if let Err(e) = session::save(&self.session_path(), &state) {
+        // The log append and the new session.json are fsynced concurrently: the filesystem's
+        // journal folds the two flushes into one commit. The rename comes only after both, so
+        // session.json never shows an update the log does not hold.
+        let (appended, prepared) = std::thread::scope(|s| {
+            let prep = s.spawn(|| atomic::prepare(&path, &bytes));
+            let appended = self.log.append(&tail, &[event]);
+            let prepared = prep
+                .join()
+                .unwrap_or_else(|_| Err(StoreError::Rejected("session writer panicked".into())));
+            (appended, prepared)
+        });
+        appended?;
+        // No directory fsync: a rename lost to a power cut leaves the previous session.json,
+        // whose revision tells recovery to refold this (durable) event from the log.
+        if let Err(e) = prepared.and_then(|p| p.commit(false)) {
             self.log.truncate_to(log_len)?;
             return Err(e);
         }

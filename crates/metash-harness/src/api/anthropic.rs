@@ -46,6 +46,21 @@ pub fn request_body(call: &ApiCall<'_>) -> Value {
     body
 }
 
+#[derive(serde::Deserialize)]
+struct FastDelta<'a> {
+    index: usize,
+    #[serde(borrow)]
+    delta: FastDeltaBody<'a>,
+}
+
+#[derive(serde::Deserialize)]
+struct FastDeltaBody<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    #[serde(borrow, default)]
+    text: Option<std::borrow::Cow<'a, str>>,
+}
+
 #[derive(Default)]
 struct Block {
     kind: String,
@@ -98,6 +113,21 @@ pub(crate) async fn stream(
             });
         },
         &mut |ev| {
+            // Hot path: text deltas are nearly every event of a long answer; decode them into a
+            // borrowed struct instead of a `Value` tree.
+            if ev.event == "content_block_delta" {
+                if let Ok(d) = serde_json::from_str::<FastDelta<'_>>(&ev.data) {
+                    if d.delta.kind == "text_delta" {
+                        if let (Some(b), Some(t)) = (blocks.get_mut(d.index), d.delta.text) {
+                            b.text.push_str(&t);
+                            emit(HarnessEvent::TextDelta {
+                                text: t.into_owned(),
+                            });
+                            return Ok(Flow::Continue);
+                        }
+                    }
+                }
+            }
             let v = parse_json(&ev.data)?;
             let kind = v
                 .get("type")

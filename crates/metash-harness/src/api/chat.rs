@@ -47,6 +47,30 @@ pub fn request_body(call: &ApiCall<'_>) -> Value {
     body
 }
 
+#[derive(serde::Deserialize)]
+struct FastChunk<'a> {
+    #[serde(borrow, default)]
+    choices: Vec<FastChoice<'a>>,
+    #[serde(default)]
+    usage: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(serde::Deserialize)]
+struct FastChoice<'a> {
+    #[serde(borrow)]
+    delta: FastChoiceDelta<'a>,
+    #[serde(default)]
+    finish_reason: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(serde::Deserialize)]
+struct FastChoiceDelta<'a> {
+    #[serde(borrow, default)]
+    content: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    tool_calls: Option<serde::de::IgnoredAny>,
+}
+
 #[derive(Default, Clone)]
 struct PartialCall {
     id: String,
@@ -91,6 +115,26 @@ pub(crate) async fn stream(
         &mut |ev| {
             if ev.data.trim() == "[DONE]" {
                 return Ok(Flow::Done);
+            }
+            // Hot path: a chunk carrying only a content delta.
+            if let Ok(c) = serde_json::from_str::<FastChunk<'_>>(&ev.data) {
+                if let [choice] = c.choices.as_slice() {
+                    if let (Some(t), None, None) = (
+                        &choice.delta.content,
+                        &choice.delta.tool_calls,
+                        &choice.finish_reason,
+                    ) {
+                        if c.usage.is_none() {
+                            if !t.is_empty() {
+                                out.text.push_str(t);
+                                emit(HarnessEvent::TextDelta {
+                                    text: t.to_string(),
+                                });
+                            }
+                            return Ok(Flow::Continue);
+                        }
+                    }
+                }
             }
             let v = parse_json(&ev.data)?;
             if let Some(e) = v.get("error") {

@@ -48,6 +48,13 @@ pub fn request_body(call: &ApiCall<'_>) -> Value {
     body
 }
 
+/// The hot event of a long answer, decoded without a `Value` tree.
+#[derive(serde::Deserialize)]
+struct FastTextDelta<'a> {
+    #[serde(borrow)]
+    delta: std::borrow::Cow<'a, str>,
+}
+
 pub(crate) fn bearer(key: Option<&str>) -> Result<HeaderMap> {
     let mut headers = HeaderMap::new();
     if let Some(k) = key {
@@ -93,6 +100,14 @@ pub(crate) async fn stream(
             });
         },
         &mut |ev| {
+            if ev.event == "response.output_text.delta" {
+                if let Ok(d) = serde_json::from_str::<FastTextDelta<'_>>(&ev.data) {
+                    emit(HarnessEvent::TextDelta {
+                        text: d.delta.into_owned(),
+                    });
+                    return Ok(Flow::Continue);
+                }
+            }
             let v = parse_json(&ev.data)?;
             let kind = v
                 .get("type")

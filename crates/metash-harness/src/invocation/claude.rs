@@ -21,6 +21,9 @@ pub(super) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Mat
         ("DISABLE_TELEMETRY", "1"),
         ("DISABLE_AUTOUPDATER", "1"),
         ("DISABLE_ERROR_REPORTING", "1"),
+        // Interactive sessions otherwise look up the release CDN and the plugin marketplace.
+        ("DISABLE_INSTALLATION_CHECKS", "1"),
+        ("CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL", "1"),
     ] {
         env.insert(k.to_string(), v.to_string());
     }
@@ -30,15 +33,17 @@ pub(super) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Mat
         // harness (and its sessions) elsewhere.
         let config = home.join(".claude");
         ensure_dir(&config)?;
-        // Skips the first-run onboarding an interactive session would show; written only once
-        // because Claude keeps its own state in this file afterwards.
+        // Skips the first-run onboarding an interactive session would show. Claude keeps its own
+        // state in this file afterwards, so it is only amended, never replaced.
         let state = config.join(".claude.json");
-        if !state.exists() {
-            write_atomic(
-                &state,
-                b"{\"hasCompletedOnboarding\":true,\"bypassPermissionsModeAccepted\":true}\n",
-            )?;
-        }
+        // A key the caller handed this isolated harness is approved, as the interactive CLI would
+        // otherwise stop to ask "use this API key?" (Claude stores its last 20 characters).
+        let key = req.env.get("ANTHROPIC_API_KEY").map(String::as_str);
+        write_state(
+            &state,
+            req.options.trust_cwd.then_some(req.cwd.as_path()),
+            key,
+        )?;
         env.insert("HOME".to_string(), home.to_string_lossy().into_owned());
         env.insert(
             "CLAUDE_CONFIG_DIR".to_string(),
@@ -67,6 +72,53 @@ pub(super) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Mat
     }
     m.env = env;
     Ok(m)
+}
+
+/// Creates or amends Claude's state file: onboarding done, the given API key approved, and the
+/// cwd trusted when asked.
+/// A fresh aspHome always gets the same bytes.
+fn write_state(path: &Path, trust: Option<&Path>, api_key: Option<&str>) -> Result<()> {
+    let mut doc: serde_json::Value = std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_else(|| serde_json::json!({}));
+    let before = doc.clone();
+    if let Some(obj) = doc.as_object_mut() {
+        obj.insert("hasCompletedOnboarding".into(), true.into());
+        obj.insert("bypassPermissionsModeAccepted".into(), true.into());
+    }
+    if let Some(k) = api_key {
+        let chars: Vec<char> = k.chars().collect();
+        let tail: String = chars[chars.len().saturating_sub(20)..].iter().collect();
+        if !doc["customApiKeyResponses"].is_object() {
+            doc["customApiKeyResponses"] = serde_json::json!({"approved": [], "rejected": []});
+        }
+        let approved = &mut doc["customApiKeyResponses"]["approved"];
+        if !approved.is_array() {
+            *approved = serde_json::json!([]);
+        }
+        if let Some(list) = approved.as_array_mut() {
+            if !list.iter().any(|v| v.as_str() == Some(tail.as_str())) {
+                list.push(tail.into());
+            }
+        }
+    }
+    if let Some(cwd) = trust {
+        let key = cwd.to_string_lossy().into_owned();
+        if !doc["projects"].is_object() {
+            doc["projects"] = serde_json::json!({});
+        }
+        if !doc["projects"][&key].is_object() {
+            doc["projects"][&key] = serde_json::json!({});
+        }
+        doc["projects"][&key]["hasTrustDialogAccepted"] = true.into();
+    }
+    if path.exists() && doc == before {
+        return Ok(());
+    }
+    let mut bytes = serde_json::to_vec_pretty(&doc).unwrap_or_default();
+    bytes.push(b'\n');
+    write_atomic(path, &bytes)
 }
 
 pub(super) fn argv(

@@ -52,6 +52,13 @@ fn overrides(req: &BuildProcessInvocationSpecRequest) -> Vec<(String, String)> {
     if let Some(text) = instructions {
         c.push(("developer_instructions".into(), toml::string(&text)));
     }
+    if o.trust_cwd && o.isolated_home {
+        let cwd = req.cwd.to_string_lossy();
+        c.push((
+            format!("projects.{}.trust_level", toml::string(&cwd)),
+            toml::string("trusted"),
+        ));
+    }
     if let Some(serde_json::Value::Object(servers)) = &o.mcp_servers {
         for (name, def) in servers {
             c.push((format!("mcp_servers.{}", toml::key(name)), toml::value(def)));

@@ -80,6 +80,9 @@ pub struct HarnessOptions {
     pub session_id: Option<String>,
     /// Claude headless: stream partial messages (text deltas).
     pub include_partial_messages: bool,
+    /// Pre-answer the CLI's "do you trust this folder?" question for `cwd` (interactive runs ask
+    /// it; headless runs do not). Only with `isolatedHome`: the user's own trust list is theirs.
+    pub trust_cwd: bool,
 }
 
 /// Seed 003 section 3.3's request (the `spec: SpaceSpec` is the caller's business; what the

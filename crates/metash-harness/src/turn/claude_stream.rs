@@ -27,7 +27,9 @@ pub(super) async fn run(
     if let Some(key) = req.key() {
         let config = env_value(&req.env, &m.env, "CLAUDE_CONFIG_DIR")
             .map(PathBuf::from)
-            .or_else(|| env_value(&req.env, &m.env, "HOME").map(|h| PathBuf::from(h).join(".claude")))
+            .or_else(|| {
+                env_value(&req.env, &m.env, "HOME").map(|h| PathBuf::from(h).join(".claude"))
+            })
             .ok_or_else(|| {
                 HarnessError::ContinuationNotFound("no HOME to find Claude's sessions in".into())
             })?;

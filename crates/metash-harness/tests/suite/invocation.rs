@@ -56,8 +56,10 @@ fn snapshot(r: &BuildProcessInvocationSpecRequest) -> serde_json::Value {
 fn quiet_claude_env() -> serde_json::Value {
     json!({
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL": "1",
         "DISABLE_AUTOUPDATER": "1",
         "DISABLE_ERROR_REPORTING": "1",
+        "DISABLE_INSTALLATION_CHECKS": "1",
         "DISABLE_TELEMETRY": "1"
     })
 }
@@ -155,7 +157,7 @@ fn claude_code_headless_and_interactive_with_and_without_continuation() {
         Some("5f1c"),
     ));
     assert_eq!(s["argv"], json!(["/opt/claude", "--resume", "5f1c"]));
-    assert_eq!(s["displayCommand"], "cd /work/project && env CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 DISABLE_ERROR_REPORTING=1 DISABLE_TELEMETRY=1 /opt/claude --resume 5f1c");
+    assert_eq!(s["displayCommand"], "cd /work/project && env CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL=1 DISABLE_AUTOUPDATER=1 DISABLE_ERROR_REPORTING=1 DISABLE_INSTALLATION_CHECKS=1 DISABLE_TELEMETRY=1 /opt/claude --resume 5f1c");
 }
 
 #[test]
@@ -228,9 +230,11 @@ fn claude_code_passes_every_option_through() {
             "ANTHROPIC_API_KEY": "sk",
             "ANTHROPIC_BASE_URL": "http://127.0.0.1:9",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL": "1",
             "CLAUDE_CONFIG_DIR": "$ASP/claude/home/.claude",
             "DISABLE_AUTOUPDATER": "1",
             "DISABLE_ERROR_REPORTING": "1",
+            "DISABLE_INSTALLATION_CHECKS": "1",
             "DISABLE_TELEMETRY": "1",
             "HOME": "$ASP/claude/home",
             "IS_SANDBOX": "1"
@@ -468,4 +472,86 @@ fn the_request_and_spec_round_trip_as_json() {
     assert_eq!(back, r);
     assert!(text.contains("\"cpSessionId\""));
     assert!(text.contains("\"interactionMode\":\"headless\""));
+}
+
+#[test]
+fn materialization_is_deterministic_for_every_cli() {
+    let build = |root: &Path| {
+        let mut files = Vec::new();
+        for frontend in [
+            HarnessFrontend::ClaudeCode,
+            HarnessFrontend::CodexCli,
+            HarnessFrontend::PiSdk,
+        ] {
+            let mut r = req(frontend, root, InteractionMode::Interactive, None);
+            r.cwd = PathBuf::from("/work/project");
+            r.model = Some(
+                if frontend == HarnessFrontend::ClaudeCode {
+                    "claude-sonnet-4-5"
+                } else {
+                    "gpt-5.1"
+                }
+                .into(),
+            );
+            r.env.insert(
+                "ANTHROPIC_API_KEY".into(),
+                "sk-ant-0123456789abcdefghijKLMNOP".into(),
+            );
+            r.options.isolated_home = true;
+            r.options.trust_cwd = true;
+            r.options.system_prompt = Some("sys".into());
+            r.options.mcp_servers = Some(json!({"m": {"command": "x"}}));
+            r.options.endpoint = Some(Endpoint {
+                base_url: "http://127.0.0.1:1/v1".into(),
+                api_key_env: Some("K".into()),
+                provider_name: None,
+            });
+            materialize(&r).unwrap();
+            materialize(&r).unwrap();
+        }
+        let mut stack = vec![root.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else {
+                    let rel = p.strip_prefix(root).unwrap().to_path_buf();
+                    let text = std::fs::read_to_string(&p)
+                        .unwrap()
+                        .replace(&*root.to_string_lossy(), "$ASP");
+                    files.push((rel, text));
+                }
+            }
+        }
+        files.sort();
+        files
+    };
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (fa, fb) = (build(a.path()), build(b.path()));
+    assert_eq!(fa, fb);
+    let names: Vec<String> = fa
+        .iter()
+        .map(|(p, _)| p.to_string_lossy().into_owned())
+        .collect();
+    for expected in [
+        "claude/home/.claude/.claude.json",
+        "claude/sessions/default/mcp.json",
+        "claude/sessions/default/system-prompt.md",
+        "codex/home/config.toml",
+        "pi/agent/models.json",
+    ] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} not in {names:?}"
+        );
+    }
+    let state = &fa
+        .iter()
+        .find(|(p, _)| p.ends_with(".claude.json"))
+        .unwrap()
+        .1;
+    // Claude approves a key by its last 20 characters.
+    assert!(state.contains("\"6789abcdefghijKLMNOP\""), "{state}");
+    assert!(state.contains("hasTrustDialogAccepted"));
 }

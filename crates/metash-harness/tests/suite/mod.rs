@@ -1,4 +1,5 @@
 mod api_clients;
+mod fake_cli;
 mod invocation;
 mod real_cli;
 mod runner;

@@ -438,14 +438,157 @@ async fn unknown_keys_are_refused_before_spawning() {
         pi: Some("/nonexistent/pi".into()),
     };
     let h = Harness::new(missing).unwrap();
-    for frontend in [HarnessFrontend::AgentSdk, HarnessFrontend::ClaudeCode, HarnessFrontend::CodexCli, HarnessFrontend::PiSdk] {
-        let req = turn_request(&server, frontend, &asp, &cwd, "x", Some("0199aaaa-0000-7000-8000-000000000000"));
-        let err = h.run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {}).await.unwrap_err();
-        assert_eq!(err.code(), HarnessErrorCode::ContinuationNotFound, "{frontend:?}: {err}");
+    for frontend in [
+        HarnessFrontend::AgentSdk,
+        HarnessFrontend::ClaudeCode,
+        HarnessFrontend::CodexCli,
+        HarnessFrontend::PiSdk,
+    ] {
+        let req = turn_request(
+            &server,
+            frontend,
+            &asp,
+            &cwd,
+            "x",
+            Some("0199aaaa-0000-7000-8000-000000000000"),
+        );
+        let err = h
+            .run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {})
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.code(),
+            HarnessErrorCode::ContinuationNotFound,
+            "{frontend:?}: {err}"
+        );
     }
     // Without a key the same harness does try to spawn, and says the program is missing.
     let req = turn_request(&server, HarnessFrontend::CodexCli, &asp, &cwd, "x", None);
-    let err = h.run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {}).await.unwrap_err();
+    let err = h
+        .run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {})
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), HarnessErrorCode::ProgramNotFound);
     assert_eq!(server.count(), 0);
+}
+
+/// A provider error reaches the caller as an `error` event carrying the provider's own message.
+#[tokio::test]
+async fn provider_errors_from_the_clis_become_error_events() {
+    let server = MockServer::start(|c| {
+        if c.path.contains("/responses") {
+            openai_error(400, "CODEX-SIDE-BAD-REQUEST")
+        } else if c.path.contains("/chat/completions") {
+            openai_error(400, "PI-SIDE-BAD-REQUEST")
+        } else {
+            anthropic_error(400, "invalid_request_error", "CLAUDE-SIDE-BAD-REQUEST")
+        }
+    })
+    .await;
+    let (root, cwd) = dirs();
+    let asp = root.path().join("asp");
+    let h = Harness::new(programs()).unwrap();
+    for (frontend, program, needle) in [
+        (
+            HarnessFrontend::AgentSdk,
+            Program::Claude,
+            "CLAUDE-SIDE-BAD-REQUEST",
+        ),
+        (
+            HarnessFrontend::CodexCli,
+            Program::Codex,
+            "CODEX-SIDE-BAD-REQUEST",
+        ),
+        (HarnessFrontend::PiSdk, Program::Pi, "PI-SIDE-BAD-REQUEST"),
+    ] {
+        if require(program).is_none() {
+            continue;
+        }
+        let (r, events) = run(&h, &turn_request(&server, frontend, &asp, &cwd, "x", None)).await;
+        assert!(!r.result.success);
+        let err = r.result.error.clone().unwrap();
+        assert_eq!(
+            err.code,
+            HarnessErrorCode::ApiError,
+            "{frontend:?}: {err:?}"
+        );
+        assert!(
+            err.message.contains(needle),
+            "{frontend:?}: {}",
+            err.message
+        );
+        assert!(events.iter().any(|e| matches!(&e.payload, Some(HarnessEvent::Error { message, .. }) if message.contains(needle))));
+    }
+}
+
+/// An interactive spec on a pty (how a control plane hosts it in a terminal) sends the initial
+/// prompt to the model: the interactive argv/env are enough on their own.
+#[tokio::test]
+async fn interactive_specs_on_a_pty_reach_the_model() {
+    use std::io::Read;
+    let server = MockServer::start(|c| {
+        if c.path.contains("/responses") {
+            responses_text("INTERACTIVE-OK")
+        } else {
+            anthropic_text("INTERACTIVE-OK")
+        }
+    })
+    .await;
+    for (frontend, program) in [
+        (HarnessFrontend::ClaudeCode, Program::Claude),
+        (HarnessFrontend::CodexCli, Program::Codex),
+    ] {
+        if require(program).is_none() {
+            continue;
+        }
+        let (root, cwd) = dirs();
+        let turn = turn_request(
+            &server,
+            frontend,
+            &root.path().join("asp"),
+            &cwd,
+            "INTERACTIVE-PROMPT",
+            None,
+        );
+        let mut inv = turn.invocation_request();
+        inv.interaction_mode = metash_protocol::InteractionMode::Interactive;
+        inv.io_mode = metash_protocol::IoMode::Pty;
+        inv.options.trust_cwd = true;
+        let spec = build_process_invocation_spec(&inv, &programs())
+            .unwrap()
+            .spec;
+        let mut p = metash_harness::runner::spawn_pty(&spec, 40, 120).unwrap();
+        let mut master = p.master.try_clone().unwrap();
+        let screen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let s2 = screen.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = master.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                s2.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while requests_with(&server, "INTERACTIVE-PROMPT").is_empty()
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let _ = p.child.kill();
+        let _ = p.child.wait();
+        let text = String::from_utf8_lossy(&screen.lock().unwrap()).into_owned();
+        assert!(
+            !requests_with(&server, "INTERACTIVE-PROMPT").is_empty(),
+            "{frontend:?} never sent the prompt; screen:\n{}",
+            text.chars()
+                .rev()
+                .take(3000)
+                .collect::<String>()
+                .chars()
+                .rev()
+                .collect::<String>()
+        );
+    }
 }

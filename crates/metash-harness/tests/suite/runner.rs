@@ -81,3 +81,25 @@ fn pty_gives_a_controlling_terminal() {
     }
     assert!(String::from_utf8_lossy(&out).contains("on-a-tty"));
 }
+
+#[tokio::test]
+async fn a_grandchild_holding_stdout_open_does_not_hang_the_run() {
+    let s = spec(&["sh", "-c", "echo done; sleep 30 &"], IoMode::Pipes);
+    let start = std::time::Instant::now();
+    let mut lines = Vec::new();
+    let out = run_piped(
+        &s,
+        Some(Duration::from_secs(20)),
+        &CancellationToken::new(),
+        &mut |l| lines.push(l.to_string()),
+    )
+    .await
+    .unwrap();
+    assert!(out.status.success());
+    assert_eq!(lines, vec!["done".to_string()]);
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+}

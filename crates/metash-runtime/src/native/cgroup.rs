@@ -73,10 +73,7 @@ impl AgentCgroup {
         let mut cg = if v2_usable() {
             let parent = Path::new(ROOT).join("metash");
             let _ = fs::create_dir_all(&parent);
-            let _ = write(
-                &parent.join("cgroup.subtree_control"),
-                "+memory +pids +cpu",
-            );
+            let _ = write(&parent.join("cgroup.subtree_control"), "+memory +pids +cpu");
             let dir = parent.join(name);
             fs::create_dir_all(&dir).ok()?;
             Self {
@@ -129,9 +126,9 @@ impl AgentCgroup {
             let period: u64 = 100_000;
             let quota = (milli * period / 1000).max(1000);
             let ok = match cg.version {
-                Version::V2 => cg.dir("unified").is_some_and(|d| {
-                    write(&d.join("cpu.max"), &format!("{quota} {period}"))
-                }),
+                Version::V2 => cg
+                    .dir("unified")
+                    .is_some_and(|d| write(&d.join("cpu.max"), &format!("{quota} {period}"))),
                 Version::V1 => cg.dir("cpu").is_some_and(|d| {
                     write(&d.join("cpu.cfs_period_us"), &period.to_string())
                         && write(&d.join("cpu.cfs_quota_us"), &quota.to_string())

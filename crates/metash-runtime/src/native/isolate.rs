@@ -102,7 +102,9 @@ pub fn landlock_ruleset(plan: &LandlockPlan<'_>) -> Result<(OwnedFd, i64)> {
         .map_err(ll)?;
     let confine_net = !matches!(plan.network, NetworkAccess::Unrestricted);
     if abi_v >= 4 && confine_net {
-        ruleset = ruleset.handle_access(AccessNet::from_all(abi)).map_err(ll)?;
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(abi))
+            .map_err(ll)?;
     } else if confine_net && matches!(plan.network, NetworkAccess::Allowlist(_)) {
         return Err(setup(format!(
             "Landlock ABI {abi_v} has no TCP rules; a network allowlist cannot be enforced"
@@ -182,8 +184,9 @@ pub fn seccomp_program(network: &NetworkAccess) -> Result<Vec<libc::sock_filter>
     let unix = libc::AF_UNIX as u64;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     let socket_rules = match network {
-        NetworkAccess::None => vec![SeccompRule::new(vec![cond(0, SeccompCmpOp::Ne, unix)?])
-            .map_err(sc)?],
+        NetworkAccess::None => {
+            vec![SeccompRule::new(vec![cond(0, SeccompCmpOp::Ne, unix)?]).map_err(sc)?]
+        }
         NetworkAccess::Allowlist(_) => vec![
             // Only unix, inet, inet6 families...
             SeccompRule::new(vec![
@@ -211,8 +214,12 @@ pub fn seccomp_program(network: &NetworkAccess) -> Result<Vec<libc::sock_filter>
                 cond(0, SeccompCmpOp::Ne, libc::AF_INET6 as u64)?,
             ])
             .map_err(sc)?,
-            SeccompRule::new(vec![cond(1, SeccompCmpOp::MaskedEq(0xff), libc::SOCK_RAW as u64)?])
-                .map_err(sc)?,
+            SeccompRule::new(vec![cond(
+                1,
+                SeccompCmpOp::MaskedEq(0xff),
+                libc::SOCK_RAW as u64,
+            )?])
+            .map_err(sc)?,
         ],
     };
     rules.insert(libc::SYS_socket, socket_rules);
@@ -276,7 +283,10 @@ pub struct ChildPlan {
 fn check(rc: libc::c_long, step: &str) -> io::Result<()> {
     if rc < 0 {
         let e = io::Error::last_os_error();
-        Err(io::Error::new(e.kind(), format!("sandbox step {step}: {e}")))
+        Err(io::Error::new(
+            e.kind(),
+            format!("sandbox step {step}: {e}"),
+        ))
     } else {
         Ok(())
     }
@@ -293,12 +303,19 @@ impl ChildPlan {
         unsafe {
             check(libc::setsid() as libc::c_long, "setsid")?;
             check(
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0)
-                    as libc::c_long,
+                libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) as libc::c_long,
                 "pdeathsig",
             )?;
             if libc::getppid() != self.parent_pid {
-                return Err(io::Error::other("sandbox step pdeathsig: host already gone"));
+                return Err(io::Error::other(
+                    "sandbox step pdeathsig: host already gone",
+                ));
             }
             for &fd in &self.cgroup_procs {
                 let rc = libc::write(fd, b"0".as_ptr().cast(), 1);

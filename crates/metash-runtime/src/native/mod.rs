@@ -7,12 +7,14 @@ mod cgroup;
 pub mod isolate;
 pub mod procs;
 mod proxy;
+mod sandbox;
+mod spawner;
 
 use std::collections::VecDeque;
 use std::io::{BufReader, Read, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -22,21 +24,19 @@ use metash_protocol::AgentEvent;
 use serde_json::{json, Value};
 
 pub use proxy::ConnectProxy;
+pub use sandbox::Sandbox;
 
 use crate::codec;
 use crate::error::{io_err, Result, RuntimeError};
 use crate::invocation::{InvocationStatus, Outcome, Step, Tracker};
-use crate::limits::{parse_cpu, parse_mem, Applied, AppliedLimits};
 use crate::pump::{pump, Msg, PumpCfg};
 use crate::sink::{kinds, EventSink};
-use crate::spec::{caps, AgentSpec, NetworkAccess};
+use crate::spec::AgentSpec;
 use crate::stream::TokenBucket;
 
 /// How long, after killing, we wait for the group to disappear and the pipes to close.
 const REAP_WITHIN: Duration = Duration::from_millis(200);
 const STDERR_TAIL: usize = 64 * 1024;
-
-static NONCE: AtomicU64 = AtomicU64::new(0);
 
 /// A running native agent.
 pub struct NativeProcess {
@@ -46,8 +46,7 @@ pub struct NativeProcess {
     input: Option<SyncSender<Vec<u8>>>,
     rx: Receiver<Msg>,
     stderr: Arc<Mutex<VecDeque<u8>>>,
-    cgroup: Option<cgroup::AgentCgroup>,
-    _proxy: Option<ConnectProxy>,
+    sandbox: Sandbox,
     exit: Option<ExitStatus>,
     /// Limits already logged as hit (each is logged once).
     reported: Vec<&'static str>,
@@ -55,16 +54,12 @@ pub struct NativeProcess {
     pub report: Value,
 }
 
+/// A failed spawn. std reports only the errno of a failed `pre_exec` step, so the message names
+/// the stage; either way the agent did not run (fail-closed).
 fn sandbox_err(e: std::io::Error) -> RuntimeError {
-    let msg = e.to_string();
-    if msg.contains("sandbox step") {
-        RuntimeError::SandboxSetup(msg)
-    } else {
-        RuntimeError::Io {
-            context: "spawning the native agent".into(),
-            source: e,
-        }
-    }
+    RuntimeError::SandboxSetup(format!(
+        "spawn failed while applying the sandbox in the child or at exec: {e}"
+    ))
 }
 
 impl NativeProcess {
@@ -74,121 +69,12 @@ impl NativeProcess {
     /// [`RuntimeError::SandboxSetup`] when any restriction cannot be applied (the agent never
     /// runs), I/O errors otherwise.
     pub fn spawn(spec: &AgentSpec, sink: &Arc<dyn EventSink>, start_line: Vec<u8>) -> Result<Self> {
-        let workspace = isolate::canonical(&spec.workspace)?;
-        let entry = isolate::canonical(&spec.entry)?;
-        let network = spec.effective_network();
-        let proxy = match &network {
-            NetworkAccess::Allowlist(list) => Some(
-                ConnectProxy::start(spec.id.clone(), list.clone(), Arc::clone(sink))
-                    .map_err(io_err("starting the allowlist proxy"))?,
-            ),
-            _ => None,
-        };
-        let (ll_fd, abi) = isolate::landlock_ruleset(&isolate::LandlockPlan {
-            workspace: &workspace,
-            read: spec.has(caps::FILES_READ),
-            write: spec.has(caps::FILES_WRITE),
-            entry: &entry,
-            network: &network,
-            proxy_port: proxy.as_ref().map(ConnectProxy::port),
-        })?;
-        let seccomp = isolate::seccomp_program(&network)?;
-
-        // Quotas: cgroups first, rlimits for whatever they could not do.
-        let mem = spec
-            .manifest
-            .resources
-            .mem
-            .as_deref()
-            .map(parse_mem)
-            .transpose()?;
-        let cpu = spec
-            .manifest
-            .resources
-            .cpu
-            .as_deref()
-            .map(parse_cpu)
-            .transpose()?;
-        let name = format!(
-            "{}-{}-{}",
-            spec.id
-                .chars()
-                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-                .collect::<String>(),
-            std::process::id(),
-            NONCE.fetch_add(1, Ordering::Relaxed)
-        );
-        let quotas = cgroup::Quotas {
-            memory_bytes: mem,
-            cpu_millis: cpu,
-            pids: Some(spec.max_pids),
-        };
-        let (cg, cg_applied) = match cgroup::AgentCgroup::create(&name, quotas) {
-            Some((cg, a)) => (Some(cg), a),
-            None => (None, cgroup::AppliedQuotas::default()),
-        };
-        let mut limits = AppliedLimits {
-            memory_bytes: cg_applied.memory,
-            cpu_millis: cg_applied.cpu,
-            pids: cg_applied.pids,
-            timeout_ms: Some(Applied::new(
-                spec.timeout.as_millis() as u64,
-                "host-deadline+killpg",
-            )),
-            output_bytes: Some(Applied::new(spec.output_cap, "host-reader")),
-            events_per_s: Some(Applied::new(spec.throttle.rate as u64, "token-bucket")),
-        };
-        let mut rlimits: Vec<(libc::__rlimit_resource_t, u64)> = vec![(libc::RLIMIT_CORE, 0)];
-        if let (Some(m), None) = (mem, &limits.memory_bytes) {
-            rlimits.push((libc::RLIMIT_AS, m));
-            limits.memory_bytes = Some(
-                Applied::new(m, "rlimit").with_note("RLIMIT_AS: address space, not resident memory"),
-            );
-        }
-        if limits.pids.is_none() {
-            rlimits.push((libc::RLIMIT_NPROC, spec.max_pids));
-            limits.pids = Some(
-                Applied::new(spec.max_pids, "rlimit")
-                    .with_note("RLIMIT_NPROC counts all processes of the user; root ignores it"),
-            );
-        }
-        if let (Some(c), None) = (cpu, &limits.cpu_millis) {
-            let secs = spec.timeout.as_secs().max(1) + 1;
-            rlimits.push((libc::RLIMIT_CPU, secs));
-            limits.cpu_millis = Some(Applied::new(c, "rlimit").with_note(
-                "no CPU share without cgroups; RLIMIT_CPU caps CPU seconds at the timeout",
-            ));
-        }
-
-        let plan = isolate::ChildPlan {
-            landlock_fd: std::os::fd::AsRawFd::as_raw_fd(&ll_fd),
-            seccomp,
-            cgroup_procs: cg.as_ref().map(cgroup::AgentCgroup::procs_fds).unwrap_or_default(),
-            rlimits,
-            // SAFETY: getpid has no preconditions.
-            parent_pid: unsafe { libc::getpid() },
-            drop_caps: true,
-        };
-        let mut cmd = Command::new(&entry);
-        cmd.args(&spec.args)
-            .env_clear()
-            .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .current_dir(&workspace)
-            .stdin(Stdio::piped())
+        let sandbox = Sandbox::prepare(spec, sink)?;
+        let mut cmd = sandbox.command();
+        cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        if let Some(p) = &proxy {
-            let url = format!("http://127.0.0.1:{}", p.port());
-            for k in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY"] {
-                cmd.env(k, &url);
-            }
-        }
-        // SAFETY: `apply` makes only async-signal-safe syscalls on data prepared above.
-        unsafe {
-            cmd.pre_exec(move || plan.apply());
-        }
-        let mut child = cmd.spawn().map_err(sandbox_err)?;
-        drop(ll_fd);
+        let mut child = spawner::spawn(cmd).map_err(sandbox_err)?;
         let pgid = child.id() as i32;
 
         let (tx, rx) = mpsc::sync_channel::<Msg>(spec.channel_capacity.max(1));
@@ -206,9 +92,12 @@ impl NativeProcess {
             .name(format!("metash-out-{}", spec.id))
             .spawn(move || {
                 let mut bucket = TokenBucket::new(throttle);
-                pump(BufReader::with_capacity(64 * 1024, stdout), &cfg, &mut bucket, |m| {
-                    tx.send(m).is_ok()
-                });
+                pump(
+                    BufReader::with_capacity(64 * 1024, stdout),
+                    &cfg,
+                    &mut bucket,
+                    |m| tx.send(m).is_ok(),
+                );
             })
             .map_err(io_err("starting the output reader"))?;
         let stderr = Arc::new(Mutex::new(VecDeque::new()));
@@ -238,7 +127,11 @@ impl NativeProcess {
                 .name(format!("metash-in-{}", spec.id))
                 .spawn(move || {
                     for chunk in in_rx {
-                        if stdin.write_all(&chunk).and_then(|()| stdin.flush()).is_err() {
+                        if stdin
+                            .write_all(&chunk)
+                            .and_then(|()| stdin.flush())
+                            .is_err()
+                        {
                             break;
                         }
                     }
@@ -246,19 +139,10 @@ impl NativeProcess {
                 .map_err(io_err("starting the stdin writer"))?;
         }
         let _ = in_tx.try_send(start_line);
-        let report = json!({
-            "sandbox": "native",
-            "pid": pgid,
-            "limits": limits,
-            "landlock_abi": abi,
-            "seccomp": true,
-            "no_new_privs": true,
-            "capabilities_dropped": true,
-            "network": network,
-            "proxy_port": proxy.as_ref().map(ConnectProxy::port),
-            "workspace_access": if spec.has(caps::FILES_WRITE) { "read-write" }
-                else if spec.has(caps::FILES_READ) { "read-only" } else { "none" },
-        });
+        let mut report = sandbox.report.clone();
+        if let Value::Object(m) = &mut report {
+            m.insert("pid".into(), json!(pgid));
+        }
         Ok(Self {
             agent: spec.id.clone(),
             child,
@@ -266,8 +150,7 @@ impl NativeProcess {
             input: Some(in_tx),
             rx,
             stderr,
-            cgroup: cg,
-            _proxy: proxy,
+            sandbox,
             exit: None,
             reported: Vec::new(),
             report,
@@ -332,7 +215,7 @@ impl NativeProcess {
     /// SIGKILL everything now and wait (bounded) for it to be gone.
     fn kill_now(&mut self) {
         self.signal_group(libc::SIGKILL);
-        if let Some(cg) = &self.cgroup {
+        if let Some(cg) = &self.sandbox.cgroup {
             cg.kill_all(REAP_WITHIN);
         }
         if self.exit.is_none() {
@@ -447,6 +330,7 @@ impl NativeProcess {
         }
         self.kill_now();
         let hit = self
+            .sandbox
             .cgroup
             .as_ref()
             .map(cgroup::AgentCgroup::limits_hit)
@@ -494,7 +378,8 @@ impl NativeProcess {
 
     /// Limits the kernel reports as hit so far.
     pub fn limits_hit(&self) -> Vec<&'static str> {
-        self.cgroup
+        self.sandbox
+            .cgroup
             .as_ref()
             .map(cgroup::AgentCgroup::limits_hit)
             .unwrap_or_default()

@@ -10,7 +10,11 @@ pub fn group_members(pgid: i32) -> Vec<i32> {
     };
     let mut out = Vec::new();
     for entry in dir.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
             continue;
         };
         if let Some((state, pgrp)) = stat(pid) {

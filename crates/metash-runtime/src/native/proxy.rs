@@ -91,7 +91,12 @@ impl Drop for ConnectProxy {
     }
 }
 
-fn serve(conn: TcpStream, agent: &str, allowlist: &[String], sink: &dyn EventSink) -> io::Result<()> {
+fn serve(
+    conn: TcpStream,
+    agent: &str,
+    allowlist: &[String],
+    sink: &dyn EventSink,
+) -> io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut head = String::new();
@@ -124,7 +129,10 @@ fn serve(conn: TcpStream, agent: &str, allowlist: &[String], sink: &dyn EventSin
         return Ok(());
     }
     let (host, port) = match target.rsplit_once(':') {
-        Some((h, p)) => (h.trim_matches(|c| c == '[' || c == ']'), p.parse::<u16>().ok()),
+        Some((h, p)) => (
+            h.trim_matches(|c| c == '[' || c == ']'),
+            p.parse::<u16>().ok(),
+        ),
         None => (target, None),
     };
     let Some(port) = port else {
@@ -140,12 +148,9 @@ fn serve(conn: TcpStream, agent: &str, allowlist: &[String], sink: &dyn EventSin
         out.write_all(b"HTTP/1.1 403 Forbidden (metash: domain not in allowlist)\r\n\r\n")?;
         return Ok(());
     }
-    let upstream = (host, port)
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut addrs| {
-            addrs.find_map(|a| TcpStream::connect_timeout(&a, Duration::from_secs(10)).ok())
-        });
+    let upstream = (host, port).to_socket_addrs().ok().and_then(|mut addrs| {
+        addrs.find_map(|a| TcpStream::connect_timeout(&a, Duration::from_secs(10)).ok())
+    });
     let Some(upstream) = upstream else {
         out.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n")?;
         return Ok(());

@@ -107,9 +107,9 @@ impl Fixture {
 
     /// Whether the log holds the agent's own `error` event with code `denied`.
     pub fn logged_denial(&self, id: &str) -> bool {
-        self.events(id, kinds::AGENT_EVENT).iter().any(|e| {
-            e.data["type"] == "error" && e.data["code"] == "denied"
-        })
+        self.events(id, kinds::AGENT_EVENT)
+            .iter()
+            .any(|e| e.data["type"] == "error" && e.data["code"] == "denied")
     }
 }
 

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use metash_protocol::AgentEvent;
-use metash_runtime::{ChunkAssembler, EventSink, InvocationStatus, Runtime, RuntimeConfig, Throttle};
+use metash_runtime::{
+    ChunkAssembler, EventSink, InvocationStatus, Runtime, RuntimeConfig, Throttle,
+};
 use serde_json::Value;
 
 use super::common::*;
@@ -70,7 +72,7 @@ fn flood_with_slow_consumer_stays_bounded_and_ordered() {
                 received += 1;
                 // The slow consumer: ~5k events/s at most, far below what the agent can write.
                 std::thread::sleep(Duration::from_micros(200));
-                if received % 1000 == 0 {
+                if received.is_multiple_of(1000) {
                     peak = peak.max(rss_kib());
                 }
             }
@@ -80,7 +82,10 @@ fn flood_with_slow_consumer_stays_bounded_and_ordered() {
         })
         .unwrap();
     let took = t.elapsed();
-    assert!(matches!(outcome.status, InvocationStatus::Done { .. }), "{outcome:?}");
+    assert!(
+        matches!(outcome.status, InvocationStatus::Done { .. }),
+        "{outcome:?}"
+    );
     let produced: u64 = summary
         .as_deref()
         .and_then(|s| s.strip_prefix("chunks="))

@@ -10,11 +10,16 @@ use super::common::*;
 #[test]
 fn illegal_transitions_are_rejected() {
     let f = Fixture::new();
-    let mut a = f.rt.register(f.wasm("l-ill", &wat_echo(), &[], None)).unwrap();
+    let mut a =
+        f.rt.register(f.wasm("l-ill", &wat_echo(), &[], None))
+            .unwrap();
     assert_eq!(a.state(), LifecycleState::Registered);
     let err = a.invoke("x", &[], &mut |_| {}).unwrap_err();
     assert_eq!(err.code(), "illegal_transition");
-    assert!(err.to_string().contains("cannot invoke while registered"), "{err}");
+    assert!(
+        err.to_string().contains("cannot invoke while registered"),
+        "{err}"
+    );
     assert_eq!(a.suspend().unwrap_err().code(), "illegal_transition");
     a.start().unwrap();
     assert_eq!(a.start().unwrap_err().code(), "illegal_transition");
@@ -25,7 +30,10 @@ fn illegal_transitions_are_rejected() {
     assert_eq!(a.resume().unwrap_err().code(), "illegal_transition");
     a.shutdown().unwrap();
     assert_eq!(a.state(), LifecycleState::Terminated);
-    assert_eq!(a.invoke("x", &[], &mut |_| {}).unwrap_err().code(), "illegal_transition");
+    assert_eq!(
+        a.invoke("x", &[], &mut |_| {}).unwrap_err().code(),
+        "illegal_transition"
+    );
     assert_eq!(a.shutdown().unwrap_err().code(), "illegal_transition");
     // Each legal transition is in the log, in order.
     let kinds_seen: Vec<String> = f
@@ -56,7 +64,10 @@ fn wasm_suspend_resume_between_invocations() {
     assert_eq!(text(&run(&mut a, "go").1), "OK");
     a.suspend().unwrap();
     assert_eq!(a.state(), LifecycleState::Suspended);
-    assert_eq!(a.invoke("x", &[], &mut |_| {}).unwrap_err().code(), "illegal_transition");
+    assert_eq!(
+        a.invoke("x", &[], &mut |_| {}).unwrap_err().code(),
+        "illegal_transition"
+    );
     a.resume().unwrap();
     assert_eq!(text(&run(&mut a, "go").1), "OK");
     assert_eq!(f.events("l-wsus", kinds::SUSPENDED).len(), 1);
@@ -74,7 +85,10 @@ fn native_suspend_resume_stops_the_process() {
     std::thread::sleep(Duration::from_millis(50));
     let (state, _) = metash_runtime::native::procs::stat(pid).unwrap();
     assert_eq!(state, 'T', "SIGSTOP did not stop the agent");
-    assert_eq!(a.invoke("echo x", &[], &mut |_| {}).unwrap_err().code(), "illegal_transition");
+    assert_eq!(
+        a.invoke("echo x", &[], &mut |_| {}).unwrap_err().code(),
+        "illegal_transition"
+    );
     a.resume().unwrap();
     std::thread::sleep(Duration::from_millis(20));
     let (state, _) = metash_runtime::native::procs::stat(pid).unwrap();
@@ -89,14 +103,22 @@ fn native_agent_that_exits_is_terminated() {
     let f = Fixture::new();
     let mut a = f.start(f.native("l-exit", &[], None));
     let (o, _) = run(&mut a, "exit 7");
-    assert_eq!(o.status, InvocationStatus::Exited { code: Some(7), signal: None });
+    assert_eq!(
+        o.status,
+        InvocationStatus::Exited {
+            code: Some(7),
+            signal: None
+        }
+    );
     assert_eq!(a.state(), LifecycleState::Terminated);
 }
 
 #[test]
 fn start_event_reports_limits() {
     let f = Fixture::new();
-    let mut a = f.rt.register(f.wasm("l-lim", &wat_echo(), &[], Some("32Mi"))).unwrap();
+    let mut a =
+        f.rt.register(f.wasm("l-lim", &wat_echo(), &[], Some("32Mi")))
+            .unwrap();
     let report = a.start().unwrap();
     assert_eq!(report["limits"]["memory_bytes"]["value"], 32 * 1024 * 1024);
     assert_eq!(report["limits"]["memory_bytes"]["via"], "wasm-store-limits");

@@ -45,7 +45,11 @@ fn native_without_files_capability_sees_nothing() {
     let f = Fixture::new();
     let mut a = f.start(f.native("n-nofs", &[], None));
     let (_, ev) = run(&mut a, "read inside.txt");
-    assert!(text(&ev).contains("denied") || text(&ev).contains("Permission"), "{}", text(&ev));
+    assert!(
+        text(&ev).contains("denied") || text(&ev).contains("Permission"),
+        "{}",
+        text(&ev)
+    );
     assert!(f.logged_denial("n-nofs"));
 }
 
@@ -119,7 +123,10 @@ fn native_network_allowlist_through_proxy() {
     let (_, ev) = run(&mut a, "proxy example.com:443");
     assert!(text(&ev).contains("403"), "{}", text(&ev));
     let denied = f.events("n-net", kinds::DENIED);
-    assert!(denied.iter().any(|e| e.data["host"] == "example.com"), "{denied:?}");
+    assert!(
+        denied.iter().any(|e| e.data["host"] == "example.com"),
+        "{denied:?}"
+    );
     // Going around the proxy: Landlock allows TCP connect to the proxy port only.
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
@@ -143,7 +150,10 @@ fn native_sees_no_host_environment() {
         assert!(!text(&ev).contains(&format!("{k}=")) || k == "GREETING");
     }
     // The host's environment through /proc is out of reach too.
-    let (_, ev) = run(&mut a, &format!("read /proc/{}/environ", std::process::id()));
+    let (_, ev) = run(
+        &mut a,
+        &format!("read /proc/{}/environ", std::process::id()),
+    );
     assert!(!text(&ev).contains("READ-OK"));
     assert!(f.logged_denial("n-env"));
 }
@@ -156,7 +166,11 @@ fn native_fork_bomb_is_contained() {
     spec.max_pids = 32;
     let mut a = f.start(spec);
     let report = &f.events("n-fork", kinds::STARTED)[0].data;
-    if report["limits"]["pids"]["via"].as_str().unwrap_or("").starts_with("rlimit") {
+    if report["limits"]["pids"]["via"]
+        .as_str()
+        .unwrap_or("")
+        .starts_with("rlimit")
+    {
         println!("SKIP native_fork_bomb_is_contained: no writable pids cgroup here, and RLIMIT_NPROC does not bind root");
         return;
     }
@@ -166,7 +180,10 @@ fn native_fork_bomb_is_contained() {
     let lim = f.events("n-fork", kinds::LIMIT);
     assert!(lim.iter().any(|e| e.data["limit"] == "pids"), "{lim:?}");
     a.shutdown().unwrap();
-    assert!(group_gone(pid, Duration::from_millis(250)), "fork bomb survivors");
+    assert!(
+        group_gone(pid, Duration::from_millis(250)),
+        "fork bomb survivors"
+    );
 }
 
 #[test]
@@ -206,7 +223,11 @@ fn native_spin_past_timeout() {
     let (o, _) = run(&mut a, "spin");
     assert_eq!(o.status, InvocationStatus::Timeout);
     assert!(group_gone(pid, Duration::ZERO));
-    assert!(t.elapsed() < Duration::from_millis(300 + 250), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_millis(300 + 250),
+        "{:?}",
+        t.elapsed()
+    );
     assert_eq!(f.events("n-spin", kinds::TIMEOUT).len(), 1);
     assert_eq!(a.state(), metash_runtime::LifecycleState::Terminated);
 }
@@ -235,7 +256,10 @@ fn native_polite_agent_shuts_down_gracefully() {
     let mut a = f.start(f.native("n-polite", &[], None));
     let pid = a.pid().unwrap();
     assert_eq!(text(&run(&mut a, "echo hi").1), "hi");
-    assert_eq!(a.shutdown().unwrap(), metash_runtime::ShutdownKind::Graceful);
+    assert_eq!(
+        a.shutdown().unwrap(),
+        metash_runtime::ShutdownKind::Graceful
+    );
     assert!(group_gone(pid, Duration::ZERO));
 }
 

@@ -29,9 +29,15 @@ fn runaway(prompt: &str, id: &str) -> (Vec<i32>, String) {
         .collect();
     pids.push(pgid);
     let survivors: Vec<i32> = metash_runtime::native::procs::group_members(pgid);
-    assert!(survivors.is_empty(), "{prompt}: survivors in the group {survivors:?}");
+    assert!(
+        survivors.is_empty(),
+        "{prompt}: survivors in the group {survivors:?}"
+    );
     for p in &pids {
-        assert!(!metash_runtime::native::procs::alive(*p), "{prompt}: pid {p} survived");
+        assert!(
+            !metash_runtime::native::procs::alive(*p),
+            "{prompt}: pid {p} survived"
+        );
     }
     assert!(took < TIMEOUT + SLACK, "{prompt}: took {took:?}");
     (pids, out)

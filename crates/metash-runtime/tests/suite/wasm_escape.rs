@@ -11,7 +11,12 @@ use super::common::*;
 #[test]
 fn wasm_reads_inside_workspace_with_files_read() {
     let f = Fixture::new();
-    let mut a = f.start(f.wasm("w-in", &wat_open("inside.txt", false), &["files.read"], None));
+    let mut a = f.start(f.wasm(
+        "w-in",
+        &wat_open("inside.txt", false),
+        &["files.read"],
+        None,
+    ));
     let (o, ev) = run(&mut a, "go");
     assert!(matches!(o.status, InvocationStatus::Done { .. }), "{o:?}");
     assert_eq!(text(&ev), "OK");
@@ -31,12 +36,23 @@ fn wasm_denies_files_without_capability() {
 fn wasm_denies_reads_outside_workspace() {
     let f = Fixture::new();
     let secret = f.secret_path().display().to_string();
-    for (i, path) in ["/etc/shadow", secret.as_str(), "../outside/secret.txt", "link", "./../../../../etc/passwd"]
-        .iter()
-        .enumerate()
+    for (i, path) in [
+        "/etc/shadow",
+        secret.as_str(),
+        "../outside/secret.txt",
+        "link",
+        "./../../../../etc/passwd",
+    ]
+    .iter()
+    .enumerate()
     {
         let id = format!("w-read-{i}");
-        let mut a = f.start(f.wasm(&id, &wat_open(path, false), &["files.read", "files.write"], None));
+        let mut a = f.start(f.wasm(
+            &id,
+            &wat_open(path, false),
+            &["files.read", "files.write"],
+            None,
+        ));
         let (_, ev) = run(&mut a, "go");
         assert_eq!(text(&ev), "the sandbox refused", "path {path} was opened");
         assert!(f.logged_denial(&id), "no denial logged for {path}");
@@ -47,7 +63,12 @@ fn wasm_denies_reads_outside_workspace() {
 fn wasm_denies_writes_outside_and_readonly() {
     let f = Fixture::new();
     // Outside, even with files.write.
-    let mut a = f.start(f.wasm("w-wout", &wat_open("../outside/pwned", true), &["files.write"], None));
+    let mut a = f.start(f.wasm(
+        "w-wout",
+        &wat_open("../outside/pwned", true),
+        &["files.write"],
+        None,
+    ));
     let (_, ev) = run(&mut a, "go");
     assert_eq!(text(&ev), "the sandbox refused");
     assert!(!f.dir.path().join("outside/pwned").exists());
@@ -157,7 +178,11 @@ fn wasm_ignoring_shutdown_is_interrupted() {
     let (o, _) = run(&mut a, "go");
     h.join().unwrap();
     assert!(matches!(o.status, InvocationStatus::Killed { .. }), "{o:?}");
-    assert!(t.elapsed() < Duration::from_millis(200 + 250), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_millis(200 + 250),
+        "{:?}",
+        t.elapsed()
+    );
     assert_eq!(f.events("w-ign", kinds::KILLED).len(), 1);
     a.shutdown().unwrap();
 }

@@ -88,6 +88,9 @@ pub struct CommonArgs {
     /// Give the harness its own HOME under aspHome.
     #[arg(long)]
     isolated_home: bool,
+    /// With --isolated-home: pre-answer the CLI's "trust this folder?" question for --cwd.
+    #[arg(long)]
+    trust_cwd: bool,
     #[arg(long)]
     permission_mode: Option<String>,
     #[arg(long)]
@@ -262,6 +265,7 @@ fn common(c: &CommonArgs, workspace: &Path) -> anyhow::Result<Common> {
         isolated_home: c.isolated_home,
         session_id: None,
         include_partial_messages: false,
+        trust_cwd: c.trust_cwd,
     };
     Ok(Common {
         frontend,

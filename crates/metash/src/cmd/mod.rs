@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 mod harness;
+mod policy;
 mod store;
 
 /// What every command gets besides its own arguments.
@@ -20,11 +21,14 @@ pub enum Command {
     Store(store::StoreCommand),
     #[command(flatten)]
     Harness(harness::HarnessCommand),
+    #[command(flatten)]
+    Policy(policy::PolicyCommand),
 }
 
 pub fn run(command: Command, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     match command {
         Command::Store(c) => store::run(c, ctx),
         Command::Harness(c) => harness::run(c, ctx),
+        Command::Policy(c) => policy::run(c, ctx),
     }
 }

@@ -1,0 +1,124 @@
+//! The CLI frontends' plumbing with stand-in programs (shell scripts printing what the real CLIs
+//! print), for the cases a loopback server cannot provoke: cancellation mid-turn and Claude's
+//! `subtype: "success"` with `is_error: true`.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use metash_harness::{CancellationToken, Harness, Programs, RunTurnNonInteractiveRequest};
+use metash_protocol::{HarnessErrorCode, HarnessEvent, HarnessFrontend};
+
+fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn cancelling_a_cli_turn_kills_it_and_keeps_the_observed_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let claude = script(
+        dir.path(),
+        "claude",
+        r#"echo '{"type":"system","subtype":"init","session_id":"sess-42","cwd":"/","model":"m"}'; sleep 30"#,
+    );
+    let h = Harness::new(Programs {
+        claude: Some(claude),
+        codex: None,
+        pi: None,
+    })
+    .unwrap();
+    let req = RunTurnNonInteractiveRequest::new(
+        HarnessFrontend::AgentSdk,
+        dir.path().join("asp"),
+        dir.path(),
+        "hi",
+    );
+    let cancel = CancellationToken::new();
+    let c2 = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        c2.cancel();
+    });
+    let start = Instant::now();
+    let mut events = Vec::new();
+    let r = h
+        .run_turn_non_interactive(&req, &cancel, &mut |e| events.push(e))
+        .await
+        .unwrap();
+    assert!(start.elapsed() < Duration::from_secs(10));
+    assert_eq!(r.result.error.unwrap().code, HarnessErrorCode::Cancelled);
+    assert_eq!(r.continuation.unwrap().key.as_deref(), Some("sess-42"));
+    let last = events.last().unwrap();
+    assert!(matches!(
+        last.payload,
+        Some(HarnessEvent::TurnCompleted { .. })
+    ));
+    assert_eq!(
+        last.continuation.as_ref().unwrap().key.as_deref(),
+        Some("sess-42")
+    );
+}
+
+#[tokio::test]
+async fn claude_is_error_wins_over_subtype_success() {
+    let dir = tempfile::tempdir().unwrap();
+    let claude = script(
+        dir.path(),
+        "claude",
+        r#"echo '{"type":"system","subtype":"init","session_id":"s1"}'
+echo '{"type":"result","subtype":"success","is_error":true,"result":"Invalid API key","session_id":"s1"}'
+exit 1"#,
+    );
+    let h = Harness::new(Programs {
+        claude: Some(claude),
+        codex: None,
+        pi: None,
+    })
+    .unwrap();
+    let req = RunTurnNonInteractiveRequest::new(
+        HarnessFrontend::ClaudeCode,
+        dir.path().join("asp"),
+        dir.path(),
+        "hi",
+    );
+    let r = h
+        .run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {})
+        .await
+        .unwrap();
+    assert!(!r.result.success);
+    let err = r.result.error.unwrap();
+    assert_eq!(err.code, HarnessErrorCode::HarnessFailed);
+    assert_eq!(err.message, "Invalid API key");
+}
+
+#[tokio::test]
+async fn a_cli_dying_without_output_is_a_clear_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let codex = script(dir.path(), "codex", "echo 'boom: config error' >&2; exit 2");
+    let h = Harness::new(Programs {
+        claude: None,
+        codex: Some(codex),
+        pi: None,
+    })
+    .unwrap();
+    let req = RunTurnNonInteractiveRequest::new(
+        HarnessFrontend::CodexCli,
+        dir.path().join("asp"),
+        dir.path(),
+        "hi",
+    );
+    let r = h
+        .run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {})
+        .await
+        .unwrap();
+    let err = r.result.error.unwrap();
+    assert_eq!(err.code, HarnessErrorCode::HarnessFailed);
+    assert!(
+        err.message.contains("boom: config error"),
+        "{}",
+        err.message
+    );
+}

@@ -1,0 +1,7 @@
+mod common;
+mod consent;
+mod ledger;
+mod manifest;
+mod migrate;
+mod props;
+mod registry;

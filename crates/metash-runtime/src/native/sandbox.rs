@@ -1,0 +1,198 @@
+//! Preparing the native sandbox for one agent: the Landlock ruleset, the seccomp program, the
+//! cgroups (or rlimits), the allowlist proxy, and a `Command` that applies them between fork and
+//! exec. Separate from the process plumbing so the benchmark can measure exactly this.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::cgroup;
+use super::isolate;
+use super::proxy::ConnectProxy;
+use crate::error::{io_err, Result};
+use crate::limits::{parse_cpu, parse_mem, Applied, AppliedLimits};
+use crate::sink::EventSink;
+use crate::spec::{caps, AgentSpec, NetworkAccess};
+
+static NONCE: AtomicU64 = AtomicU64::new(0);
+
+/// Everything prepared for one agent. Keep it alive as long as the agent runs: it owns the cgroup
+/// (removed, after killing what is left in it, on drop) and the proxy.
+pub struct Sandbox {
+    plan: Arc<isolate::ChildPlan>,
+    _landlock: OwnedFd,
+    pub(crate) cgroup: Option<cgroup::AgentCgroup>,
+    _proxy: Option<ConnectProxy>,
+    entry: PathBuf,
+    workspace: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    /// What was applied and how (the `agent_started` event).
+    pub report: Value,
+}
+
+impl Sandbox {
+    /// Prepare every restriction for `spec`.
+    ///
+    /// # Errors
+    /// [`crate::RuntimeError::SandboxSetup`] when a restriction is unavailable (fail-closed), bad
+    /// resource quantities, proxy start failure.
+    pub fn prepare(spec: &AgentSpec, sink: &Arc<dyn EventSink>) -> Result<Self> {
+        let workspace = isolate::canonical(&spec.workspace)?;
+        let entry = isolate::canonical(&spec.entry)?;
+        let network = spec.effective_network();
+        let proxy = match &network {
+            NetworkAccess::Allowlist(list) => Some(
+                ConnectProxy::start(spec.id.clone(), list.clone(), Arc::clone(sink))
+                    .map_err(io_err("starting the allowlist proxy"))?,
+            ),
+            _ => None,
+        };
+        let (ll_fd, abi) = isolate::landlock_ruleset(&isolate::LandlockPlan {
+            workspace: &workspace,
+            read: spec.has(caps::FILES_READ),
+            write: spec.has(caps::FILES_WRITE),
+            entry: &entry,
+            network: &network,
+            proxy_port: proxy.as_ref().map(ConnectProxy::port),
+        })?;
+        let seccomp = isolate::seccomp_program(&network)?;
+
+        // Quotas: cgroups first, rlimits for whatever they could not do.
+        let mem = spec
+            .manifest
+            .resources
+            .mem
+            .as_deref()
+            .map(parse_mem)
+            .transpose()?;
+        let cpu = spec
+            .manifest
+            .resources
+            .cpu
+            .as_deref()
+            .map(parse_cpu)
+            .transpose()?;
+        let name = format!(
+            "{}-{}-{}",
+            spec.id
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .collect::<String>(),
+            std::process::id(),
+            NONCE.fetch_add(1, Ordering::Relaxed)
+        );
+        let quotas = cgroup::Quotas {
+            memory_bytes: mem,
+            cpu_millis: cpu,
+            pids: Some(spec.max_pids),
+        };
+        let (cg, cg_applied) = match cgroup::AgentCgroup::create(&name, quotas) {
+            Some((cg, a)) => (Some(cg), a),
+            None => (None, cgroup::AppliedQuotas::default()),
+        };
+        let mut limits = AppliedLimits {
+            memory_bytes: cg_applied.memory,
+            cpu_millis: cg_applied.cpu,
+            pids: cg_applied.pids,
+            timeout_ms: Some(Applied::new(
+                spec.timeout.as_millis() as u64,
+                "host-deadline+killpg",
+            )),
+            output_bytes: Some(Applied::new(spec.output_cap, "host-reader")),
+            events_per_s: Some(Applied::new(spec.throttle.rate as u64, "token-bucket")),
+        };
+        let mut rlimits: Vec<(libc::__rlimit_resource_t, u64)> = vec![(libc::RLIMIT_CORE, 0)];
+        if let (Some(m), None) = (mem, &limits.memory_bytes) {
+            rlimits.push((libc::RLIMIT_AS, m));
+            limits.memory_bytes = Some(
+                Applied::new(m, "rlimit")
+                    .with_note("RLIMIT_AS: address space, not resident memory"),
+            );
+        }
+        if limits.pids.is_none() {
+            rlimits.push((libc::RLIMIT_NPROC, spec.max_pids));
+            limits.pids = Some(
+                Applied::new(spec.max_pids, "rlimit")
+                    .with_note("RLIMIT_NPROC counts all processes of the user; root ignores it"),
+            );
+        }
+        if let (Some(c), None) = (cpu, &limits.cpu_millis) {
+            let secs = spec.timeout.as_secs().max(1) + 1;
+            rlimits.push((libc::RLIMIT_CPU, secs));
+            limits.cpu_millis = Some(Applied::new(c, "rlimit").with_note(
+                "no CPU share without cgroups; RLIMIT_CPU caps CPU seconds at the timeout",
+            ));
+        }
+
+        let plan = isolate::ChildPlan {
+            landlock_fd: ll_fd.as_raw_fd(),
+            seccomp,
+            cgroup_procs: cg
+                .as_ref()
+                .map(cgroup::AgentCgroup::procs_fds)
+                .unwrap_or_default(),
+            rlimits,
+            // SAFETY: getpid has no preconditions.
+            parent_pid: unsafe { libc::getpid() },
+            drop_caps: true,
+        };
+        let report = json!({
+            "sandbox": "native",
+            "limits": limits,
+            "landlock_abi": abi,
+            "seccomp": true,
+            "no_new_privs": true,
+            "capabilities_dropped": true,
+            "network": network,
+            "proxy_port": proxy.as_ref().map(ConnectProxy::port),
+            "workspace_access": if spec.has(caps::FILES_WRITE) { "read-write" }
+                else if spec.has(caps::FILES_READ) { "read-only" } else { "none" },
+        });
+        let mut env = spec.env.clone();
+        if let Some(p) = &proxy {
+            let url = format!("http://127.0.0.1:{}", p.port());
+            for k in [
+                "HTTPS_PROXY",
+                "https_proxy",
+                "HTTP_PROXY",
+                "http_proxy",
+                "ALL_PROXY",
+            ] {
+                env.push((k.to_string(), url.clone()));
+            }
+        }
+        Ok(Self {
+            plan: Arc::new(plan),
+            _landlock: ll_fd,
+            cgroup: cg,
+            _proxy: proxy,
+            entry,
+            workspace,
+            args: spec.args.clone(),
+            env,
+            report,
+        })
+    }
+
+    /// A `Command` for the agent that applies the sandbox in the child before exec. Stdio is left
+    /// to the caller. Every spawn from it is confined the same way (the bench spawns many).
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(&self.entry);
+        cmd.args(&self.args)
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .current_dir(&self.workspace);
+        let plan = Arc::clone(&self.plan);
+        // SAFETY: `apply` makes only async-signal-safe syscalls on data prepared in the parent.
+        unsafe {
+            cmd.pre_exec(move || plan.apply());
+        }
+        cmd
+    }
+}

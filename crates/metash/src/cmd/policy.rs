@@ -1,0 +1,765 @@
+//! `agents`, `consent`, `ledger`: the policy layer (seed 002) from the command line. Thin: each
+//! command calls `metash-policy` and prints for people, or JSON with `--json`.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
+use metash_policy::ledger::{self, Filter, Format};
+use metash_policy::manifest::Diagnostic;
+use metash_policy::redact::project_redactor;
+use metash_policy::{
+    migrate, Agent, AgentDirs, Authorization, Capability, CapabilityRequest, ConsentPrompter,
+    Decision, NonInteractive, Policy, PolicyError, PolicyFile, Registry, Sensitive, Source,
+    TerminalPrompter,
+};
+use metash_store::Store;
+use serde_json::{json, Value};
+
+use super::Ctx;
+
+/// Exit code when a capability check is refused.
+const DENIED: u8 = 2;
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Agents: their manifests, validation and migration.
+    Agents {
+        #[command(subcommand)]
+        cmd: AgentsCmd,
+    },
+    /// Consent grants: list, grant, revoke, check.
+    Consent {
+        #[command(subcommand)]
+        cmd: ConsentCmd,
+    },
+    /// The audit ledger: registrations, consent requests and answers, grants, revocations, actions.
+    Ledger {
+        #[command(subcommand)]
+        cmd: LedgerCmd,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentsCmd {
+    /// Agents found in `.meta/agents/` and `$XDG_CONFIG_HOME/metash/agents/` (records new ones as
+    /// Registered in the ledger).
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// One agent's manifest, resolved entry and declared capabilities.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validates a manifest (a file, or a directory holding manifest.toml), or every agent found.
+    Validate {
+        path: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Upgrades manifests without `schema_version` to the current schema, keeping comments.
+    Migrate {
+        path: Option<PathBuf>,
+        /// Only report what would change (exit 1 if anything would).
+        #[arg(long)]
+        check: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConsentCmd {
+    /// Grants as persisted: live ones, or with `--all` expired ones and revocations too.
+    List {
+        #[arg(long)]
+        agent: Option<String>,
+        #[arg(long)]
+        all: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Grants a capability the agent's manifest declares, for a limited time.
+    Grant {
+        agent: String,
+        capability: String,
+        /// How long the grant lasts.
+        #[arg(long, default_value_t = 3600)]
+        duration_s: u64,
+        /// Also allow sensitive actions (network writes, process starts, writes outside the
+        /// workspace, native execution) without asking each time.
+        #[arg(long)]
+        sensitive: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revokes a capability (and every narrower grant it covers); effective at once everywhere.
+    Revoke {
+        agent: String,
+        capability: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Decides whether the agent may use the capability now, asking if needed (exit 2 if refused).
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ActionArg {
+    NetworkWrite,
+    ProcessSpawn,
+    WriteOutsideWorkspace,
+    NativeExec,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    agent: String,
+    capability: String,
+    /// The request is a sensitive action (asked every time).
+    #[arg(long, value_enum)]
+    action: Option<ActionArg>,
+    #[arg(long, default_value = "requested from the command line")]
+    reason: String,
+    /// Answer consent requests from this policy file (TOML, see docs/policy.md).
+    #[arg(long)]
+    policy: Option<PathBuf>,
+    /// Answer "allow once" to requests this capability covers (repeatable).
+    #[arg(long = "yes-to", value_name = "CAPABILITY")]
+    yes_to: Vec<String>,
+    /// Ask on the terminal when stdin is one (otherwise only the policy and --yes-to answer).
+    #[arg(long)]
+    interactive: bool,
+    /// Only print the decision; never ask or write to the ledger.
+    #[arg(long)]
+    dry_run: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct FilterArgs {
+    #[arg(long)]
+    agent: Option<String>,
+    /// Records concerning this capability or a narrower one.
+    #[arg(long)]
+    capability: Option<String>,
+    /// RFC 3339, a date (2026-11-22) or an age (10m, 2h, 7d).
+    #[arg(long)]
+    since: Option<String>,
+    #[arg(long)]
+    until: Option<String>,
+    /// Only these event kinds (repeatable).
+    #[arg(long)]
+    kind: Vec<String>,
+    /// Every log record, not only the ledger's.
+    #[arg(long)]
+    all: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum FormatArg {
+    Jsonl,
+    Csv,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LedgerCmd {
+    /// A readable table (secrets redacted).
+    View {
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Only the last N records.
+        #[arg(long)]
+        limit: Option<usize>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Exports the ledger with secrets redacted.
+    Export {
+        #[command(flatten)]
+        filter: FilterArgs,
+        #[arg(long, value_enum)]
+        format: FormatArg,
+        /// Write here instead of standard output.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+}
+
+pub fn run(cmd: PolicyCommand, ctx: &Ctx) -> Result<ExitCode> {
+    match cmd {
+        PolicyCommand::Agents { cmd } => agents(cmd, ctx),
+        PolicyCommand::Consent { cmd } => consent(cmd, ctx),
+        PolicyCommand::Ledger { cmd } => ledger_cmd(cmd, ctx),
+    }
+}
+
+fn dirs(ctx: &Ctx) -> AgentDirs {
+    AgentDirs::from_env(&ctx.workspace, |k| std::env::var_os(k))
+}
+
+/// The registry, with new or changed agents recorded when the project has a store.
+fn registry(ctx: &Ctx) -> Result<(Registry, Option<Store>)> {
+    let reg = Registry::discover(&dirs(ctx));
+    let store = match Store::open(&ctx.workspace) {
+        Ok(s) => Some(s),
+        Err(metash_store::StoreError::NotInitialized(_)) => None,
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(s) = &store {
+        reg.record(s)?;
+    }
+    Ok((reg, store))
+}
+
+fn policy(ctx: &Ctx) -> Result<Policy> {
+    let (reg, store) = registry(ctx)?;
+    let store = match store {
+        Some(s) => s,
+        None => Store::open(&ctx.workspace)?,
+    };
+    Ok(Policy::new(store, reg))
+}
+
+fn source_str(s: Source) -> &'static str {
+    match s {
+        Source::Project => "project",
+        Source::User => "user",
+    }
+}
+
+fn agent_json(a: &Agent) -> Value {
+    json!({
+        "id": a.id,
+        "name": a.manifest.name,
+        "version": a.manifest.version,
+        "schema_version": a.manifest.schema_version,
+        "sandbox": a.manifest.sandbox,
+        "source": source_str(a.source),
+        "manifest": a.manifest_path,
+        "entry": a.entry_path,
+        "capabilities": a.declared.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
+        "oauth_scopes": a.manifest.oauth_scopes,
+        "resources": a.manifest.resources,
+        "ui": a.manifest.ui,
+        "sha256": a.sha256,
+    })
+}
+
+fn agents(cmd: AgentsCmd, ctx: &Ctx) -> Result<ExitCode> {
+    match cmd {
+        AgentsCmd::List { json } => {
+            let (reg, _) = registry(ctx)?;
+            if json {
+                let agents: Vec<Value> = reg.agents().map(agent_json).collect();
+                let invalid: Vec<Value> = reg
+                    .invalid()
+                    .iter()
+                    .map(|i| json!({"manifest": i.manifest_path, "source": source_str(i.source), "error": i.error}))
+                    .collect();
+                println!("{}", json!({"agents": agents, "invalid": invalid}));
+            } else {
+                if reg.agents().next().is_none() && reg.invalid().is_empty() {
+                    println!("no agents (add one as .meta/agents/<id>/manifest.toml)");
+                }
+                for a in reg.agents() {
+                    println!(
+                        "{:<20} {:<24} {:<10} {:<7} {:<8} {}",
+                        a.id,
+                        a.manifest.name,
+                        a.manifest.version,
+                        json!(a.manifest.sandbox).as_str().unwrap_or(""),
+                        source_str(a.source),
+                        a.declared
+                            .iter()
+                            .map(|c| c.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    );
+                }
+                for i in reg.invalid() {
+                    println!(
+                        "INVALID {}\n  {}",
+                        i.manifest_path.display(),
+                        i.error.replace('\n', "\n  ")
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        AgentsCmd::Show { id, json } => {
+            let (reg, _) = registry(ctx)?;
+            let a = reg
+                .get(&id)
+                .ok_or_else(|| PolicyError::UnknownAgent(id.clone()))?;
+            if json {
+                println!("{}", agent_json(a));
+            } else {
+                println!("id:           {}", a.id);
+                println!("name:         {}", a.manifest.name);
+                println!("version:      {}", a.manifest.version);
+                println!("schema:       {}", a.manifest.schema_version);
+                println!(
+                    "sandbox:      {}",
+                    json!(a.manifest.sandbox).as_str().unwrap_or("")
+                );
+                println!(
+                    "source:       {} ({})",
+                    source_str(a.source),
+                    a.manifest_path.display()
+                );
+                println!("entry:        {}", a.entry_path.display());
+                println!(
+                    "capabilities: {}",
+                    a.declared
+                        .iter()
+                        .map(|c| c.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                println!("oauth_scopes: {}", a.manifest.oauth_scopes.join(", "));
+                println!(
+                    "resources:    cpu {} mem {}",
+                    a.manifest.resources.cpu.as_deref().unwrap_or("-"),
+                    a.manifest.resources.mem.as_deref().unwrap_or("-")
+                );
+                println!("ui.hints:     {}", a.manifest.ui.hints.join(", "));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        AgentsCmd::Validate { path, json } => validate(ctx, path, json),
+        AgentsCmd::Migrate { path, check, json } => migrate_cmd(ctx, path, check, json),
+    }
+}
+
+/// The manifest files a PATH argument names (a file, or a directory holding manifest.toml), or
+/// every manifest discovered.
+fn manifest_paths(ctx: &Ctx, path: Option<PathBuf>) -> Vec<(PathBuf, Source)> {
+    match path {
+        Some(p) if p.is_dir() => vec![(p.join("manifest.toml"), Source::Project)],
+        Some(p) => vec![(p, Source::Project)],
+        None => {
+            let reg = Registry::discover(&dirs(ctx));
+            let mut v: Vec<(PathBuf, Source)> = reg
+                .agents()
+                .map(|a| (a.manifest_path.clone(), a.source))
+                .chain(
+                    reg.invalid()
+                        .iter()
+                        .map(|i| (i.manifest_path.clone(), i.source)),
+                )
+                .collect();
+            v.sort();
+            v
+        }
+    }
+}
+
+fn diag_json(d: &Diagnostic) -> Value {
+    json!({
+        "path": d.path, "line": d.line, "column": d.column, "field": d.field,
+        "message": d.message, "suggestion": d.suggestion, "text": d.to_string(),
+    })
+}
+
+fn error_json(e: &PolicyError) -> Vec<Value> {
+    match e {
+        PolicyError::Manifest(ds) => ds.0.iter().map(diag_json).collect(),
+        other => vec![json!({"text": other.to_string()})],
+    }
+}
+
+fn validate(ctx: &Ctx, path: Option<PathBuf>, json: bool) -> Result<ExitCode> {
+    let paths = manifest_paths(ctx, path);
+    if paths.is_empty() && !json {
+        println!("no manifests found");
+    }
+    let mut ok_all = true;
+    let mut out = Vec::new();
+    for (p, source) in paths {
+        match Agent::load(&p, source) {
+            Ok(a) => {
+                if json {
+                    out.push(json!({"path": p, "ok": true, "id": a.id}));
+                } else {
+                    println!(
+                        "ok      {} ({} {})",
+                        p.display(),
+                        a.manifest.name,
+                        a.manifest.version
+                    );
+                }
+            }
+            Err(e) => {
+                ok_all = false;
+                if json {
+                    out.push(json!({"path": p, "ok": false, "errors": error_json(&e)}));
+                } else {
+                    println!("INVALID {}", p.display());
+                    eprintln!("{e}");
+                }
+            }
+        }
+    }
+    if json {
+        println!("{}", Value::Array(out));
+    }
+    Ok(if ok_all {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn migrate_cmd(ctx: &Ctx, path: Option<PathBuf>, check: bool, json: bool) -> Result<ExitCode> {
+    let mut out = Vec::new();
+    let mut changed_any = false;
+    let mut failed = false;
+    for (p, source) in manifest_paths(ctx, path) {
+        let text =
+            std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+        let m = match migrate::migrate(&p, &text) {
+            Ok(m) => m,
+            Err(d) => {
+                failed = true;
+                if json {
+                    out.push(json!({"path": p, "error": d.to_string()}));
+                } else {
+                    eprintln!("{d}");
+                }
+                continue;
+            }
+        };
+        let changed = !m.changes.is_empty();
+        changed_any |= changed;
+        if changed && !check {
+            write_atomic(&p, m.output.as_bytes())?;
+        }
+        // What the result would be, validated.
+        let validation = metash_policy::manifest::parse(&p, &m.output).err();
+        failed |= validation.is_some();
+        if json {
+            out.push(json!({
+                "path": p,
+                "changed": changed,
+                "written": changed && !check,
+                "changes": m.changes.iter().map(|c| json!({"line": c.line, "description": c.description, "added": c.added})).collect::<Vec<_>>(),
+                "errors": validation.as_ref().map(|d| d.0.iter().map(diag_json).collect::<Vec<_>>()).unwrap_or_default(),
+            }));
+            continue;
+        }
+        let verb = if check { "would change" } else { "migrated" };
+        if changed {
+            println!("{verb} {}", p.display());
+            for c in &m.changes {
+                println!("  line {}: + {}    # {}", c.line, c.added, c.description);
+            }
+        } else {
+            println!("up to date {}", p.display());
+        }
+        if let Some(d) = validation {
+            println!("  still invalid after migration ({}):", source_str(source));
+            eprintln!("{d}");
+        }
+    }
+    if json {
+        println!("{}", Value::Array(out));
+    }
+    Ok(if failed || (check && changed_any) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Same-directory temp file, fsync, rename: a crash leaves the old or the new manifest, whole.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("manifest.toml");
+    let tmp = dir.join(format!(".{name}.migrate-{}", std::process::id()));
+    let mut f =
+        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))?;
+    Ok(())
+}
+
+fn parse_cap(s: &str) -> Result<Capability> {
+    s.parse::<Capability>().map_err(|reason| {
+        PolicyError::InvalidCapability {
+            capability: s.to_string(),
+            reason,
+        }
+        .into()
+    })
+}
+
+fn consent(cmd: ConsentCmd, ctx: &Ctx) -> Result<ExitCode> {
+    match cmd {
+        ConsentCmd::List { agent, all, json } => {
+            let p = policy(ctx)?;
+            let grants: Vec<_> = p
+                .grants()?
+                .into_iter()
+                .filter(|(g, live)| (all || *live) && agent.as_ref().is_none_or(|a| *a == g.agent))
+                .collect();
+            if json {
+                let v: Vec<Value> = grants
+                    .iter()
+                    .map(|(g, live)| {
+                        let mut v = json!(g);
+                        v["live"] = json!(live);
+                        v
+                    })
+                    .collect();
+                println!("{}", Value::Array(v));
+            } else if grants.is_empty() {
+                println!("no {}grants", if all { "" } else { "live " });
+            } else {
+                println!(
+                    "{:<20} {:<32} {:<8} {:<28} SOURCE",
+                    "AGENT", "CAPABILITY", "STATE", "EXPIRES (UTC)"
+                );
+                for (g, live) in grants {
+                    let state = if g.revoked_at.is_some() {
+                        "revoked"
+                    } else if live {
+                        if g.sensitive {
+                            "live+s"
+                        } else {
+                            "live"
+                        }
+                    } else {
+                        "expired"
+                    };
+                    println!(
+                        "{:<20} {:<32} {:<8} {:<28} {}",
+                        g.agent,
+                        g.capability.to_string(),
+                        state,
+                        g.expires_at,
+                        g.source
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ConsentCmd::Grant {
+            agent,
+            capability,
+            duration_s,
+            sensitive,
+            json,
+        } => {
+            let p = policy(ctx)?;
+            if duration_s == 0 {
+                bail!("--duration-s must be at least 1 (grants are time-bounded)");
+            }
+            let g = p.grant(
+                &agent,
+                &parse_cap(&capability)?,
+                duration_s,
+                sensitive,
+                "cli",
+            )?;
+            if json {
+                println!("{}", json!(g));
+            } else {
+                println!(
+                    "granted `{}` to {} until {}",
+                    g.capability, g.agent, g.expires_at
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ConsentCmd::Revoke {
+            agent,
+            capability,
+            json,
+        } => {
+            let p = policy(ctx)?;
+            let revoked = p.revoke(&agent, &parse_cap(&capability)?, "cli")?;
+            if json {
+                println!(
+                    "{}",
+                    json!({"agent": agent, "capability": capability, "revoked": revoked})
+                );
+            } else {
+                println!(
+                    "revoked `{capability}` for {agent} ({} live grant(s) ended; its next use is refused with consent_revoked)",
+                    revoked.len()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ConsentCmd::Check(args) => check(ctx, args),
+    }
+}
+
+fn check(ctx: &Ctx, a: CheckArgs) -> Result<ExitCode> {
+    let p = policy(ctx)?;
+    let mut req = CapabilityRequest::parse(&a.capability, a.reason.clone())?;
+    req.sensitive = a.action.map(|x| match x {
+        ActionArg::NetworkWrite => Sensitive::NetworkWrite,
+        ActionArg::ProcessSpawn => Sensitive::ProcessSpawn,
+        ActionArg::WriteOutsideWorkspace => Sensitive::WriteOutsideWorkspace,
+        ActionArg::NativeExec => Sensitive::NativeExec,
+    });
+    if a.dry_run {
+        let d = p.check(&a.agent, &req)?;
+        let (word, code, message, hint) = match &d {
+            Decision::Allow { .. } => ("allow", None, None, None),
+            Decision::Ask => ("ask", None, None, None),
+            Decision::Deny {
+                code,
+                message,
+                hint,
+            } => (
+                "deny",
+                Some(code.as_str()),
+                Some(message.clone()),
+                Some(hint.clone()),
+            ),
+        };
+        if a.json {
+            println!(
+                "{}",
+                json!({"decision": word, "code": code, "message": message, "hint": hint})
+            );
+        } else {
+            println!(
+                "{word}{}",
+                message.map(|m| format!(": {m}")).unwrap_or_default()
+            );
+        }
+        return Ok(if d.is_allow() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(DENIED)
+        });
+    }
+    let yes_to = a
+        .yes_to
+        .iter()
+        .map(|s| parse_cap(s))
+        .collect::<Result<Vec<_>>>()?;
+    let file = a.policy.as_deref().map(PolicyFile::load).transpose()?;
+    let mut prompter: Box<dyn ConsentPrompter> = if a.interactive && std::io::stdin().is_terminal()
+    {
+        Box::new(TerminalPrompter::new(
+            std::io::stdin().lock(),
+            std::io::stderr(),
+        ))
+    } else {
+        Box::new(NonInteractive::new(file, yes_to))
+    };
+    let auth = p.authorize(&a.agent, &req, prompter.as_mut())?;
+    match auth {
+        Authorization::Allowed => {
+            if a.json {
+                println!("{}", json!({"decision": "allow"}));
+            } else {
+                println!("allowed");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Authorization::Denied { event, .. } => {
+            if a.json {
+                println!("{}", json!({"decision": "deny", "event": event}));
+            } else if let metash_protocol::AgentEvent::Error {
+                code,
+                message,
+                hint,
+            } = &event
+            {
+                println!("denied: {code}: {message}");
+                if let Some(h) = hint {
+                    println!("  hint: {h}");
+                }
+            }
+            Ok(ExitCode::from(DENIED))
+        }
+    }
+}
+
+fn filter(args: FilterArgs) -> Result<Filter> {
+    let now = chrono::Utc::now();
+    Ok(Filter {
+        agent: args.agent,
+        capability: args.capability.as_deref().map(parse_cap).transpose()?,
+        since: args
+            .since
+            .as_deref()
+            .map(|s| ledger::parse_time(s, now))
+            .transpose()?,
+        until: args
+            .until
+            .as_deref()
+            .map(|s| ledger::parse_time(s, now))
+            .transpose()?,
+        kinds: args.kind,
+        all: args.all,
+    })
+}
+
+fn ledger_cmd(cmd: LedgerCmd, ctx: &Ctx) -> Result<ExitCode> {
+    let store = Store::open(&ctx.workspace)?;
+    let redactor = project_redactor(&store)?;
+    match cmd {
+        LedgerCmd::View {
+            filter: f,
+            limit,
+            json,
+        } => {
+            let mut recs = ledger::records(&store, &filter(f)?)?;
+            if let Some(n) = limit {
+                let skip = recs.len().saturating_sub(n);
+                recs.drain(..skip);
+            }
+            if json {
+                let v: Vec<_> = recs.iter().map(|r| redactor.redact_record(r)).collect();
+                println!("{}", serde_json::to_string(&v)?);
+            } else {
+                print!("{}", ledger::render_table(&recs, &redactor));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        LedgerCmd::Export {
+            filter: f,
+            format,
+            output,
+        } => {
+            let format = match format {
+                FormatArg::Jsonl => Format::Jsonl,
+                FormatArg::Csv => Format::Csv,
+            };
+            let f = filter(f)?;
+            match output {
+                Some(path) => {
+                    let file = std::fs::File::create(&path)
+                        .with_context(|| format!("creating {}", path.display()))?;
+                    let mut w = std::io::BufWriter::new(file);
+                    let stats = ledger::export(&store, &f, format, &redactor, &mut w)?;
+                    eprintln!("exported {} records to {}", stats.records, path.display());
+                }
+                None => {
+                    let stdout = std::io::stdout();
+                    let mut w = std::io::BufWriter::new(stdout.lock());
+                    ledger::export(&store, &f, format, &redactor, &mut w)?;
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
