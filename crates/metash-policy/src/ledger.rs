@@ -63,7 +63,7 @@ pub struct Filter {
 impl Filter {
     pub fn matches(&self, rec: &LogRecord) -> bool {
         if !self.kinds.is_empty() {
-            if !self.kinds.iter().any(|k| *k == rec.kind) {
+            if !self.kinds.contains(&rec.kind) {
                 return false;
             }
         } else if !self.all && !LEDGER_KINDS.contains(&rec.kind.as_str()) && rec.agent.is_none() {

@@ -124,6 +124,11 @@ pub fn parse(path: &Path, src: &str) -> Result<Manifest, Diagnostics> {
     Err(Diagnostics(p.diags))
 }
 
+/// (key, key span, value) of one table entry.
+type Entry<'a> = (&'a str, Option<Range<usize>>, Node<'a>);
+/// A quantity parser of [`quantity`].
+type Quantity = fn(&str) -> Result<u64, String>;
+
 /// A value in the document with its span: the parts of `toml_edit` that differ between tables and
 /// inline tables, hidden.
 #[derive(Clone, Copy)]
@@ -166,7 +171,7 @@ impl<'a> Node<'a> {
     }
 
     /// (key, key span, value) of a table or inline table.
-    fn entries(self) -> Option<Vec<(&'a str, Option<Range<usize>>, Node<'a>)>> {
+    fn entries(self) -> Option<Vec<Entry<'a>>> {
         match self {
             Node::Item(Item::Table(t)) => Some(
                 t.iter()
@@ -442,7 +447,7 @@ impl Parser<'_> {
         node: Node<'n>,
         ks: &Option<Range<usize>>,
         field: &str,
-    ) -> Option<Vec<(&'n str, Option<Range<usize>>, Node<'n>)>> {
+    ) -> Option<Vec<Entry<'n>>> {
         let entries = node.entries();
         if entries.is_none() {
             let found = node.type_name();
@@ -456,7 +461,7 @@ impl Parser<'_> {
         let mut ok = true;
         for (key, kspan, v) in self.table_entries(node, ks, "resources")? {
             let field = format!("resources.{key}");
-            let (slot, check): (&mut Option<String>, fn(&str) -> Result<u64, String>) = match key {
+            let (slot, check): (&mut Option<String>, Quantity) = match key {
                 "cpu" => (&mut out.cpu, quantity::cpu_millis),
                 "mem" => (&mut out.mem, quantity::mem_bytes),
                 other => {

@@ -132,7 +132,8 @@ pub struct BaseEvent<P> {
     pub run_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continuation: Option<HarnessContinuationRef>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// (A missing `Option` already reads as `None`; `default` here would demand `P: Default`.)
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub payload: Option<P>,
 }
 

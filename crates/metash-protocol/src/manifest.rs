@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 /// Manifest schema versions this build accepts.
 pub const MANIFEST_SCHEMA_VERSIONS: &[&str] = &["0.1"];
 
+/// Execution mode: `wasm` (preferred) or `native` (allowed with explicit user consent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SandboxKind {
@@ -14,34 +15,45 @@ pub enum SandboxKind {
     Native,
 }
 
+/// CPU and memory quotas (`resources.cpu`, `resources.mem`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Resources {
-    /// Kubernetes-style CPU quantity, e.g. `"500m"` or `"2"`.
+    /// Kubernetes-style CPU quantity, e.g. `"500m"`, `"2"` or `"0.5"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<String>,
-    /// Kubernetes-style memory quantity, e.g. `"512Mi"`.
+    /// Kubernetes-style memory quantity, e.g. `"512Mi"`, `"1Gi"` or `"1000000"` (bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem: Option<String>,
 }
 
+/// UI integration hints (`ui.hints`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UiHints {
+    /// e.g. `"streaming"`, `"diff"`, `"preview"`.
     #[serde(default)]
     pub hints: Vec<String>,
 }
 
+/// An agent's `manifest.toml` (seed 002 section 1). The syntax of capabilities and the other
+/// rules the schema cannot say are in `docs/policy.md`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
+    /// Version of the manifest schema; one of [`MANIFEST_SCHEMA_VERSIONS`].
     pub schema_version: String,
+    /// Human name, shown in the UI.
     pub name: String,
+    /// The agent's own semantic version, e.g. `"0.1.0"`.
     pub version: String,
+    /// Executable or WASM module, relative to the manifest's directory.
     pub entry: String,
     pub sandbox: SandboxKind,
+    /// Declared permissions, e.g. `"files.read"`, `"network:api.github.com"`; default deny.
     #[serde(default)]
     pub capabilities: Vec<String>,
+    /// External API scopes requested, `PROVIDER:SCOPE`, e.g. `"github:repo"`.
     #[serde(default)]
     pub oauth_scopes: Vec<String>,
     #[serde(default)]

@@ -1,0 +1,129 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The store commands as a user runs them: the real binary, a temp project.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn metash(ws: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_metash"))
+        .arg("-C")
+        .arg(ws)
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap()
+}
+
+fn ok(ws: &Path, args: &[&str]) -> String {
+    let out = metash(ws, args);
+    assert!(
+        out.status.success(),
+        "metash {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn err(ws: &Path, args: &[&str]) -> String {
+    let out = metash(ws, args);
+    assert!(!out.status.success(), "metash {args:?} should fail");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+#[test]
+fn init_set_get_rebuild_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    let ctx = ws.join("vision.md");
+    std::fs::write(&ctx, "# Project: CLI test\n").unwrap();
+    ok(ws, &["init", "--context", ctx.to_str().unwrap()]);
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".meta/context.md")).unwrap(),
+        "# Project: CLI test\n"
+    );
+    assert!(err(ws, &["init"]).contains("already holds a metash project"));
+
+    let set: Value = serde_json::from_str(&ok(ws, &["state", "set", "variables.retry_count", "2", "--json"])).unwrap();
+    assert_eq!(set["revision"], 2);
+    ok(ws, &["state", "set", "status", "\"executing\""]);
+    assert_eq!(ok(ws, &["state", "get", "status"]).trim(), "executing");
+    let all: Value = serde_json::from_str(&ok(ws, &["state", "get", "--json"])).unwrap();
+    assert_eq!(all["variables"]["retry_count"], 2);
+
+    // Bad input: clear message, nothing changed.
+    let before = std::fs::read(ws.join(".meta/session.json")).unwrap();
+    assert!(err(ws, &["state", "set", "status", "executing"]).contains("is not a JSON value"));
+    assert!(err(ws, &["state", "set", "status", "\"paused\""]).contains("unknown variant `paused`"));
+    assert!(err(ws, &["state", "set", "nope", "1"]).contains("unknown key path `nope`"));
+    assert!(err(ws, &["state", "set", "variables.x", "1", "--expect-revision", "1"]).contains("stale write refused"));
+    assert_eq!(std::fs::read(ws.join(".meta/session.json")).unwrap(), before);
+
+    std::fs::write(ws.join(".meta/session.json"), "{ not json").unwrap();
+    let msg = err(ws, &["state", "get"]);
+    assert!(msg.contains("session.json:1:") && msg.contains("metash state rebuild"), "{msg}");
+    ok(ws, &["state", "rebuild"]);
+    assert_eq!(ok(ws, &["state", "get", "variables.retry_count"]).trim(), "2");
+    assert!(ok(ws, &["log", "verify"]).contains("3 events"));
+
+    let tail = ok(ws, &["log", "tail", "-n", "2", "--json"]);
+    let recs: Vec<Value> = tail.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(recs.len(), 2);
+    assert_eq!(recs[1]["seq"], 3);
+    let export = ok(ws, &["log", "export"]);
+    assert_eq!(export.lines().count(), 3);
+}
+
+#[test]
+fn log_verify_names_the_broken_event_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    ok(ws, &["init"]);
+    for i in 0..3 {
+        ok(ws, &["state", "set", "variables.i", &i.to_string()]);
+    }
+    let path = ws.join(".meta/events.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("\"value\":1", "\"value\":5")).unwrap();
+    let out = metash(ws, &["log", "verify", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["first_broken_seq"], 3);
+}
+
+#[test]
+fn changed_context_stops_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    ok(ws, &["init"]);
+    std::fs::write(ws.join(".meta/context.md"), "# changed\n").unwrap();
+    let msg = err(ws, &["state", "set", "variables.x", "1"]);
+    assert!(msg.contains("context.md changed since `metash init`"), "{msg}");
+}
+
+#[test]
+fn kv_is_per_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    ok(ws, &["init"]);
+    ok(ws, &["kv", "set", "pref", "\"dark\"", "--agent", "alice"]);
+    assert_eq!(ok(ws, &["kv", "get", "pref", "--agent", "alice"]).trim(), "dark");
+    assert!(err(ws, &["kv", "get", "pref", "--agent", "bob"]).contains("no key `pref`"));
+    let list: Value = serde_json::from_str(&ok(ws, &["kv", "list", "--agent", "alice", "--json"])).unwrap();
+    assert_eq!(list["pref"], "dark");
+}
+
+#[test]
+fn schema_prints_each_checked_in_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let names = ok(dir.path(), &["schema", "--list"]);
+    assert!(names.lines().any(|l| l == "session"));
+    for name in names.lines() {
+        let printed = ok(dir.path(), &["schema", name]);
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../schemas/{name}.json"));
+        assert_eq!(printed, std::fs::read_to_string(&file).unwrap(), "{name}");
+    }
+    assert!(err(dir.path(), &["schema", "nope"]).contains("no schema `nope`"));
+}
