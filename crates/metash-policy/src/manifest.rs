@@ -79,6 +79,29 @@ impl fmt::Display for Diagnostics {
 
 impl std::error::Error for Diagnostics {}
 
+/// Reads and parses the manifest at `path` (any file name, any directory).
+///
+/// # Errors
+/// I/O errors, or every diagnostic (a file that is not UTF-8 is one diagnostic at 1:1).
+pub fn load(path: &Path) -> crate::Result<(Manifest, Vec<u8>)> {
+    let bytes = std::fs::read(path).map_err(|e| crate::PolicyError::Io {
+        path: path.to_path_buf(),
+        source: e,
+    })?;
+    let text = std::str::from_utf8(&bytes).map_err(|e| {
+        Diagnostics(vec![Diagnostic {
+            path: path.to_path_buf(),
+            line: 1,
+            column: 1,
+            field: None,
+            message: format!("not UTF-8 ({e})"),
+            suggestion: None,
+        }])
+    })?;
+    let m = parse(path, text)?;
+    Ok((m, bytes))
+}
+
 /// Byte offset to 1-based (line, column in chars).
 pub fn line_col(src: &str, offset: usize) -> (usize, usize) {
     let offset = offset.min(src.len());

@@ -135,6 +135,25 @@ impl CapabilityRequest {
         r
     }
 
+    /// The request an agent made with a `consent_request` event (`None` for any other event).
+    ///
+    /// # Errors
+    /// [`PolicyError::InvalidCapability`] when the agent named no valid capability.
+    pub fn from_agent_event(event: &AgentEvent) -> Option<Result<Self>> {
+        let AgentEvent::ConsentRequest {
+            capability,
+            reason,
+            duration_s,
+        } = event
+        else {
+            return None;
+        };
+        Some(Self::parse(capability, reason.clone()).map(|mut r| {
+            r.duration_s = *duration_s;
+            r
+        }))
+    }
+
     pub fn sensitive(mut self, s: Sensitive) -> Self {
         self.sensitive = Some(s);
         self
@@ -186,17 +205,26 @@ impl Decision {
 /// The outcome of [`Policy::authorize`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Authorization {
-    Allowed,
+    /// Go ahead. `expires_at` is the grant's expiry, `None` for a one-action answer.
+    Allowed { expires_at: Option<String> },
     /// The `error` event to send the agent (it is already in the ledger).
-    Denied {
-        code: DenyCode,
-        event: AgentEvent,
-    },
+    Denied { code: DenyCode, event: AgentEvent },
 }
 
 impl Authorization {
     pub fn is_allowed(&self) -> bool {
-        matches!(self, Authorization::Allowed)
+        matches!(self, Authorization::Allowed { .. })
+    }
+
+    /// The event to send the agent: `consent_grant {capability, expires_at}` or the `error`.
+    pub fn to_event(&self, capability: &Capability) -> AgentEvent {
+        match self {
+            Authorization::Allowed { expires_at } => AgentEvent::ConsentGrant {
+                capability: capability.to_string(),
+                expires_at: expires_at.clone(),
+            },
+            Authorization::Denied { event, .. } => event.clone(),
+        }
     }
 }
 
@@ -300,7 +328,9 @@ impl Policy {
         prompter: &mut dyn ConsentPrompter,
     ) -> Result<Authorization> {
         match self.check(agent, req)? {
-            Decision::Allow { .. } => Ok(Authorization::Allowed),
+            Decision::Allow { grant } => Ok(Authorization::Allowed {
+                expires_at: Some(grant.expires_at),
+            }),
             Decision::Deny {
                 code,
                 message,
@@ -344,12 +374,12 @@ impl Policy {
                     Answer::AllowOnce => {
                         self.store
                             .append_batch(&[answer_event("allow_once", None)])?;
-                        Ok(Authorization::Allowed)
+                        Ok(Authorization::Allowed { expires_at: None })
                     }
                     Answer::AllowFor(secs) => {
                         self.store
                             .append_batch(&[answer_event("allow_for", Some(secs))])?;
-                        consent::grant(
+                        let g = consent::grant(
                             &self.store,
                             self.clock.now(),
                             agent,
@@ -358,7 +388,9 @@ impl Policy {
                             req.sensitive.is_some(),
                             prompter.name(),
                         )?;
-                        Ok(Authorization::Allowed)
+                        Ok(Authorization::Allowed {
+                            expires_at: Some(g.expires_at),
+                        })
                     }
                     Answer::Deny => {
                         self.store.append_batch(&[answer_event("deny", None)])?;

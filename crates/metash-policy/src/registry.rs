@@ -77,18 +77,7 @@ impl Agent {
     /// # Errors
     /// I/O, [`PolicyError::Manifest`] with every diagnostic, or an id that is not a safe name.
     pub fn load(path: &Path, source: Source) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| PolicyError::io(path, e))?;
-        let text = String::from_utf8(bytes.clone()).map_err(|e| {
-            PolicyError::Manifest(manifest::Diagnostics(vec![manifest::Diagnostic {
-                path: path.to_path_buf(),
-                line: 1,
-                column: 1,
-                field: None,
-                message: format!("not UTF-8 ({e})"),
-                suggestion: None,
-            }]))
-        })?;
-        let m = manifest::parse(path, &text)?;
+        let (m, bytes) = manifest::load(path)?;
         let dir = path.parent().unwrap_or(Path::new("."));
         let id = dir
             .file_name()

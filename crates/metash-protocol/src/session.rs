@@ -4,6 +4,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::host::{CheckpointSignal, ResumeData};
+
 /// Bumped when the file layout changes incompatibly; the store refuses files of other versions.
 pub const SESSION_SCHEMA_VERSION: u32 = 1;
 
@@ -63,6 +65,25 @@ pub struct SessionState {
     pub plan: Option<Plan>,
     #[serde(default)]
     pub variables: Map<String, Value>,
+    /// A checkpoint waiting for a person. Written before it is shown, so a host killed while
+    /// waiting finds it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_checkpoint: Option<PendingCheckpoint>,
+    /// An answered checkpoint not yet delivered: the next spawn receives it, exactly once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_data: Option<ResumeData>,
+}
+
+/// A raised, unanswered checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PendingCheckpoint {
+    /// The signal's `resume_id`, or one the host generated.
+    pub id: String,
+    /// The agent (or `orchestrator`) that raised it.
+    pub agent: String,
+    pub raised_at: String,
+    pub signal: CheckpointSignal,
 }
 
 impl SessionState {
@@ -77,6 +98,8 @@ impl SessionState {
             gap_count: 0,
             plan: None,
             variables: Map::new(),
+            pending_checkpoint: None,
+            resume_data: None,
         }
     }
 }

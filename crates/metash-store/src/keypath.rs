@@ -16,7 +16,12 @@ use crate::error::{Result, StoreError};
 const RESERVED: &[&str] = &["schema_version", "revision", "sessionId"];
 
 /// Optional fields that may be created although absent: (parent path, field).
-const OPTIONAL: &[(&str, &str)] = &[("", "plan"), ("plan.tasks.*", "commits")];
+const OPTIONAL: &[(&str, &str)] = &[
+    ("", "plan"),
+    ("", "pendingCheckpoint"),
+    ("", "resumeData"),
+    ("plan.tasks.*", "commits"),
+];
 
 /// Sets `key` to `value` in `state` (a session as JSON). Does not validate the result.
 pub fn apply(state: &mut Value, key: &str, value: Value) -> Result<()> {

@@ -273,7 +273,7 @@ impl Store {
         );
         let bytes = session::to_bytes(&state)?;
         let path = self.session_path();
-        let log_len = self.log.len()?;
+        let log_len = self.log.byte_len()?;
         // The log append and the new session.json are fsynced concurrently: the filesystem's
         // journal folds the two flushes into one commit. The rename comes only after both, so
         // session.json never shows an update the log does not hold.

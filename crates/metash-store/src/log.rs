@@ -163,7 +163,7 @@ impl EventLog {
     }
 
     /// The file's length: a point [`EventLog::truncate_to`] can return to.
-    pub fn len(&self) -> Result<u64> {
+    pub fn byte_len(&self) -> Result<u64> {
         match std::fs::metadata(&self.path) {
             Ok(m) => Ok(m.len()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),

@@ -109,7 +109,9 @@ fn agents_list_show_and_validate() {
     let show = e.json(&["agents", "show", "claude", "--json"]);
     assert_eq!(
         show["entry"],
-        json!(m.parent().unwrap().join("claude_agent.wasm"))
+        json!(std::fs::canonicalize(m.parent().unwrap())
+            .unwrap()
+            .join("claude_agent.wasm"))
     );
     assert_eq!(show["sandbox"], "wasm");
     assert!(e.ok(&["agents", "validate"]).contains("ok"));

@@ -48,7 +48,9 @@ pub(super) async fn run(
     });
     let mut p = CodexParser::default();
     let outcome = run_piped(&spec, timeout, cancel, &mut |line| p.line(line, em)).await?;
-    let error = p.failure.take().or_else(|| {
+    // Codex reports stream reconnects as `error` events too; a turn that completed succeeded.
+    let error = if p.completed { None } else { p.failure.take() };
+    let error = error.or_else(|| {
         (!p.completed).then(|| RunError {
             code: HarnessErrorCode::HarnessFailed,
             message: format!(

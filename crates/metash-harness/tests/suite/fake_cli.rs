@@ -122,3 +122,36 @@ async fn a_cli_dying_without_output_is_a_clear_failure() {
         err.message
     );
 }
+
+#[tokio::test]
+async fn codex_reconnect_errors_do_not_fail_a_completed_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let codex = script(
+        dir.path(),
+        "codex",
+        r#"echo '{"type":"thread.started","thread_id":"t-1"}'
+echo '{"type":"turn.started"}'
+echo '{"type":"error","message":"Reconnecting... 1/5"}'
+echo '{"type":"item.completed","item":{"id":"i0","type":"agent_message","text":"fine"}}'
+echo '{"type":"turn.completed","usage":{"input_tokens":3,"cached_input_tokens":0,"output_tokens":2}}'"#,
+    );
+    let h = Harness::new(Programs {
+        claude: None,
+        codex: Some(codex),
+        pi: None,
+    })
+    .unwrap();
+    let req = RunTurnNonInteractiveRequest::new(
+        HarnessFrontend::CodexCli,
+        dir.path().join("asp"),
+        dir.path(),
+        "hi",
+    );
+    let r = h
+        .run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {})
+        .await
+        .unwrap();
+    assert!(r.result.success, "{:?}", r.result);
+    assert_eq!(r.result.final_output.as_deref(), Some("fine"));
+    assert_eq!(r.continuation.unwrap().key.as_deref(), Some("t-1"));
+}

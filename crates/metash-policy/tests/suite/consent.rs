@@ -403,3 +403,41 @@ fn consent_list_shows_grants_and_tombstones() {
     assert!(grants.iter().all(|(_, live)| !live));
     assert!(grants.iter().any(|(g, _)| g.revoked_at.is_some()));
 }
+
+#[test]
+fn agent_consent_requests_map_to_requests_and_answers_to_events() {
+    let (_p, policy, _) = project_with(&["network"], "wasm");
+    let ev = AgentEvent::ConsentRequest {
+        capability: "network:api.github.com".into(),
+        reason: "fetch".into(),
+        duration_s: Some(90),
+    };
+    let r = CapabilityRequest::from_agent_event(&ev).unwrap().unwrap();
+    assert_eq!(r.duration_s, Some(90));
+    let mut p = Counting::new(Answer::AllowFor(90));
+    let auth = policy.authorize("a", &r, &mut p).unwrap();
+    assert_eq!(p.last.unwrap().duration_s, Some(90));
+    let AgentEvent::ConsentGrant {
+        capability,
+        expires_at,
+    } = auth.to_event(&r.capability)
+    else {
+        panic!()
+    };
+    assert_eq!(capability, "network:api.github.com");
+    assert!(expires_at.unwrap().starts_with("2026-01-01T00:01:30"));
+    let bad = AgentEvent::ConsentRequest {
+        capability: "teleport".into(),
+        reason: String::new(),
+        duration_s: None,
+    };
+    assert!(CapabilityRequest::from_agent_event(&bad).unwrap().is_err());
+    let AgentEvent::Error { code, .. } = policy
+        .authorize("a", &req("network:x.com"), &mut DenyAll)
+        .unwrap()
+        .to_event(&r.capability)
+    else {
+        panic!()
+    };
+    assert_eq!(code, "consent_denied");
+}

@@ -3,6 +3,6 @@ mod flood;
 mod lifecycle;
 mod native_escape;
 mod protocol;
-mod rust_agent;
 mod runaway;
+mod rust_agent;
 mod wasm_escape;

@@ -200,8 +200,10 @@ pub fn run(cmd: PolicyCommand, ctx: &Ctx) -> Result<ExitCode> {
     }
 }
 
+/// Absolute, so the paths recorded in the ledger mean the same from any directory.
 fn dirs(ctx: &Ctx) -> AgentDirs {
-    AgentDirs::from_env(&ctx.workspace, |k| std::env::var_os(k))
+    let ws = std::fs::canonicalize(&ctx.workspace).unwrap_or_else(|_| ctx.workspace.clone());
+    AgentDirs::from_env(&ws, |k| std::env::var_os(k))
 }
 
 /// The registry, with new or changed agents recorded when the project has a store.
@@ -382,18 +384,13 @@ fn validate(ctx: &Ctx, path: Option<PathBuf>, json: bool) -> Result<ExitCode> {
     }
     let mut ok_all = true;
     let mut out = Vec::new();
-    for (p, source) in paths {
-        match Agent::load(&p, source) {
-            Ok(a) => {
+    for (p, _source) in paths {
+        match metash_policy::manifest::load(&p) {
+            Ok((m, _)) => {
                 if json {
-                    out.push(json!({"path": p, "ok": true, "id": a.id}));
+                    out.push(json!({"path": p, "ok": true, "name": m.name, "version": m.version}));
                 } else {
-                    println!(
-                        "ok      {} ({} {})",
-                        p.display(),
-                        a.manifest.name,
-                        a.manifest.version
-                    );
+                    println!("ok      {} ({} {})", p.display(), m.name, m.version);
                 }
             }
             Err(e) => {
@@ -666,7 +663,7 @@ fn check(ctx: &Ctx, a: CheckArgs) -> Result<ExitCode> {
     };
     let auth = p.authorize(&a.agent, &req, prompter.as_mut())?;
     match auth {
-        Authorization::Allowed => {
+        Authorization::Allowed { .. } => {
             if a.json {
                 println!("{}", json!({"decision": "allow"}));
             } else {
