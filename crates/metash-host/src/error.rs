@@ -11,6 +11,12 @@ pub enum HostError {
     Config(String),
     #[error(transparent)]
     Store(#[from] metash_store::StoreError),
+    #[error(transparent)]
+    Policy(#[from] metash_policy::PolicyError),
+    #[error(transparent)]
+    Runtime(#[from] metash_runtime::RuntimeError),
+    #[error(transparent)]
+    Harness(#[from] metash_harness::HarnessError),
     #[error("{0}")]
     Other(String),
 }

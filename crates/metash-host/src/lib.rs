@@ -1,8 +1,19 @@
 //! The host (seed 000): what an orchestrator calls to spawn sub-agents under limits, change state
 //! atomically, report progress and pause for people.
 
+pub mod budget;
+mod bus;
+pub mod checkpoint;
+pub mod config;
 mod error;
+mod host;
+pub mod progress;
+pub mod serve;
+mod spawn;
 mod spawner;
 
 pub use error::{HostError, Result};
+pub use host::{ConsentMode, Host, HostOptions};
+pub use spawn::DEFAULT_TIMEOUT;
+pub use progress::Terminal;
 pub use spawner::{SpawnRequest, Spawner};

@@ -39,6 +39,11 @@ pub struct Grant {
     pub source: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revoked_at: Option<String>,
+    /// Order of the last change (grant or revocation) within the document: a grant counts only
+    /// if it is newer than every revocation covering the request. A counter, not the clock, so
+    /// two changes in the same microsecond (or under a frozen test clock) still have an order.
+    #[serde(default)]
+    pub seq: u64,
 }
 
 impl Grant {
@@ -57,6 +62,9 @@ impl Grant {
 pub struct ConsentDoc {
     #[serde(default)]
     pub version: u64,
+    /// The last `seq` handed out.
+    #[serde(default)]
+    pub counter: u64,
     #[serde(default)]
     pub grants: Vec<Grant>,
 }
@@ -113,9 +121,10 @@ pub(crate) fn grant(
     sensitive: bool,
     source: &str,
 ) -> Result<Grant> {
-    let expires =
-        now + chrono::Duration::seconds(i64::try_from(duration_s).unwrap_or(i64::MAX / 2_000_000));
-    let g = Grant {
+    let expires = chrono::Duration::try_seconds(i64::try_from(duration_s).unwrap_or(i64::MAX))
+        .and_then(|d| now.checked_add_signed(d))
+        .ok_or_else(|| PolicyError::Invalid(format!("a grant of {duration_s} s is too long")))?;
+    let mut g = Grant {
         agent: agent.to_string(),
         capability: capability.clone(),
         granted_at: rfc3339(now),
@@ -124,15 +133,23 @@ pub(crate) fn grant(
         sensitive,
         source: source.to_string(),
         revoked_at: None,
+        seq: 0,
     };
-    let out = g.clone();
-    store.update_doc(CONSENT_DOC, move |doc| {
+    let mut out = None;
+    store.update_doc(CONSENT_DOC, |doc| {
         let mut d =
             ConsentDoc::from_value(doc.take()).map_err(|e| StoreError::Rejected(e.to_string()))?;
+        // Drop: the grant or tombstone this one replaces, tombstones it covers (granting
+        // `network` again supersedes revoking `network:x.com`), and expired grants.
         d.grants.retain(|x| {
-            !(x.agent == g.agent && x.capability == g.capability)
-                && (x.revoked_at.is_some() || x.active_at(now))
+            let same_agent = x.agent == g.agent;
+            let replaced = same_agent
+                && (x.capability == g.capability
+                    || (x.revoked_at.is_some() && g.capability.covers(&x.capability)));
+            !replaced && (x.revoked_at.is_some() || x.active_at(now))
         });
+        d.counter += 1;
+        g.seq = d.counter;
         let event = NewEvent::new(
             kinds::CONSENT_GRANT,
             Some(&g.agent),
@@ -144,12 +161,13 @@ pub(crate) fn grant(
                 "source": g.source,
             }),
         );
-        d.grants.push(g);
+        d.grants.push(g.clone());
+        out = Some(g.clone());
         d.version = DOC_VERSION;
         *doc = serde_json::to_value(&d).map_err(|e| StoreError::Rejected(e.to_string()))?;
         Ok(event)
     })?;
-    Ok(out)
+    out.ok_or_else(|| PolicyError::Invalid("the grant was not recorded".into()))
 }
 
 /// Revokes every live grant of `agent` that `capability` covers (so revoking `network` revokes
@@ -168,15 +186,18 @@ pub(crate) fn revoke(
     store.update_doc(CONSENT_DOC, |doc| {
         let mut d = ConsentDoc::from_value(doc.take()).map_err(|e| StoreError::Rejected(e.to_string()))?;
         let ts = rfc3339(now);
+        d.counter += 1;
+        let seq = d.counter;
         let mut exact = false;
         for g in d.grants.iter_mut() {
-            if g.agent == agent && capability.covers(&g.capability) && g.revoked_at.is_none() {
+            if g.agent == agent && capability.covers(&g.capability) {
                 if g.active_at(now) {
                     revoked_ref.push(g.clone());
                 }
                 g.revoked_at = Some(ts.clone());
+                g.seq = seq;
+                exact |= g.capability == *capability;
             }
-            exact |= g.agent == agent && g.capability == *capability;
         }
         if !exact {
             d.grants.push(Grant {
@@ -188,6 +209,7 @@ pub(crate) fn revoke(
                 sensitive: false,
                 source: source.to_string(),
                 revoked_at: Some(ts.clone()),
+                seq,
             });
         }
         d.version = DOC_VERSION;

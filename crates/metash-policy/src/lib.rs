@@ -11,7 +11,31 @@
 //!
 //! The host's per-action call is [`Policy::authorize`] (or [`Policy::check`] when it only needs
 //! the decision); both read the persisted grants each time, so another process's revocation
-//! applies at once.
+//! applies at once. An `Err` from either must be treated as deny.
+//!
+//! ```no_run
+//! use metash_policy::{AgentDirs, Authorization, CapabilityRequest, NonInteractive, Policy, Registry};
+//! # fn demo(workspace: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+//! let store = metash_store::Store::open(workspace)?;
+//! let registry = Registry::discover(&AgentDirs::from_env(workspace, |k| std::env::var_os(k)));
+//! registry.record(&store)?; // `agent_registered` for new or changed manifests
+//! let policy = Policy::new(store, registry);
+//! // Whoever is attached answers; with nobody and no policy file, the answer is deny.
+//! let mut prompter = NonInteractive::new(None, vec!["files.read".parse()?]);
+//! let req = CapabilityRequest::network("api.github.com", /* write */ false, "fetch issues");
+//! match policy.authorize("claude", &req, &mut prompter)? {
+//!     Authorization::Allowed { .. } => {
+//!         // ... perform the request, then:
+//!         policy.record_action("claude", &req.capability, serde_json::json!({"status": 200}))?;
+//!     }
+//!     Authorization::Denied { event, .. } => {
+//!         // Send `event` (an `AgentEvent::Error` with code and hint) to the agent.
+//!         let _ = event;
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod capability;
 pub mod clock;

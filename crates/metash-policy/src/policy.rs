@@ -87,29 +87,22 @@ impl CapabilityRequest {
         r
     }
 
-    /// Reading `path` (relative to the workspace, or absolute).
-    pub fn files_read(path: &str, reason: impl Into<String>) -> Self {
+    /// Reading `path` (absolute, or relative to `workspace`). Paths are taken as already
+    /// normalised by the caller (no `..`), as the runtime's path resolution does.
+    pub fn files_read(workspace: &Path, path: &Path, reason: impl Into<String>) -> Self {
+        let (scope, _) = file_scope(workspace, path);
         Self::new(
-            Capability::new(Category::FilesRead, Some(path.trim_end_matches('/'))),
+            Capability::new(Category::FilesRead, scope.as_deref()),
             reason,
         )
     }
 
-    /// Writing `path`; a path outside `workspace` makes it sensitive. `path` is taken as already
-    /// normalised by the caller (no `..`), as the runtime's path resolution does.
+    /// Writing `path` (absolute, or relative to `workspace`); a path outside the workspace makes
+    /// it sensitive.
     pub fn files_write(workspace: &Path, path: &Path, reason: impl Into<String>) -> Self {
-        let (scope, outside) = match path.strip_prefix(workspace) {
-            Ok(rel) if path.is_absolute() => (rel.to_string_lossy().into_owned(), false),
-            _ if path.is_absolute() => (path.to_string_lossy().into_owned(), true),
-            _ => (path.to_string_lossy().into_owned(), false),
-        };
-        let scope = if scope.is_empty() {
-            "/".to_string()
-        } else {
-            scope
-        };
+        let (scope, outside) = file_scope(workspace, path);
         let mut r = Self::new(
-            Capability::new(Category::FilesWrite, Some(scope.trim_end_matches('/'))),
+            Capability::new(Category::FilesWrite, scope.as_deref()),
             reason,
         );
         if outside {
@@ -157,6 +150,30 @@ impl CapabilityRequest {
     pub fn sensitive(mut self, s: Sensitive) -> Self {
         self.sensitive = Some(s);
         self
+    }
+}
+
+/// The scope of a file request: workspace-relative inside the workspace (`None` for the
+/// workspace itself, i.e. all of it), the absolute path outside it; and whether it is outside.
+fn file_scope(workspace: &Path, path: &Path) -> (Option<String>, bool) {
+    let (scope, outside) = if path.is_absolute() {
+        match path.strip_prefix(workspace) {
+            Ok(rel) => (rel.to_string_lossy().into_owned(), false),
+            Err(_) => (path.to_string_lossy().into_owned(), true),
+        }
+    } else {
+        (path.to_string_lossy().into_owned(), false)
+    };
+    let trimmed = if outside {
+        scope.as_str()
+    } else {
+        scope.trim_end_matches('/')
+    };
+    let trimmed = trimmed.strip_prefix("./").unwrap_or(trimmed);
+    if trimmed.is_empty() || trimmed == "." {
+        (None, outside)
+    } else {
+        (Some(trimmed.to_string()), outside)
     }
 }
 
@@ -208,7 +225,12 @@ pub enum Authorization {
     /// Go ahead. `expires_at` is the grant's expiry, `None` for a one-action answer.
     Allowed { expires_at: Option<String> },
     /// The `error` event to send the agent (it is already in the ledger).
-    Denied { code: DenyCode, event: AgentEvent },
+    Denied {
+        code: DenyCode,
+        message: String,
+        hint: Option<String>,
+        event: AgentEvent,
+    },
 }
 
 impl Authorization {
@@ -284,19 +306,26 @@ impl Policy {
         }
         let grants = consent::load_for(&self.store, agent)?;
         let now = self.clock.now();
-        let mut revoked: Option<&Grant> = None;
-        for g in grants
+        let relevant: Vec<&Grant> = grants
             .iter()
             .filter(|g| g.capability.covers(&req.capability))
-        {
-            if g.active_at(now) && (req.sensitive.is_none() || g.sensitive) {
-                return Ok(Decision::Allow {
-                    grant: Box::new(g.clone()),
-                });
-            }
-            if g.revoked_at.is_some() {
-                revoked = Some(g);
-            }
+            .collect();
+        // The latest revocation covering the request: a grant only counts if made after it, so
+        // revoking `network:x.com` holds even while an older, broader `network` grant is live.
+        let revoked = relevant
+            .iter()
+            .filter(|g| g.revoked_at.is_some())
+            .max_by_key(|g| g.seq)
+            .copied();
+        let live = relevant.iter().find(|g| {
+            g.active_at(now)
+                && (req.sensitive.is_none() || g.sensitive)
+                && revoked.is_none_or(|r| g.seq > r.seq)
+        });
+        if let Some(g) = live {
+            return Ok(Decision::Allow {
+                grant: Box::new((*g).clone()),
+            });
         }
         if let Some(g) = revoked {
             return Ok(Decision::Deny {
@@ -424,9 +453,11 @@ impl Policy {
             code,
             event: AgentEvent::Error {
                 code: code.as_str().to_string(),
-                message,
-                hint: Some(hint),
+                message: message.clone(),
+                hint: Some(hint.clone()),
             },
+            message,
+            hint: Some(hint),
         })
     }
 

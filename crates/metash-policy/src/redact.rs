@@ -35,7 +35,9 @@ const SHAPES: &[&str] = &[
     r"(?:AKIA|ASIA)[0-9A-Z]{16}",
     r"eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}",
     r"(?i:bearer|basic)[ \t]+[A-Za-z0-9._~+/=\-]{8,}",
-    r"[A-Za-z0-9_]*(?i:_key|_token|_secret|password|passwd|apikey)[ \t]*[=:][ \t]*[^\s\x22',;&]{4,}",
+    // `NAME=value`, `NAME: value`, `"NAME": "value"` (JSON inside a string), with an optional
+    // auth scheme so `X_API_KEY: Bearer tok` is taken whole and the token cannot slip past.
+    r"[A-Za-z0-9_]*(?i:_key|_token|_secret|password|passwd|apikey)\x22?[ \t]*[=:][ \t]*\x22?(?:(?i:bearer|basic|token)[ \t]+)?[^\s\x22',;&]{4,}",
 ];
 
 /// Kind of a secret by its own shape, so the same secret gets the same marker wherever it is.
@@ -164,7 +166,16 @@ impl Redactor {
             }
         }
         if let Some(i) = m.find(['=', ':']) {
-            let value = m[i + 1..].trim_start();
+            let mut value = m[i + 1..].trim_start().trim_start_matches('"');
+            let lower = value
+                .get(..7)
+                .map(str::to_ascii_lowercase)
+                .unwrap_or_default();
+            for scheme in ["bearer", "basic", "token"] {
+                if lower.starts_with(scheme) && value[scheme.len()..].starts_with([' ', '\t']) {
+                    value = value[scheme.len()..].trim_start();
+                }
+            }
             let prefix = &m[..m.len() - value.len()];
             return format!("{prefix}{}", self.marker(value, "secret"));
         }

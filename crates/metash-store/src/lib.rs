@@ -229,7 +229,7 @@ impl Store {
         value: Value,
         expected_revision: Option<u64>,
     ) -> Result<u64> {
-        self.commit_state(agent, key, expected_revision, |_| Ok(value))
+        self.commit_state(agent, expected_revision, |_| Ok(vec![(key.to_string(), value)]))
     }
 
     /// An atomic read-modify-write of one key: `f` gets the current value (if set) under the lock
@@ -240,15 +240,42 @@ impl Store {
         key: &str,
         f: impl FnOnce(Option<&Value>) -> Result<Value>,
     ) -> Result<u64> {
-        self.commit_state(agent, key, None, |doc| f(keypath::get(doc, key)))
+        self.commit_state(agent, None, |doc| {
+            Ok(vec![(key.to_string(), f(keypath::get(doc, key))?)])
+        })
+    }
+
+    /// Several key paths set as one update: one event, all or nothing (e.g. a task's status with
+    /// its commits, or answering a checkpoint).
+    pub fn update_many(
+        &self,
+        agent: Option<&str>,
+        updates: Vec<(String, Value)>,
+        expected_revision: Option<u64>,
+    ) -> Result<u64> {
+        self.commit_state(agent, expected_revision, |_| Ok(updates))
+    }
+
+    /// Like [`Store::modify_state`] over the whole session: `f` sees the current state and returns
+    /// the updates to apply atomically (none: nothing is written, and the current revision is
+    /// returned).
+    pub fn transact(
+        &self,
+        agent: Option<&str>,
+        f: impl FnOnce(&SessionState) -> Result<Vec<(String, Value)>>,
+    ) -> Result<u64> {
+        self.commit_state(agent, None, |doc| {
+            let state: SessionState = serde_json::from_value(doc.clone())
+                .map_err(|e| StoreError::Rejected(e.to_string()))?;
+            f(&state)
+        })
     }
 
     fn commit_state(
         &self,
         agent: Option<&str>,
-        key: &str,
         expected_revision: Option<u64>,
-        compute: impl FnOnce(&Value) -> Result<Value>,
+        compute: impl FnOnce(&Value) -> Result<Vec<(String, Value)>>,
     ) -> Result<u64> {
         let _guard = self.lock()?;
         self.check_context()?;
@@ -262,15 +289,23 @@ impl Store {
                 });
             }
         }
-        let value = compute(&doc)?;
-        keypath::apply(&mut doc, key, value.clone())?;
-        let mut state = keypath::validate(doc, key)?;
+        let updates = compute(&doc)?;
+        let Some((first_key, _)) = updates.first() else {
+            return Ok(current);
+        };
+        for (key, value) in &updates {
+            keypath::apply(&mut doc, key, value.clone())?;
+        }
+        let mut state = keypath::validate(doc, first_key)?;
         state.revision = tail.seq + 1;
-        let event = NewEvent::new(
-            kinds::STATE_UPDATE,
-            agent,
-            json!({"key": key, "value": value, "scope": "session"}),
-        );
+        let data = match updates.as_slice() {
+            [(key, value)] => json!({"key": key, "value": value, "scope": "session"}),
+            many => json!({
+                "updates": many.iter().map(|(k, v)| json!({"key": k, "value": v})).collect::<Vec<_>>(),
+                "scope": "session",
+            }),
+        };
+        let event = NewEvent::new(kinds::STATE_UPDATE, agent, data);
         let bytes = session::to_bytes(&state)?;
         let path = self.session_path();
         let log_len = self.log.byte_len()?;

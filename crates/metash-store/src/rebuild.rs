@@ -20,17 +20,27 @@ pub fn fold(doc: &mut Value, rec: &LogRecord, log: &Path) -> Result<()> {
     match rec.kind.as_str() {
         kinds::SESSION_INIT => *doc = rec.data.clone(),
         kinds::STATE_UPDATE => {
-            let key = rec
-                .data
-                .get("key")
-                .and_then(Value::as_str)
-                .ok_or_else(|| broken("state_update without a key".into()))?;
-            let value = rec.data.get("value").cloned().unwrap_or(Value::Null);
-            keypath::apply(doc, key, value).map_err(|e| broken(e.to_string()))?;
+            if let Some(updates) = rec.data.get("updates").and_then(Value::as_array) {
+                for u in updates {
+                    apply_one(doc, u).map_err(broken)?;
+                }
+            } else {
+                apply_one(doc, &rec.data).map_err(broken)?;
+            }
         }
         _ => {}
     }
     Ok(())
+}
+
+/// One `{key, value}` of a state_update event.
+fn apply_one(doc: &mut Value, update: &Value) -> std::result::Result<(), String> {
+    let key = update
+        .get("key")
+        .and_then(Value::as_str)
+        .ok_or("state_update without a key")?;
+    let value = update.get("value").cloned().unwrap_or(Value::Null);
+    keypath::apply(doc, key, value).map_err(|e| e.to_string())
 }
 
 /// Folds every state event with `seq <= until`.

@@ -233,6 +233,7 @@ fn a_revoke_from_a_second_process_takes_effect_at_once() {
     let Authorization::Denied {
         code,
         event: AgentEvent::Error { code: c, hint, .. },
+        ..
     } = auth
     else {
         panic!("{auth:?}")

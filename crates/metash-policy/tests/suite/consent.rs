@@ -40,7 +40,7 @@ fn undeclared_capability_is_refused_without_a_prompt() {
         prompter.calls, 0,
         "the prompter must never be asked about an undeclared capability"
     );
-    let Authorization::Denied { code, event } = auth else {
+    let Authorization::Denied { code, event, .. } = auth else {
         panic!("allowed")
     };
     assert_eq!(code, DenyCode::CapabilityUndeclared);
@@ -171,6 +171,7 @@ fn a_revoke_by_another_handle_takes_effect_at_once_with_a_clear_error() {
                 message,
                 hint,
             },
+        ..
     } = auth
     else {
         panic!("{auth:?}")
@@ -246,6 +247,15 @@ fn writes_outside_the_workspace_are_sensitive() {
     let outside = CapabilityRequest::files_write(ws, Path::new("/etc/passwd"), "x");
     assert_eq!(outside.sensitive, Some(Sensitive::WriteOutsideWorkspace));
     assert_eq!(outside.capability.to_string(), "files.write:/etc/passwd");
+    let root = CapabilityRequest::files_write(ws, Path::new("/proj"), "x");
+    assert_eq!(root.capability.to_string(), "files.write");
+    let rel = CapabilityRequest::files_read(ws, Path::new("src/lib.rs"), "x");
+    assert_eq!(rel.capability.to_string(), "files.read:src/lib.rs");
+    assert_eq!(rel.sensitive, None);
+    assert!("files.read:src"
+        .parse::<metash_policy::Capability>()
+        .unwrap()
+        .covers(&rel.capability));
 }
 
 #[test]
@@ -440,4 +450,57 @@ fn agent_consent_requests_map_to_requests_and_answers_to_events() {
         panic!()
     };
     assert_eq!(code, "consent_denied");
+}
+
+#[test]
+fn revoking_a_narrow_scope_holds_against_a_broader_live_grant() {
+    let (_p, policy, clock) = project_with(&["network"], "wasm");
+    policy
+        .grant("a", &cap("network"), 3600, false, "test")
+        .unwrap();
+    clock.advance(chrono::Duration::seconds(1));
+    policy
+        .revoke("a", &cap("network:evil.com"), "test")
+        .unwrap();
+    let d = policy.check("a", &req("network:evil.com")).unwrap();
+    assert!(
+        matches!(
+            d,
+            Decision::Deny {
+                code: DenyCode::ConsentRevoked,
+                ..
+            }
+        ),
+        "{d:?}"
+    );
+    assert!(policy
+        .check("a", &req("network:api.github.com"))
+        .unwrap()
+        .is_allow());
+    // A grant made after the revocation lifts it.
+    clock.advance(chrono::Duration::seconds(1));
+    policy
+        .grant("a", &cap("network"), 3600, false, "test")
+        .unwrap();
+    assert!(policy
+        .check("a", &req("network:evil.com"))
+        .unwrap()
+        .is_allow());
+}
+
+#[test]
+fn absurd_durations_are_refused_not_a_panic() {
+    let (_p, policy, _) = project_with(&["memory"], "wasm");
+    assert!(policy
+        .grant("a", &cap("memory"), u64::MAX, false, "test")
+        .is_err());
+    let mut p = Counting::new(Answer::AllowFor(u64::MAX));
+    assert!(policy.authorize("a", &req("memory"), &mut p).is_err());
+}
+
+#[test]
+fn policy_can_be_shared_across_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Policy>();
+    assert_send_sync::<Registry>();
 }

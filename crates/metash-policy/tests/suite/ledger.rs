@@ -272,3 +272,35 @@ fn time_arguments() {
     assert!(ledger::parse_time("2026-11-22T09:00:00Z", now).is_ok());
     assert!(ledger::parse_time("yesterday", now).is_err());
 }
+
+#[test]
+fn credentials_in_free_text_do_not_slip_past() {
+    let r = Redactor::new(b"s");
+    for (text, secret, kept) in [
+        (
+            "X_API_KEY: Bearer abcdefgh12345678",
+            "abcdefgh12345678",
+            "X_API_KEY: Bearer [REDACTED:",
+        ),
+        (
+            "GET https://x.test/?api_key=abc123xyz&page=2",
+            "abc123xyz",
+            "&page=2",
+        ),
+        (
+            r#"body {"password": "hunter2hunter2", "user": "me"}"#,
+            "hunter2hunter2",
+            r#""user": "me""#,
+        ),
+        ("DB_PASSWORD=opensesame ./run", "opensesame", "./run"),
+        (
+            "Authorization: Basic dXNlcjpwYXNzd29yZA==",
+            "dXNlcjpwYXNzd29yZA==",
+            "Authorization: Basic [REDACTED:",
+        ),
+    ] {
+        let out = r.redact_str(text);
+        assert!(!out.contains(secret), "{text} -> {out}");
+        assert!(out.contains(kept), "{text} -> {out}");
+    }
+}

@@ -37,6 +37,8 @@ use crate::stream::TokenBucket;
 /// How long, after killing, we wait for the group to disappear and the pipes to close.
 const REAP_WITHIN: Duration = Duration::from_millis(200);
 const STDERR_TAIL: usize = 64 * 1024;
+/// SIGTERM-to-SIGKILL window after a deadline: the deadline is the limit, so it is short.
+const TIMEOUT_GRACE: Duration = Duration::from_millis(50);
 
 /// A running native agent.
 pub struct NativeProcess {
@@ -193,6 +195,15 @@ impl NativeProcess {
         false
     }
 
+    /// Whether nothing of the agent is left. The cgroup is authoritative when there is one (a
+    /// confined process cannot leave it) and cheap to read; otherwise scan `/proc` for the group.
+    fn all_gone(&self) -> bool {
+        match &self.sandbox.cgroup {
+            Some(cg) => cg.pids().is_empty(),
+            None => procs::group_members(self.pgid).is_empty(),
+        }
+    }
+
     /// SIGTERM the group, wait `grace`, SIGKILL the group and the cgroup, reap. Returns whether the
     /// kill was needed (the leader was still alive after `grace`).
     pub fn terminate(&mut self, grace: Duration) -> bool {
@@ -202,7 +213,7 @@ impl NativeProcess {
         let start = Instant::now();
         let mut forced = true;
         while start.elapsed() < grace {
-            if self.try_reap() && procs::group_members(self.pgid).is_empty() {
+            if self.try_reap() && self.all_gone() {
                 forced = false;
                 break;
             }
@@ -224,7 +235,7 @@ impl NativeProcess {
             }
         }
         let start = Instant::now();
-        while !procs::group_members(self.pgid).is_empty() && start.elapsed() < REAP_WITHIN {
+        while !self.all_gone() && start.elapsed() < REAP_WITHIN {
             self.signal_group(libc::SIGKILL);
             thread::sleep(Duration::from_millis(1));
         }
@@ -270,7 +281,7 @@ impl NativeProcess {
             let now = Instant::now();
             if now >= deadline {
                 // A timeout gets no grace beyond a short SIGTERM window: the deadline is the limit.
-                let forced = self.terminate(spec.shutdown_grace.min(Duration::from_millis(100)));
+                let forced = self.terminate(spec.shutdown_grace.min(TIMEOUT_GRACE));
                 sink.record(
                     kinds::TIMEOUT,
                     Some(&self.agent),
@@ -388,7 +399,7 @@ impl NativeProcess {
 
 impl Drop for NativeProcess {
     fn drop(&mut self) {
-        if self.exit.is_none() || !procs::group_members(self.pgid).is_empty() {
+        if self.exit.is_none() || !self.all_gone() {
             self.kill_now();
         }
     }

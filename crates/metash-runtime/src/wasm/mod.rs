@@ -8,10 +8,14 @@
 //! interruption driven by one timer thread per engine.
 
 mod cache;
+mod pool;
+mod stdout;
 
 use std::collections::HashMap;
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -31,7 +35,7 @@ pub use cache::CacheHit;
 use crate::codec;
 use crate::error::{io_err, Result, RuntimeError};
 use crate::invocation::{InvocationStatus, Outcome, Step, Tracker};
-use crate::pump::{pump, PumpCfg};
+use crate::pump::{pump, Msg, PumpCfg};
 use crate::sink::{kinds, EventSink};
 use crate::spec::{caps, AgentSpec};
 use crate::stream::TokenBucket;
@@ -47,6 +51,7 @@ pub struct WasmEngine {
     cache_dir: PathBuf,
     modules: Mutex<HashMap<String, Module>>,
     stop: Arc<AtomicBool>,
+    workers: pool::Pool,
 }
 
 impl WasmEngine {
@@ -80,6 +85,7 @@ impl WasmEngine {
             cache_dir: cache_dir.into(),
             modules: Mutex::new(HashMap::new()),
             stop,
+            workers: pool::Pool::new(),
         }))
     }
 
@@ -166,6 +172,7 @@ pub struct WasmAgent {
 const STOP_NONE: u8 = 0;
 const STOP_TIMEOUT: u8 = 1;
 const STOP_INTERRUPT: u8 = 2;
+const STOP_HALT: u8 = 3;
 
 impl WasmAgent {
     /// Load and link the module. An import the sandbox does not provide (e.g. a socket extension)
@@ -200,11 +207,13 @@ impl WasmAgent {
         })
     }
 
-    /// Run one invocation to completion (or deadline / interrupt).
+    /// Run one invocation: a fresh instance on its own thread, its stdout streamed live through a
+    /// bounded channel into the shared reader, until `done`/`checkpoint`, exit, deadline, interrupt
+    /// or the output cap.
     ///
     /// # Errors
-    /// Only host-side failures (building the WASI context, the preopen); guest failures are
-    /// statuses.
+    /// Only host-side failures (building the WASI context, the preopen, threads); guest failures
+    /// are statuses.
     pub fn invoke(
         &self,
         spec: &AgentSpec,
@@ -216,12 +225,11 @@ impl WasmAgent {
     ) -> Result<Outcome> {
         let mut stdin = start_line.to_vec();
         stdin.extend(codec::encode(input)?);
-        let cap = usize::try_from(spec.output_cap).unwrap_or(usize::MAX);
-        let stdout = MemoryOutputPipe::new(cap);
+        let (stdout, reader) = stdout::channel();
         let stderr = MemoryOutputPipe::new(64 * 1024);
         let mut b = WasiCtxBuilder::new();
         b.stdin(MemoryInputPipe::new(stdin))
-            .stdout(stdout.clone())
+            .stdout(stdout)
             .stderr(stderr.clone())
             .arg(&spec.manifest.name)
             .allow_tcp(false)
@@ -248,35 +256,112 @@ impl WasmAgent {
                 denied: None,
             },
         };
-        let mut store = Store::new(self.engine.engine(), state);
-        store.limiter(|s| &mut s.limits);
         let deadline = Instant::now() + spec.timeout;
-        let why = Arc::new(std::sync::atomic::AtomicU8::new(STOP_NONE));
-        let (why2, int2) = (Arc::clone(&why), Arc::clone(interrupt));
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |_| {
-            if int2.load(Ordering::SeqCst) {
-                why2.store(STOP_INTERRUPT, Ordering::SeqCst);
-                return Err(wasmtime::Error::msg("interrupted by host"));
-            }
-            if Instant::now() >= deadline {
-                why2.store(STOP_TIMEOUT, Ordering::SeqCst);
-                return Err(wasmtime::Error::msg("deadline exceeded"));
-            }
-            Ok(UpdateDeadline::Continue(1))
-        });
+        let why = Arc::new(AtomicU8::new(STOP_NONE));
+        // Set by this thread when the invocation is over (done, cap) so a guest that keeps
+        // running is stopped at its next epoch.
+        let halt = Arc::new(AtomicBool::new(false));
+
+        // The guest thread.
+        let (pre, engine) = (self.pre.clone(), Arc::clone(&self.engine));
+        let (why2, int2, halt2) = (Arc::clone(&why), Arc::clone(interrupt), Arc::clone(&halt));
+        let (done_tx, done_rx) = mpsc::channel();
+        self.engine.workers.run(move || {
+            let mut store = Store::new(engine.engine(), state);
+            store.limiter(|s| &mut s.limits);
+            store.set_epoch_deadline(1);
+            store.epoch_deadline_callback(move |_| {
+                if int2.load(Ordering::SeqCst) {
+                    why2.store(STOP_INTERRUPT, Ordering::SeqCst);
+                    return Err(wasmtime::Error::msg("interrupted by host"));
+                }
+                if halt2.load(Ordering::SeqCst) {
+                    why2.store(STOP_HALT, Ordering::SeqCst);
+                    return Err(wasmtime::Error::msg("invocation already over"));
+                }
+                if Instant::now() >= deadline {
+                    why2.store(STOP_TIMEOUT, Ordering::SeqCst);
+                    return Err(wasmtime::Error::msg("deadline exceeded"));
+                }
+                Ok(UpdateDeadline::Continue(1))
+            });
+            let run = pre
+                .instantiate(&mut store)
+                .and_then(|inst| inst.get_typed_func::<(), ()>(&mut store, "_start"))
+                .and_then(|f| f.call(&mut store, ()));
+            let exit_code = match &run {
+                Ok(()) => Some(0),
+                Err(e) => e.downcast_ref::<I32Exit>().map(|c| c.0),
+            };
+            let err = run.err().map(|e| format!("{e:#}"));
+            let denied = store.data().limits.denied;
+            // Drop the store (and with it the stdout sender) first: the reader sees EOF.
+            drop(store);
+            let _ = done_tx.send((exit_code, err, denied));
+        })?;
+
+        // The reader thread: framing, version check, log, token bucket, into a bounded channel.
+        let (tx, rx) = mpsc::sync_channel::<Msg>(spec.channel_capacity.max(1));
+        let cfg = PumpCfg {
+            agent: spec.id.clone(),
+            sink: Arc::clone(sink),
+            max_line: spec.max_line,
+        };
+        let throttle = spec.throttle;
+        self.engine.workers.run(move || {
+            let mut bucket = TokenBucket::new(throttle);
+            let reader = BufReader::with_capacity(16 * 1024, reader);
+            pump(reader, &cfg, &mut bucket, |m| tx.send(m).is_ok());
+        })?;
 
         let mut tracker = Tracker::new(spec.output_cap);
-        let run = self
-            .pre
-            .instantiate(&mut store)
-            .and_then(|inst| inst.get_typed_func::<(), ()>(&mut store, "_start"))
-            .and_then(|f| f.call(&mut store, ()));
-        let exit_code = match &run {
-            Ok(()) => Some(0),
-            Err(e) => e.downcast_ref::<I32Exit>().map(|c| c.0),
-        };
-        if let Some((current, desired)) = store.data().limits.denied {
+        let mut end: Option<InvocationStatus> = None;
+        let mut over_cap = false;
+        // Past the deadline plus this, a guest blocked in a host call is abandoned (it stops at its
+        // next epoch check or host call) rather than hanging the host.
+        let give_up = deadline + spec.shutdown_grace.max(Duration::from_millis(100));
+        let mut ignored = |_: &AgentEvent| {};
+        loop {
+            if Instant::now() >= give_up {
+                halt.store(true, Ordering::SeqCst);
+                sink.record(
+                    kinds::TIMEOUT,
+                    Some(&spec.id),
+                    json!({"timeout_ms": spec.timeout.as_millis() as u64, "via": "host-deadline",
+                           "note": "guest blocked in a host call; abandoned"}),
+                );
+                return Ok(tracker.finish(InvocationStatus::Timeout));
+            }
+            let msg = match rx.recv_timeout(Duration::from_millis(20)) {
+                Ok(m) => m,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => Msg::Eof,
+            };
+            // After the end (or the cap) the rest is drained to EOF but not delivered.
+            let deliver: &mut dyn FnMut(&AgentEvent) = if end.is_some() || over_cap {
+                &mut ignored
+            } else {
+                on_event
+            };
+            match tracker.step(msg, deliver) {
+                Step::Continue => {}
+                Step::End(st) => {
+                    if end.is_none() && !over_cap {
+                        end = Some(st);
+                        halt.store(true, Ordering::SeqCst);
+                    }
+                }
+                Step::OverCap => {
+                    over_cap = true;
+                    halt.store(true, Ordering::SeqCst);
+                }
+                Step::Eof => break,
+            }
+        }
+        let (exit_code, err, denied) = done_rx
+            .recv()
+            .map_err(|_| RuntimeError::Wasm("the guest worker panicked".into()))?;
+        if let Some((current, desired)) = denied {
             sink.record(
                 kinds::LIMIT,
                 Some(&spec.id),
@@ -284,31 +369,19 @@ impl WasmAgent {
                        "current": current, "requested": desired}),
             );
         }
-        let memory_hit = store.data().limits.denied.is_some();
-        drop(store);
-
-        // Replay the guest's stdout through the shared reader (logging, throttle, framing).
-        let out = stdout.contents();
-        let cfg = PumpCfg {
-            agent: spec.id.clone(),
-            sink: Arc::clone(sink),
-            max_line: spec.max_line,
-        };
-        let mut bucket = TokenBucket::new(spec.throttle);
-        let mut end: Option<InvocationStatus> = None;
-        let mut over_cap = out.len() >= cap;
-        pump(&out[..], &cfg, &mut bucket, |msg| {
-            match tracker.step(msg, on_event) {
-                Step::End(st) => {
-                    end.get_or_insert(st);
-                }
-                Step::OverCap => over_cap = true,
-                Step::Continue | Step::Eof => {}
-            }
-            true
-        });
         let stopped = why.load(Ordering::SeqCst);
-        let status = if stopped == STOP_TIMEOUT {
+        let status = if over_cap {
+            sink.record(
+                kinds::LIMIT,
+                Some(&spec.id),
+                json!({"limit": "output_bytes", "max": spec.output_cap}),
+            );
+            InvocationStatus::LimitExceeded {
+                limit: "output_bytes".into(),
+            }
+        } else if let Some(st) = end {
+            st
+        } else if stopped == STOP_TIMEOUT {
             sink.record(
                 kinds::TIMEOUT,
                 Some(&spec.id),
@@ -324,31 +397,18 @@ impl WasmAgent {
             InvocationStatus::Killed {
                 reason: "interrupted".into(),
             }
-        } else if over_cap {
-            sink.record(
-                kinds::LIMIT,
-                Some(&spec.id),
-                json!({"limit": "output_bytes", "max": spec.output_cap}),
-            );
-            InvocationStatus::LimitExceeded {
-                limit: "output_bytes".into(),
-            }
-        } else if let Some(st) = end {
-            st
-        } else if memory_hit {
+        } else if denied.is_some() {
             InvocationStatus::LimitExceeded {
                 limit: "memory".into(),
             }
         } else {
-            if let Err(e) = &run {
-                if exit_code.is_none() {
-                    sink.record(
-                        "agent_trap",
-                        Some(&spec.id),
-                        json!({"message": format!("{e:#}"),
-                               "stderr": String::from_utf8_lossy(&stderr.contents()).to_string()}),
-                    );
-                }
+            if let (Some(message), None) = (&err, exit_code) {
+                sink.record(
+                    "agent_trap",
+                    Some(&spec.id),
+                    json!({"message": message,
+                           "stderr": String::from_utf8_lossy(&stderr.contents()).to_string()}),
+                );
             }
             InvocationStatus::Exited {
                 code: exit_code,

@@ -1,7 +1,7 @@
 //! Fixtures: a workspace with a secret outside it, manifests, WAT module builder, event helpers.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use metash_protocol::{AgentEvent, Manifest, SandboxKind};
@@ -32,13 +32,34 @@ pub fn manifest(sandbox: SandboxKind, mem: Option<&str>) -> Manifest {
 /// A temp dir with `workspace/` (holding `inside.txt` and a `link` to the secret) and
 /// `outside/secret.txt`.
 pub struct Fixture {
+    _turn: Turn,
     pub dir: tempfile::TempDir,
     pub sink: Arc<MemorySink>,
     pub rt: Runtime,
 }
 
+/// Tests share the process; the flood test measures the process's RSS, so it runs alone
+/// (`Fixture::exclusive`) while every other test holds a shared turn.
+static TURNS: RwLock<()> = RwLock::new(());
+
+enum Turn {
+    Shared(#[allow(dead_code)] RwLockReadGuard<'static, ()>),
+    Exclusive(#[allow(dead_code)] RwLockWriteGuard<'static, ()>),
+}
+
 impl Fixture {
     pub fn new() -> Self {
+        let turn = Turn::Shared(TURNS.read().unwrap_or_else(|p| p.into_inner()));
+        Self::with(turn)
+    }
+
+    /// A fixture that runs with no other test in the process.
+    pub fn exclusive() -> Self {
+        let turn = Turn::Exclusive(TURNS.write().unwrap_or_else(|p| p.into_inner()));
+        Self::with(turn)
+    }
+
+    fn with(turn: Turn) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().join("workspace");
         let out = dir.path().join("outside");
@@ -55,7 +76,12 @@ impl Fixture {
             Arc::clone(&sink) as Arc<dyn EventSink>,
         )
         .unwrap();
-        Self { dir, sink, rt }
+        Self {
+            _turn: turn,
+            dir,
+            sink,
+            rt,
+        }
     }
 
     pub fn workspace(&self) -> PathBuf {

@@ -77,3 +77,33 @@ fn wasm_runaway_loop() {
     assert_eq!(o.status, InvocationStatus::Timeout);
     assert!(t.elapsed() < TIMEOUT + SLACK, "{:?}", t.elapsed());
 }
+
+#[test]
+fn native_interrupt_while_running() {
+    require_native!();
+    let f = Fixture::new();
+    let mut spec = f.native("r-int", &[], None);
+    spec.timeout = Duration::from_secs(30);
+    spec.shutdown_grace = Duration::from_millis(100);
+    let mut a = f.start(spec);
+    let pgid = a.pid().unwrap();
+    let stop = a.interrupter();
+    let h = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        stop.interrupt();
+    });
+    let t = Instant::now();
+    let (o, _) = run(&mut a, "child-ignore-term");
+    h.join().unwrap();
+    assert!(matches!(o.status, InvocationStatus::Killed { .. }), "{o:?}");
+    assert!(
+        t.elapsed() < Duration::from_millis(200 + 100) + SLACK,
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(metash_runtime::native::procs::group_members(pgid).is_empty());
+    assert_eq!(
+        f.events("r-int", metash_runtime::sink::kinds::KILLED).len(),
+        1
+    );
+}

@@ -113,3 +113,51 @@ fn wait_for_line(child: &mut std::process::Child, want: &str) {
     std::io::BufReader::new(stdout).read_line(&mut line).unwrap();
     assert_eq!(line.trim(), want);
 }
+
+#[test]
+fn update_many_is_one_event_and_all_or_nothing() {
+    let (dir, store) = project();
+    let rev = store
+        .update_many(
+            Some("orchestrator"),
+            vec![
+                ("status".into(), json!("executing")),
+                ("gapCount".into(), json!(2)),
+                ("variables.note".into(), json!("x")),
+            ],
+            None,
+        )
+        .unwrap();
+    let recs = store.log().read_all().unwrap();
+    assert_eq!(recs.len(), 2, "one event for the three keys");
+    assert_eq!(recs[1].seq, rev);
+    assert_eq!(recs[1].agent.as_deref(), Some("orchestrator"));
+    let state = store.state().unwrap();
+    assert_eq!(state.gap_count, 2);
+    assert_eq!(store.rebuild().unwrap(), state);
+
+    // One bad key refuses the whole update.
+    let before = snapshot(dir.path());
+    let err = store
+        .update_many(
+            None,
+            vec![("gapCount".into(), json!(5)), ("status".into(), json!("nope"))],
+            None,
+        )
+        .unwrap_err();
+    assert!(matches!(err, StoreError::InvalidValue { .. }), "{err}");
+    assert_eq!(snapshot(dir.path()), before);
+}
+
+#[test]
+fn transact_sees_the_state_and_may_write_nothing() {
+    let (_dir, store) = project();
+    let rev0 = store.state().unwrap().revision;
+    let rev = store.transact(None, |_| Ok(vec![])).unwrap();
+    assert_eq!(rev, rev0);
+    assert_eq!(store.log().read_all().unwrap().len(), 1);
+    store
+        .transact(None, |s| Ok(vec![("currentPhase".into(), json!(s.current_phase + 1))]))
+        .unwrap();
+    assert_eq!(store.state().unwrap().current_phase, 2);
+}

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 mod harness;
+mod orchestrator;
 mod policy;
 mod store;
 
@@ -23,6 +24,8 @@ pub enum Command {
     Harness(harness::HarnessCommand),
     #[command(flatten)]
     Policy(policy::PolicyCommand),
+    #[command(flatten)]
+    Orchestrator(orchestrator::OrchestratorCommand),
 }
 
 pub fn run(command: Command, ctx: &Ctx) -> anyhow::Result<ExitCode> {
@@ -30,5 +33,6 @@ pub fn run(command: Command, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         Command::Store(c) => store::run(c, ctx),
         Command::Harness(c) => harness::run(c, ctx),
         Command::Policy(c) => policy::run(c, ctx),
+        Command::Orchestrator(c) => orchestrator::run(c, ctx),
     }
 }

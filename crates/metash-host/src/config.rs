@@ -1,0 +1,146 @@
+//! `.meta/config.toml`, the host's part: model-backed roles, the run budget, spawn defaults.
+//! Other layers own other sections (`[orchestrator]`); each reads only its own, so the file is read
+//! as a table first.
+//!
+//! ```toml
+//! [host]
+//! default_timeout_seconds = 600
+//!
+//! [budget]                 # across all spawns of the session
+//! max_tokens = 200000
+//! max_cost_usd = 5.0
+//!
+//! [roles.writer]           # spawn_agent("writer", ...) runs a model turn
+//! frontend = "anthropic-api"   # agent-sdk | pi-sdk | anthropic-api | openai-responses | openai-chat
+//! model_fast = "claude-haiku-4-5"
+//! model_smart = "claude-sonnet-4-5"
+//! base_url = "http://127.0.0.1:8080"   # optional; the provider's default otherwise
+//! api_key_env = "ANTHROPIC_API_KEY"    # optional; the frontend's usual variable otherwise
+//! max_tokens = 4096                    # used when the spawn gives none
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use metash_protocol::{HarnessFrontend, ModelHint};
+use serde::Deserialize;
+
+use crate::error::{HostError, Result};
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSection {
+    #[serde(default)]
+    pub default_timeout_seconds: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    #[serde(default)]
+    pub max_cost_usd: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Role {
+    pub frontend: HarnessFrontend,
+    #[serde(default)]
+    pub model_fast: Option<String>,
+    #[serde(default)]
+    pub model_smart: Option<String>,
+    #[serde(default)]
+    pub base_url: Option<String>,
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    /// CLI frontends: give the harness its own HOME under the spawn's directory (default true:
+    /// a sub-agent must not see the orchestrator's or the user's history).
+    #[serde(default = "yes")]
+    pub isolated_home: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Role {
+    /// The model for a hint: `smart` falls back to `fast` and back, then to the frontend default.
+    pub fn model(&self, hint: Option<ModelHint>) -> Option<String> {
+        let (first, second) = match hint.unwrap_or(ModelHint::Smart) {
+            ModelHint::Fast => (&self.model_fast, &self.model_smart),
+            ModelHint::Smart => (&self.model_smart, &self.model_fast),
+        };
+        first.clone().or_else(|| second.clone())
+    }
+
+    /// The variable holding the key, for frontends that need one.
+    pub fn key_env(&self) -> Option<String> {
+        if let Some(v) = &self.api_key_env {
+            return Some(v.clone());
+        }
+        match self.frontend {
+            HarnessFrontend::AnthropicApi | HarnessFrontend::AgentSdk => {
+                Some("ANTHROPIC_API_KEY".into())
+            }
+            HarnessFrontend::OpenaiResponses | HarnessFrontend::PiSdk => {
+                Some("OPENAI_API_KEY".into())
+            }
+            // Local OpenAI-compatible servers usually take no key.
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HostConfig {
+    pub host: HostSection,
+    pub budget: Budget,
+    pub roles: BTreeMap<String, Role>,
+}
+
+impl HostConfig {
+    /// Reads `.meta/config.toml` under `workspace`; absent means defaults.
+    ///
+    /// # Errors
+    /// [`HostError::Config`] naming the file, the line and what is wrong.
+    pub fn load(workspace: &Path) -> Result<Self> {
+        let path = workspace.join(".meta").join("config.toml");
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
+            Err(e) => return Err(HostError::Config(format!("{}: {e}", path.display()))),
+        };
+        Self::parse(&text, &path)
+    }
+
+    pub fn parse(text: &str, path: &Path) -> Result<Self> {
+        /// The whole file, typed where it is the host's; other sections pass through unread.
+        #[derive(Deserialize)]
+        struct HostFile {
+            #[serde(default)]
+            host: HostSection,
+            #[serde(default)]
+            budget: Budget,
+            #[serde(default)]
+            roles: BTreeMap<String, Role>,
+            #[serde(flatten)]
+            _others: toml::Table,
+        }
+        let parsed: HostFile = toml::from_str(text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1)
+                .unwrap_or(1);
+            HostError::Config(format!("{}:{line}: {}", path.display(), e.message()))
+        })?;
+        Ok(Self {
+            host: parsed.host,
+            budget: parsed.budget,
+            roles: parsed.roles,
+        })
+    }
+}

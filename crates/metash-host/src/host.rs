@@ -1,0 +1,411 @@
+//! The `Host`: one project's store, policy and runners behind the seed-000 calls.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, OnceLock};
+
+use metash_policy::{
+    AgentDirs, Capability, CapabilityRequest, ConsentPrompter, NonInteractive, Policy, PolicyFile,
+    Registry, TerminalPrompter,
+};
+use metash_protocol::log::kinds;
+use metash_protocol::{LogLevel, LogRecord, PendingCheckpoint, ResumeData};
+use metash_store::{NewEvent, Store};
+use serde_json::{json, Value};
+
+use crate::bus::Bus;
+use crate::checkpoint;
+use crate::config::{HostConfig, Role};
+use crate::error::{HostError, Result};
+use crate::progress::{self, Terminal};
+use crate::spawn::Target;
+
+/// Who answers consent questions during spawns.
+#[derive(Debug, Clone, Default)]
+pub enum ConsentMode {
+    /// A person at the terminal (stdin/stderr).
+    Interactive,
+    /// Scripts, CI and servers: a policy file and `--yes-to` capabilities; anything else is
+    /// denied, never waited for.
+    #[default]
+    NonInteractive,
+}
+
+/// How the host talks to people.
+#[derive(Debug, Clone)]
+pub struct HostOptions {
+    pub terminal: Terminal,
+    pub consent: ConsentMode,
+    pub policy_file: Option<PathBuf>,
+    pub yes_to: Vec<Capability>,
+    /// Where agent manifests are discovered besides `.meta/agents` (the user's XDG config home);
+    /// `None` looks only in the project.
+    pub config_home: Option<PathBuf>,
+}
+
+impl Default for HostOptions {
+    fn default() -> Self {
+        Self {
+            terminal: Terminal::Stderr,
+            consent: ConsentMode::NonInteractive,
+            policy_file: None,
+            yes_to: Vec::new(),
+            config_home: None,
+        }
+    }
+}
+
+pub struct Host {
+    store: Store,
+    options: HostOptions,
+    config: HostConfig,
+    bus: Arc<Bus>,
+    runtime: OnceLock<metash_runtime::Runtime>,
+    harness: OnceLock<metash_harness::Harness>,
+    tokio: OnceLock<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host")
+            .field("workspace", &self.store.workspace())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The runtime's lifecycle events go to the store's log, then to attached clients.
+struct HostSink {
+    store: Store,
+    bus: Arc<Bus>,
+}
+
+impl metash_runtime::EventSink for HostSink {
+    fn record(&self, kind: &str, agent: Option<&str>, data: Value) {
+        if let Ok(recs) = self.store.append_batch(&[NewEvent::new(kind, agent, data)]) {
+            self.bus.publish(&recs);
+        }
+    }
+}
+
+impl Host {
+    /// Opens the project at `workspace` (it must have been `metash init`-ed) and reads
+    /// `.meta/config.toml`.
+    ///
+    /// # Errors
+    /// Not a project, changed context.md, a bad config file.
+    pub fn open(workspace: &Path, options: HostOptions) -> Result<Self> {
+        let store = Store::open(workspace)?;
+        let config = HostConfig::load(workspace)?;
+        Ok(Self {
+            store,
+            options,
+            config,
+            bus: Arc::new(Bus::default()),
+            runtime: OnceLock::new(),
+            harness: OnceLock::new(),
+            tokio: OnceLock::new(),
+        })
+    }
+
+    pub fn config(&self) -> &HostConfig {
+        &self.config
+    }
+
+    pub(crate) fn record_one(&self, kind: &str, agent: Option<&str>, data: Value) -> Result<()> {
+        self.record(&[NewEvent::new(kind, agent, data)])?;
+        Ok(())
+    }
+
+    /// The agents in `.meta/agents` (and the user's config dir), freshly discovered so a manifest
+    /// added since the host started is found.
+    pub fn registry(&self) -> Registry {
+        let dirs = AgentDirs::new(self.store.workspace(), self.options.config_home.as_deref());
+        Registry::discover(&dirs)
+    }
+
+    pub(crate) fn policy(&self) -> Result<Policy> {
+        let registry = self.registry();
+        let store = Store::open(self.store.workspace())?;
+        let _ = registry.record(&store);
+        Ok(Policy::new(store, registry))
+    }
+
+    pub(crate) fn prompter(&self) -> Box<dyn ConsentPrompter> {
+        match self.options.consent {
+            ConsentMode::Interactive => Box::new(TerminalPrompter::new(
+                std::io::BufReader::new(std::io::stdin()),
+                std::io::stderr(),
+            )),
+            ConsentMode::NonInteractive => {
+                let file = self
+                    .options
+                    .policy_file
+                    .as_deref()
+                    .and_then(|p| PolicyFile::load(p).ok());
+                Box::new(NonInteractive::new(file, self.options.yes_to.clone()))
+            }
+        }
+    }
+
+    /// A name is a role of config.toml first (so a project can replace an agent by a model), then
+    /// a registered agent.
+    pub(crate) fn resolve(&self, name: &str) -> Result<Target> {
+        if let Some(role) = self.config.roles.get(name) {
+            return Ok(Target::Role(role.clone()));
+        }
+        let registry = self.registry();
+        if let Some(agent) = registry.get(name) {
+            return Ok(Target::Agent(Box::new(agent.clone())));
+        }
+        let mut known: Vec<String> = registry.agents().map(|a| a.id.clone()).collect();
+        known.extend(self.config.roles.keys().cloned());
+        let invalid: Vec<String> = registry
+            .invalid()
+            .iter()
+            .map(|i| format!("{i:?}"))
+            .collect();
+        let mut hint = if known.is_empty() {
+            " (none are configured)".to_string()
+        } else {
+            format!(" (known: {})", known.join(", "))
+        };
+        if !invalid.is_empty() {
+            hint.push_str(&format!("; invalid manifests: {}", invalid.join("; ")));
+        }
+        Err(HostError::UnknownAgent {
+            name: name.to_string(),
+            hint,
+        })
+    }
+
+    /// Refuses a model-backed role whose key variable or program is missing, before anything is
+    /// spent.
+    ///
+    /// # Errors
+    /// [`HostError::Config`] naming the missing variable or program.
+    pub fn preflight_role(&self, name: &str, role: &Role) -> Result<()> {
+        if let Some(var) = role.key_env() {
+            if std::env::var_os(&var).is_none_or(|v| v.is_empty()) {
+                return Err(HostError::Config(format!(
+                    "role `{name}` ({}) needs the environment variable {var}, which is not set",
+                    role.frontend.as_str()
+                )));
+            }
+        }
+        let program = match role.frontend {
+            metash_protocol::HarnessFrontend::AgentSdk | metash_protocol::HarnessFrontend::ClaudeCode => {
+                Some(metash_harness::Program::Claude)
+            }
+            metash_protocol::HarnessFrontend::CodexCli => Some(metash_harness::Program::Codex),
+            metash_protocol::HarnessFrontend::PiSdk => Some(metash_harness::Program::Pi),
+            _ => None,
+        };
+        if let Some(p) = program {
+            if self.harness()?.programs.get(p).is_none() {
+                return Err(HostError::Config(format!(
+                    "role `{name}` ({}) needs the `{}` program, which is not installed \
+                     (bash scripts/setup installs it into .tools/)",
+                    role.frontend.as_str(),
+                    p.name()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks every configured role (for `metash run` to stop before spending anything).
+    pub fn preflight(&self) -> Result<()> {
+        for (name, role) in &self.config.roles {
+            self.preflight_role(name, role)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn runtime(&self) -> Result<&metash_runtime::Runtime> {
+        if let Some(r) = self.runtime.get() {
+            return Ok(r);
+        }
+        let sink = Arc::new(HostSink {
+            store: Store::open(self.store.workspace())?,
+            bus: Arc::clone(&self.bus),
+        });
+        let rt = metash_runtime::Runtime::new(
+            metash_runtime::RuntimeConfig {
+                cache_dir: self.store.meta_dir().join("cache").join("wasm"),
+            },
+            sink,
+        )
+        .map_err(|e| HostError::Other(format!("starting the agent runtime: {e}")))?;
+        Ok(self.runtime.get_or_init(|| rt))
+    }
+
+    pub(crate) fn harness(&self) -> Result<&metash_harness::Harness> {
+        if let Some(h) = self.harness.get() {
+            return Ok(h);
+        }
+        let programs = metash_harness::Programs::discover(Some(self.store.workspace()));
+        let h = metash_harness::Harness::new(programs)
+            .map_err(|e| HostError::Other(format!("starting the harness layer: {e}")))?;
+        Ok(self.harness.get_or_init(|| h))
+    }
+
+    pub(crate) fn tokio(&self) -> Result<&tokio::runtime::Runtime> {
+        if let Some(t) = self.tokio.get() {
+            return Ok(t);
+        }
+        let t = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| HostError::Other(format!("starting the async runtime: {e}")))?;
+        Ok(self.tokio.get_or_init(|| t))
+    }
+
+    /// Per-spawn directories (aspHome of model roles) live here and are removed after the spawn.
+    pub(crate) fn spawn_root(&self) -> Result<PathBuf> {
+        let dir = self.store.meta_dir().join("spawns");
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| HostError::Other(format!("creating {}: {e}", dir.display())))?;
+        Ok(dir)
+    }
+
+    pub(crate) fn session_id(&self) -> Result<String> {
+        Ok(self.store.state()?.session_id)
+    }
+
+    pub(crate) fn take_budget_continue(&self) -> Result<bool> {
+        checkpoint::take_budget_continue(&self.store)
+    }
+
+    /// An agent's `state_update` event: `agent`/`memory` scope goes to its own KV namespace and
+    /// `scratchpad` to the shared one (both need `memory`); session scope may change only
+    /// `variables.*` (the plan and phase are the orchestrator's). Same atomic path as
+    /// orchestrators use.
+    pub(crate) fn agent_state_update(
+        &self,
+        agent: &str,
+        key: &str,
+        value: &Value,
+        scope: Option<&str>,
+    ) -> Result<()> {
+        match scope.unwrap_or("session") {
+            "agent" | "memory" | "scratchpad" => {
+                let policy = self.policy()?;
+                let req = CapabilityRequest::parse("memory", format!("state_update {key}"))
+                    .map_err(|e| HostError::Other(e.to_string()))?;
+                if !policy.check(agent, &req)?.is_allow() {
+                    return Err(HostError::InvalidRequest(
+                        "the `memory` capability is not granted".into(),
+                    ));
+                }
+                let kv = if scope == Some("scratchpad") {
+                    self.store.scratchpad()
+                } else {
+                    self.store.kv(agent)?
+                };
+                let recs_seq = kv.set(key, value.clone())?;
+                self.publish_since(recs_seq);
+                Ok(())
+            }
+            "session" => {
+                if !key.starts_with("variables.") {
+                    return Err(HostError::InvalidRequest(format!(
+                        "agents may set only `variables.*` in the session, not `{key}`"
+                    )));
+                }
+                self.update_state(Some(agent), key, value.clone())?;
+                Ok(())
+            }
+            other => Err(HostError::InvalidRequest(format!(
+                "unknown state_update scope `{other}` (session, agent or scratchpad)"
+            ))),
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn workspace(&self) -> PathBuf {
+        self.store.workspace().to_path_buf()
+    }
+
+    /// Every event the host makes durable from now on, for an attached client.
+    pub fn subscribe(&self) -> Receiver<LogRecord> {
+        self.bus.subscribe()
+    }
+
+    /// Appends events to the log, then hands them to subscribers.
+    pub fn record(&self, events: &[NewEvent]) -> Result<Vec<LogRecord>> {
+        let recs = self.store.append_batch(events)?;
+        self.bus.publish(&recs);
+        Ok(recs)
+    }
+
+    /// seed 000's `update_state`, for orchestrators and (with `agent`) for agents' `state_update`
+    /// events: the same atomic, validated path either way.
+    pub fn update_state(&self, agent: Option<&str>, key: &str, value: Value) -> Result<u64> {
+        let rev = self.store.update_state_as(agent, key, value, None)?;
+        self.publish_since(rev);
+        Ok(rev)
+    }
+
+    /// The whole state (`key` empty) or one key path.
+    pub fn get_state(&self, key: &str) -> Result<Value> {
+        Ok(self.store.get(key)?)
+    }
+
+    /// seed 000's `log_progress`: the terminal, the log, every attached client.
+    pub fn log_progress(&self, message: &str, level: LogLevel) -> Result<u64> {
+        progress::print(self.options.terminal, message, level);
+        let recs = self.record(&[NewEvent::new(
+            kinds::PROGRESS,
+            None,
+            json!({"message": message, "level": progress::level_str(level)}),
+        )])?;
+        Ok(recs.last().map(|r| r.seq).unwrap_or(0))
+    }
+
+    pub fn pending_checkpoint(&self) -> Result<Option<PendingCheckpoint>> {
+        Ok(self.store.state()?.pending_checkpoint)
+    }
+
+    pub fn raise_checkpoint(
+        &self,
+        agent: &str,
+        signal: &metash_protocol::CheckpointSignal,
+    ) -> Result<PendingCheckpoint> {
+        let p = checkpoint::raise(&self.store, agent, signal)?;
+        self.publish_tail();
+        Ok(p)
+    }
+
+    pub fn answer_checkpoint(&self, id: Option<&str>, answer: &str) -> Result<ResumeData> {
+        let r = checkpoint::answer(&self.store, id, answer)?;
+        self.publish_tail();
+        Ok(r)
+    }
+
+    pub(crate) fn take_resume(&self, agent: &str) -> Result<Option<ResumeData>> {
+        checkpoint::take_resume(&self.store, agent)
+    }
+
+    fn publish_since(&self, seq: u64) {
+        let mut recs = Vec::new();
+        let _ = self.store.log().scan_back(|r| {
+            let more = r.seq > seq;
+            if r.seq >= seq {
+                recs.push(r);
+            }
+            more
+        });
+        recs.reverse();
+        self.bus.publish(&recs);
+    }
+
+    fn publish_tail(&self) {
+        if let Ok(tail) = self.store.log().tail() {
+            self.publish_since(tail.seq);
+        }
+    }
+}

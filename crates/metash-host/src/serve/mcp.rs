@@ -1,0 +1,163 @@
+//! MCP over stdio with the official Rust SDK (`rmcp`), so an LLM harness such as Claude Code or
+//! Codex can act as the orchestrator through metash: tools `spawn_agent`, `update_state`,
+//! `get_state`, `log_progress`, `answer_checkpoint`. Inputs have JSON Schemas (derived from the
+//! same parameter types JSON-RPC validates with); results are text content, for `spawn_agent` the
+//! `AgentResponse` JSON. A host error (unknown agent, rejected key) is a tool result with
+//! `isError: true`, so the model reads why; only unreadable arguments are protocol errors.
+//!
+//! The host's calls block (a spawn can take minutes), so each runs on its own OS thread, outside
+//! the async runtime, which keeps serving other requests meanwhile.
+
+use std::sync::Arc;
+
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{
+    CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig,
+};
+use rmcp::{tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
+use serde_json::Value;
+
+use super::params::{
+    AnswerCheckpointParams, GetStateParams, LogProgressParams, SpawnAgentParams,
+    UpdateStateParams,
+};
+use super::service::{CallError, Service};
+use crate::{Host, Spawner};
+
+/// Why the MCP server stopped abnormally.
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    #[error("MCP initialization failed: {0}")]
+    Init(String),
+    #[error("MCP server failed: {0}")]
+    Serve(String),
+}
+
+/// The MCP server for one host.
+#[derive(Debug, Clone)]
+pub struct McpServer {
+    service: Service,
+}
+
+impl McpServer {
+    pub fn new(host: Arc<Host>, spawner: Arc<dyn Spawner>) -> Self {
+        Self {
+            service: Service::new(host, spawner),
+        }
+    }
+
+    pub fn from_service(service: Service) -> Self {
+        Self { service }
+    }
+
+    /// Serves MCP on stdin/stdout until the client disconnects.
+    ///
+    /// # Errors
+    /// The handshake failed or the transport broke.
+    pub async fn serve_stdio(self) -> Result<(), McpError> {
+        let running = self
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| McpError::Init(e.to_string()))?;
+        running
+            .waiting()
+            .await
+            .map_err(|e| McpError::Serve(e.to_string()))?;
+        Ok(())
+    }
+
+    /// Runs a blocking service call on its own thread and turns the outcome into a tool result.
+    async fn run(
+        &self,
+        call: impl FnOnce(&Service) -> Result<Value, CallError> + Send + 'static,
+    ) -> Result<CallToolResult, ErrorData> {
+        let service = self.service.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("metash-mcp".into())
+            .spawn(move || {
+                let _ = tx.send(call(&service));
+            })
+            .map_err(|e| ErrorData::internal_error(format!("cannot start a thread: {e}"), None))?;
+        let outcome = rx
+            .await
+            .map_err(|_| ErrorData::internal_error("the host call panicked", None))?;
+        Ok(match outcome {
+            Ok(value) => CallToolResult::success(vec![ContentBlock::text(text_of(&value))]),
+            Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
+        })
+    }
+}
+
+/// Strings as themselves, everything else as compact JSON.
+fn text_of(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[tool_router]
+impl McpServer {
+    #[tool(
+        description = "Spawn a specialised sub-agent (a registered WASM/native agent or a model-backed role) with a fresh conversation and strict limits, and wait for it. Returns the AgentResponse JSON: {status: success|timeout|error|checkpoint, data, metadata: {tokens_used, duration_ms}}."
+    )]
+    async fn spawn_agent(
+        &self,
+        Parameters(p): Parameters<SpawnAgentParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.run(move |s| s.spawn_agent(p)).await
+    }
+
+    #[tool(
+        description = "Atomically update one dotted key path of the session state (e.g. variables.retry_count). Returns {revision}."
+    )]
+    async fn update_state(
+        &self,
+        Parameters(p): Parameters<UpdateStateParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.run(move |s| s.update_state(p)).await
+    }
+
+    #[tool(
+        description = "Read the session state: the whole state, or the value at a dotted key path."
+    )]
+    async fn get_state(
+        &self,
+        Parameters(p): Parameters<GetStateParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.run(move |s| s.get_state(p)).await
+    }
+
+    #[tool(
+        description = "Write a progress line the user can see (level info, warn or error). Returns {seq} of the logged event."
+    )]
+    async fn log_progress(
+        &self,
+        Parameters(p): Parameters<LogProgressParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.run(move |s| s.log_progress(p)).await
+    }
+
+    #[tool(
+        description = "Answer the pending checkpoint (a human decision); the answer is passed to the next spawn exactly once. Returns {checkpoint_id, user_input}."
+    )]
+    async fn answer_checkpoint(
+        &self,
+        Parameters(p): Parameters<AnswerCheckpointParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.run(move |s| s.answer_checkpoint(p)).await
+    }
+}
+
+#[tool_handler]
+impl ServerHandler for McpServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("metash", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "metash host: spawn sub-agents under limits, update and read the session state, \
+                 log progress for the user.",
+            )
+    }
+}

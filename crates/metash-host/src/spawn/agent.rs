@@ -1,0 +1,189 @@
+//! Running a registered WASM or native agent for one spawn: a fresh instance each time (so it has
+//! no memory of any earlier conversation), granted only what it declared and the user allowed.
+
+use std::time::Duration;
+
+use metash_policy::{Authorization, CapabilityRequest, Category, Decision};
+use metash_protocol::{AgentEvent, AgentStatus, CheckpointSignal, ResumeData};
+use metash_runtime::{AgentSpec, InvocationStatus, NetworkAccess};
+use metash_store::NewEvent;
+use serde_json::{json, Value};
+
+use super::Ran;
+use crate::error::Result;
+use crate::host::Host;
+use crate::spawner::SpawnRequest;
+
+/// Events are logged in batches of this many (one fsync each) while an agent streams.
+const LOG_BATCH: usize = 64;
+
+pub(crate) fn run(
+    host: &Host,
+    agent: &metash_policy::Agent,
+    req: &SpawnRequest,
+    timeout: Duration,
+    resume: Option<&ResumeData>,
+) -> Result<Ran> {
+    let policy = host.policy()?;
+    let mut prompter = host.prompter();
+    let workspace = req.workdir.clone().unwrap_or_else(|| host.workspace());
+
+    // Native execution is opt-in per agent.
+    let allow_native = agent.manifest.sandbox == metash_protocol::SandboxKind::Native;
+    if allow_native {
+        let ask = CapabilityRequest::native_exec(format!("run `{}` natively", agent.id));
+        match policy.authorize(&agent.id, &ask, prompter.as_mut())? {
+            Authorization::Allowed { .. } => {}
+            Authorization::Denied { message, hint, .. } => {
+                return Ok(Ran::error(format!(
+                    "native execution of `{}` is not allowed: {message}{}",
+                    agent.id,
+                    hint.map(|h| format!(" ({h})")).unwrap_or_default()
+                )));
+            }
+        }
+    }
+
+    // Grant what was declared and is allowed now; everything else stays denied.
+    let mut granted = Vec::new();
+    let mut domains = Vec::new();
+    let mut unrestricted = false;
+    for cap in &agent.declared {
+        if matches!(cap.category, Category::Native | Category::Oauth) {
+            continue;
+        }
+        let ask = CapabilityRequest::new(cap.clone(), format!("spawn of `{}`", agent.id));
+        let allowed = match policy.check(&agent.id, &ask)? {
+            Decision::Allow { .. } => true,
+            Decision::Ask => policy
+                .authorize(&agent.id, &ask, prompter.as_mut())?
+                .is_allowed(),
+            _ => false,
+        };
+        if !allowed {
+            continue;
+        }
+        let name = cap.category.as_str().to_string();
+        if cap.category == Category::Network {
+            match &cap.scope {
+                Some(domain) => domains.push(domain.clone()),
+                None => unrestricted = true,
+            }
+        }
+        if !granted.contains(&name) {
+            granted.push(name);
+        }
+    }
+
+    let mut spec = AgentSpec::new(
+        agent.id.clone(),
+        agent.manifest.clone(),
+        agent.entry_path.clone(),
+        workspace,
+    );
+    spec.granted = granted;
+    spec.network = if unrestricted {
+        NetworkAccess::Unrestricted
+    } else if domains.is_empty() {
+        NetworkAccess::None
+    } else {
+        NetworkAccess::Allowlist(domains)
+    };
+    spec.allow_native = allow_native;
+    spec.timeout = timeout;
+    spec.config = json!({
+        "system_prompt": req.system_prompt,
+        "resume_data": resume,
+        "task_id": req.task_id,
+        "options": req.options,
+    });
+
+    let runtime = host.runtime()?;
+    let mut running = runtime.register(spec)?;
+    if let Err(e) = running.start() {
+        return Ok(Ran::error(format!("`{}` could not start: {e}", agent.id)));
+    }
+    let mut output = String::new();
+    let mut pending: Vec<NewEvent> = Vec::new();
+    let mut failure: Option<String> = None;
+    let outcome = running.invoke(&req.user_message, &[], &mut |event: &AgentEvent| {
+        let kind = event_kind(event);
+        pending.push(NewEvent::new(
+            kind,
+            Some(&agent.id),
+            serde_json::to_value(event).unwrap_or(Value::Null),
+        ));
+        match event {
+            AgentEvent::Output { data, .. } => output.push_str(data),
+            AgentEvent::StateUpdate { key, value, scope } => {
+                if let Err(e) = host.agent_state_update(&agent.id, key, value, scope.as_deref()) {
+                    pending.push(NewEvent::new(
+                        "denied",
+                        Some(&agent.id),
+                        json!({"what": "state_update", "key": key, "reason": e.to_string()}),
+                    ));
+                }
+            }
+            AgentEvent::Error { code, message, .. } => {
+                failure.get_or_insert_with(|| format!("{code}: {message}"));
+            }
+            _ => {}
+        }
+        if pending.len() >= LOG_BATCH {
+            let _ = host.record(&std::mem::take(&mut pending));
+        }
+    });
+    if !pending.is_empty() {
+        host.record(&pending)?;
+    }
+    if running.state() != metash_runtime::LifecycleState::Terminated {
+        let _ = running.shutdown();
+    }
+    let outcome = outcome?;
+    let status = outcome.status.agent_status();
+    let (data, checkpoint) = match outcome.status {
+        InvocationStatus::Checkpoint { signal } => (String::new(), Some(signal)),
+        InvocationStatus::Done { summary, .. } if status == AgentStatus::Error => (
+            summary.or(failure).unwrap_or_else(|| "the agent reported an error".into()),
+            None,
+        ),
+        InvocationStatus::Done { .. } | InvocationStatus::Timeout => (output, None),
+        InvocationStatus::Exited { code, signal } => (
+            failure.unwrap_or_else(|| {
+                format!(
+                    "`{}` exited before finishing (code {code:?}, signal {signal:?}); output: {output}",
+                    agent.id
+                )
+            }),
+            None,
+        ),
+        InvocationStatus::LimitExceeded { limit } => {
+            (format!("`{}` exceeded its {limit} limit", agent.id), None)
+        }
+        InvocationStatus::Killed { reason } => (format!("`{}` was killed: {reason}", agent.id), None),
+    };
+    Ok(Ran {
+        status,
+        data,
+        tokens_used: 0,
+        cost_usd: None,
+        checkpoint: checkpoint.map(|s: CheckpointSignal| s),
+    })
+}
+
+/// The log `kind` of an agent event: its protocol `type`.
+fn event_kind(event: &AgentEvent) -> &'static str {
+    match event {
+        AgentEvent::Input { .. } => "input",
+        AgentEvent::Output { .. } => "output",
+        AgentEvent::Artifact { .. } => "artifact",
+        AgentEvent::ConsentRequest { .. } => "consent_request",
+        AgentEvent::ConsentGrant { .. } => "consent_grant",
+        AgentEvent::ConsentRevoke { .. } => "consent_revoke",
+        AgentEvent::Error { .. } => "agent_error",
+        AgentEvent::StateUpdate { .. } => "agent_state_update",
+        AgentEvent::Done { .. } => "done",
+        AgentEvent::Checkpoint { .. } => "checkpoint",
+        _ => "agent_event",
+    }
+}

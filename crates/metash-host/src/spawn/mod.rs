@@ -1,0 +1,152 @@
+//! `spawn_agent`: resolve the name, check the budget, hand over any checkpoint answer, run the agent
+//! (runtime or harness), persist a checkpoint before returning it, charge the budget.
+
+mod agent;
+mod model;
+
+use std::time::{Duration, Instant};
+
+use metash_protocol::{AgentResponse, AgentStatus, CheckpointReason, CheckpointSignal, ResponseMetadata};
+use serde_json::json;
+
+use crate::budget;
+use crate::error::{HostError, Result};
+use crate::host::Host;
+use crate::spawner::{SpawnRequest, Spawner};
+
+/// When neither the spawn nor the config gives a timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// What one run of an agent produced, before the host's bookkeeping.
+pub(crate) struct Ran {
+    pub status: AgentStatus,
+    pub data: String,
+    pub tokens_used: u64,
+    pub cost_usd: Option<f64>,
+    pub checkpoint: Option<CheckpointSignal>,
+}
+
+impl Ran {
+    pub fn error(message: impl Into<String>) -> Self {
+        Self {
+            status: AgentStatus::Error,
+            data: message.into(),
+            tokens_used: 0,
+            cost_usd: None,
+            checkpoint: None,
+        }
+    }
+}
+
+impl Spawner for Host {
+    fn spawn_agent(&self, req: &SpawnRequest) -> Result<AgentResponse> {
+        let started = Instant::now();
+        if req.agent_name.trim().is_empty() {
+            return Err(HostError::InvalidRequest("agent_name is empty".into()));
+        }
+        if let Some(t) = req.options.timeout_seconds {
+            if !(t.is_finite() && t > 0.0) {
+                return Err(HostError::InvalidRequest(format!(
+                    "timeout_seconds must be a positive number, not {t}"
+                )));
+            }
+        }
+        let target = self.resolve(&req.agent_name)?;
+        let timeout = req
+            .options
+            .timeout_seconds
+            .or(self.config().host.default_timeout_seconds)
+            .map(Duration::from_secs_f64)
+            .unwrap_or(DEFAULT_TIMEOUT);
+
+        // Ask before spending past the run budget.
+        let reserve = match &target {
+            Target::Role(role) => req.options.max_tokens.or(role.max_tokens).unwrap_or(4096),
+            Target::Agent(_) => 0,
+        };
+        let used = budget::used(self.store())?;
+        if let Some(why) = budget::would_exceed(&self.config().budget, &used, reserve) {
+            if !self.take_budget_continue()? {
+                let signal = CheckpointSignal {
+                    kind: Default::default(),
+                    reason: CheckpointReason::DecisionRequired,
+                    message: format!(
+                        "Spawning `{}` would exceed the run budget: {why}. Continue anyway \
+                         (raise [budget] in .meta/config.toml to stop being asked)?",
+                        req.agent_name
+                    ),
+                    options: vec!["continue".into(), "stop".into()],
+                    resume_id: Some(crate::checkpoint::BUDGET_CHECKPOINT.into()),
+                };
+                return self.checkpoint_response("host", signal, started, 0);
+            }
+        }
+
+        // The answer to the last checkpoint goes to this spawn, and to no other.
+        let resume = self.take_resume(&req.agent_name)?;
+        self.record_one(
+            "spawn",
+            Some(&req.agent_name),
+            json!({"task_id": req.task_id, "options": req.options,
+                   "workdir": req.workdir, "resume_data": resume}),
+        )?;
+        let ran = match &target {
+            Target::Agent(agent) => agent::run(self, agent, req, timeout, resume.as_ref()),
+            Target::Role(role) => model::run(self, role, req, timeout, resume.as_ref()),
+        };
+        let ran = match ran {
+            Ok(r) => r,
+            Err(e) => Ran::error(e.to_string()),
+        };
+        if ran.tokens_used > 0 || ran.cost_usd.is_some() {
+            budget::charge(self.store(), &req.agent_name, ran.tokens_used, ran.cost_usd)?;
+        }
+        if let Some(signal) = ran.checkpoint {
+            return self.checkpoint_response(&req.agent_name, signal, started, ran.tokens_used);
+        }
+        let response = AgentResponse {
+            status: ran.status,
+            data: ran.data,
+            metadata: ResponseMetadata {
+                tokens_used: ran.tokens_used,
+                duration_ms: started.elapsed().as_millis() as u64,
+            },
+        };
+        self.record_one(
+            "spawn_end",
+            Some(&req.agent_name),
+            json!({"status": response.status, "tokens_used": response.metadata.tokens_used,
+                   "duration_ms": response.metadata.duration_ms, "data_bytes": response.data.len()}),
+        )?;
+        Ok(response)
+    }
+}
+
+impl Host {
+    /// Persists the checkpoint (before anyone is shown it), then answers with it.
+    fn checkpoint_response(
+        &self,
+        agent: &str,
+        signal: CheckpointSignal,
+        started: Instant,
+        tokens_used: u64,
+    ) -> Result<AgentResponse> {
+        let pending = self.raise_checkpoint(agent, &signal)?;
+        let mut signal = pending.signal;
+        signal.resume_id = Some(pending.id);
+        Ok(AgentResponse {
+            status: AgentStatus::Checkpoint,
+            data: serde_json::to_string(&signal).map_err(|e| HostError::Other(e.to_string()))?,
+            metadata: ResponseMetadata {
+                tokens_used,
+                duration_ms: started.elapsed().as_millis() as u64,
+            },
+        })
+    }
+}
+
+/// What a name resolves to.
+pub(crate) enum Target {
+    Agent(Box<metash_policy::Agent>),
+    Role(crate::config::Role),
+}

@@ -1,0 +1,188 @@
+//! Running a model-backed role for one spawn: a fresh conversation (no continuation key), the
+//! role's frontend and model, `max_tokens` passed to the API and counted as the turn streams, the
+//! deadline enforced by cancelling the request (or killing the CLI's process group).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use metash_harness::{CancellationToken, Endpoint, RunTurnNonInteractiveRequest};
+use metash_protocol::{
+    AgentStatus, CheckpointSignal, HarnessErrorCode, HarnessEvent, HarnessEventEnvelope,
+    ResumeData,
+};
+use metash_store::NewEvent;
+use serde_json::{json, Value};
+
+use super::Ran;
+use crate::config::Role;
+use crate::error::{HostError, Result};
+use crate::host::Host;
+use crate::spawner::SpawnRequest;
+
+pub(crate) fn run(
+    host: &Host,
+    role: &Role,
+    req: &SpawnRequest,
+    timeout: Duration,
+    resume: Option<&ResumeData>,
+) -> Result<Ran> {
+    host.preflight_role(&req.agent_name, role)?;
+    let harness = host.harness()?;
+    let workdir = req.workdir.clone().unwrap_or_else(|| host.workspace());
+    // Each spawn gets its own aspHome: a CLI harness's config and history start empty, so the
+    // sub-agent cannot see the orchestrator's (or any earlier spawn's) conversation.
+    let spawn_dir = tempfile::Builder::new()
+        .prefix("spawn-")
+        .tempdir_in(host.spawn_root()?)
+        .map_err(|e| HostError::Other(format!("creating the spawn directory: {e}")))?;
+    let mut turn = RunTurnNonInteractiveRequest::new(
+        role.frontend,
+        spawn_dir.path(),
+        absolute(&workdir),
+        prompt_with_resume(&req.user_message, resume),
+    );
+    turn.cp_session_id = host.session_id()?;
+    turn.model = role.model(req.options.model_hint);
+    let max_tokens = req.options.max_tokens.or(role.max_tokens);
+    turn.max_tokens = max_tokens.map(|m| u32::try_from(m).unwrap_or(u32::MAX));
+    turn.timeout_ms = Some(timeout.as_millis() as u64);
+    turn.options.system_prompt = (!req.system_prompt.is_empty()).then(|| req.system_prompt.clone());
+    turn.options.isolated_home = role.isolated_home;
+    if let Some(base_url) = &role.base_url {
+        turn.options.endpoint = Some(Endpoint {
+            base_url: base_url.clone(),
+            api_key_env: role.key_env(),
+            provider_name: None,
+        });
+    }
+    if let Some(var) = role.key_env() {
+        if let Ok(v) = std::env::var(&var) {
+            turn.env.insert(var, v);
+        }
+    }
+
+    let cancel = CancellationToken::new();
+    let streamed_tokens = Arc::new(AtomicU64::new(0));
+    let over_budget = Arc::new(AtomicBool::new(false));
+    let partial = Arc::new(Mutex::new(String::new()));
+    let agent = req.agent_name.clone();
+    let mut sink = {
+        let cancel = cancel.clone();
+        let streamed = Arc::clone(&streamed_tokens);
+        let over = Arc::clone(&over_budget);
+        let partial = Arc::clone(&partial);
+        move |ev: HarnessEventEnvelope| {
+            match &ev.payload {
+                Some(HarnessEvent::TextDelta { text }) => {
+                    if let Ok(mut p) = partial.lock() {
+                        p.push_str(text);
+                    }
+                }
+                Some(HarnessEvent::Usage { usage }) => {
+                    let total = usage.input_tokens + usage.output_tokens;
+                    streamed.fetch_max(total, Ordering::SeqCst);
+                    // Multi-turn harnesses report usage as they go: stop at the cap.
+                    if max_tokens.is_some_and(|m| usage.output_tokens > m) {
+                        over.store(true, Ordering::SeqCst);
+                        cancel.cancel();
+                    }
+                }
+                _ => {}
+            }
+            let _ = host.record(&[NewEvent::new(
+                "harness_event",
+                Some(&agent),
+                serde_json::to_value(&ev).unwrap_or(Value::Null),
+            )]);
+        }
+    };
+    let rt = host.tokio()?;
+    let response = rt.block_on(async {
+        let fut = harness.run_turn_non_interactive(&turn, &cancel, &mut sink);
+        // The harness enforces timeout_ms itself; this outer bound only guards against a harness
+        // that does not return, and cancels it so its process or request is torn down.
+        match tokio::time::timeout(timeout + Duration::from_secs(5), fut).await {
+            Ok(r) => r,
+            Err(_) => {
+                cancel.cancel();
+                Err(metash_harness::HarnessError::InvalidRequest(
+                    "the harness did not return after its deadline".into(),
+                ))
+            }
+        }
+    });
+    drop(spawn_dir);
+    let response = match response {
+        Ok(r) => r,
+        Err(e) => return Ok(Ran::error(format!("{}: {e}", e.code().as_str()))),
+    };
+    let result = response.result;
+    let usage_tokens = result
+        .usage
+        .as_ref()
+        .map(|u| u.input_tokens + u.output_tokens)
+        .unwrap_or(0)
+        .max(streamed_tokens.load(Ordering::SeqCst));
+    let partial = partial.lock().map(|p| p.clone()).unwrap_or_default();
+    let text = result.final_output.clone().unwrap_or(partial);
+    if over_budget.load(Ordering::SeqCst) {
+        return Ok(Ran {
+            status: AgentStatus::Error,
+            data: format!(
+                "max_tokens exceeded: the turn used more than {} output tokens and was stopped",
+                max_tokens.unwrap_or(0)
+            ),
+            tokens_used: usage_tokens,
+            cost_usd: result.cost_usd,
+            checkpoint: None,
+        });
+    }
+    let (status, data) = match &result.error {
+        None if result.success => (AgentStatus::Success, text),
+        Some(err) if err.code == HarnessErrorCode::Timeout => (AgentStatus::Timeout, text),
+        Some(err) => (AgentStatus::Error, format!("{}: {}", err.code.as_str(), err.message)),
+        None => (AgentStatus::Error, text),
+    };
+    // A model signals a checkpoint with seed 000's JSON as its whole answer.
+    let checkpoint = (status == AgentStatus::Success)
+        .then(|| parse_checkpoint(&data))
+        .flatten();
+    Ok(Ran {
+        status,
+        data,
+        tokens_used: usage_tokens,
+        cost_usd: result.cost_usd,
+        checkpoint,
+    })
+}
+
+fn absolute(p: &std::path::Path) -> std::path::PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// The user's answer to the last checkpoint travels with the message, marked so the model knows
+/// what it is.
+fn prompt_with_resume(message: &str, resume: Option<&ResumeData>) -> String {
+    match resume {
+        Some(r) => format!(
+            "{message}\n\n[resume_data] {}",
+            json!({"checkpoint_id": r.checkpoint_id, "user_input": r.user_input})
+        ),
+        None => message.to_string(),
+    }
+}
+
+/// A reply that is (possibly fenced) seed-000 checkpoint JSON.
+fn parse_checkpoint(text: &str) -> Option<CheckpointSignal> {
+    let t = text.trim();
+    let t = t
+        .strip_prefix("```json")
+        .or_else(|| t.strip_prefix("```"))
+        .map(|r| r.trim_end().trim_end_matches("```").trim())
+        .unwrap_or(t);
+    if !t.starts_with('{') {
+        return None;
+    }
+    serde_json::from_str::<CheckpointSignal>(t).ok()
+}

@@ -1,0 +1,3 @@
+mod mcp;
+mod rpc;
+mod support;

@@ -1,0 +1,471 @@
+//! Helpers for the serve tests: a fresh project, an in-process JSON-RPC server on pipes with a
+//! small client, and a loopback Anthropic Messages server.
+//! NETWORK RULE: the only server here listens on 127.0.0.1 (ephemeral port); nothing connects
+//! anywhere else.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use metash_host::serve::{RpcServer, Service};
+use metash_host::{Host, HostError, HostOptions, SpawnRequest, Spawner, Terminal};
+use metash_protocol::{AgentResponse, AgentStatus, ResponseMetadata};
+use serde_json::{json, Value};
+
+/// A project initialised in a temp dir.
+pub struct Project {
+    pub dir: tempfile::TempDir,
+}
+
+impl Project {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        metash_store::Store::init(dir.path(), None).unwrap();
+        Self { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn host(&self) -> Arc<Host> {
+        Arc::new(
+            Host::open(
+                self.path(),
+                HostOptions {
+                    terminal: Terminal::Silent,
+                    ..HostOptions::default()
+                },
+            )
+            .unwrap(),
+        )
+    }
+
+    /// The kinds (and agents) of every record in the store's log.
+    pub fn log(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.path().join(".meta/events.jsonl")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+/// Stands in for the host's spawner where a test is about the protocol, not about agents:
+/// `echo` answers with its message, `slow` waits until released, anything else is unknown.
+pub struct FakeSpawner {
+    release: Mutex<Option<Receiver<()>>>,
+}
+
+impl FakeSpawner {
+    pub fn new() -> (Arc<Self>, Sender<()>) {
+        let (tx, rx) = channel();
+        (
+            Arc::new(Self {
+                release: Mutex::new(Some(rx)),
+            }),
+            tx,
+        )
+    }
+}
+
+impl Spawner for FakeSpawner {
+    fn spawn_agent(&self, req: &SpawnRequest) -> metash_host::Result<AgentResponse> {
+        let data = match req.agent_name.as_str() {
+            "echo" => format!(
+                "{}|{}|{:?}",
+                req.system_prompt, req.user_message, req.options.max_tokens
+            ),
+            "slow" => {
+                let rx = self.release.lock().unwrap().take().unwrap();
+                rx.recv_timeout(Duration::from_secs(60)).unwrap();
+                "slow done".to_string()
+            }
+            other => {
+                return Err(HostError::UnknownAgent {
+                    name: other.to_string(),
+                    hint: String::new(),
+                })
+            }
+        };
+        Ok(AgentResponse {
+            status: AgentStatus::Success,
+            data,
+            metadata: ResponseMetadata {
+                tokens_used: 0,
+                duration_ms: 1,
+            },
+        })
+    }
+}
+
+/// An in-process `RpcServer` on a pair of pipes, and the client end.
+pub struct Rpc {
+    to_server: Option<std::io::PipeWriter>,
+    lines: Receiver<Value>,
+    /// Messages read but not yet asked for.
+    backlog: VecDeque<Value>,
+    pub events: Vec<Value>,
+    next_id: AtomicU64,
+    server: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Rpc {
+    pub fn start(host: Arc<Host>, spawner: Arc<dyn Spawner>) -> Self {
+        Self::with_server(RpcServer::from_service(Service::new(host, spawner)))
+    }
+
+    pub fn with_server(server: RpcServer) -> Self {
+        let (server_in, to_server) = std::io::pipe().unwrap();
+        let (from_server, server_out) = std::io::pipe().unwrap();
+        let handle = std::thread::spawn(move || server.serve(BufReader::new(server_in), server_out));
+        let (tx, rx) = channel();
+        std::thread::spawn(move || read_lines(from_server, tx));
+        Self {
+            to_server: Some(to_server),
+            lines: rx,
+            backlog: VecDeque::new(),
+            events: Vec::new(),
+            next_id: AtomicU64::new(1),
+            server: Some(handle),
+        }
+    }
+
+    pub fn send_raw(&mut self, line: &str) {
+        let w = self.to_server.as_mut().unwrap();
+        w.write_all(line.as_bytes()).unwrap();
+        w.write_all(b"\n").unwrap();
+        w.flush().unwrap();
+    }
+
+    /// Sends a request; returns its id.
+    pub fn start_call(&mut self, method: &str, params: Value) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send_raw(&msg.to_string());
+        id
+    }
+
+    /// The response (whole message) to `id`, keeping notifications in `events`.
+    pub fn response(&mut self, id: u64) -> Value {
+        self.next_matching(|m| m.get("id") == Some(&json!(id)), Duration::from_secs(120))
+            .unwrap_or_else(|| panic!("no response to request {id}"))
+    }
+
+    pub fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.start_call(method, params);
+        self.response(id)
+    }
+
+    /// The `result` of a call that must succeed.
+    pub fn ok(&mut self, method: &str, params: Value) -> Value {
+        let r = self.call(method, params);
+        assert!(r.get("error").is_none(), "{method} failed: {r}");
+        r["result"].clone()
+    }
+
+    /// The `error` of a call that must fail.
+    pub fn err(&mut self, method: &str, params: Value) -> Value {
+        let r = self.call(method, params);
+        assert!(r.get("result").is_none(), "{method} should fail: {r}");
+        r["error"].clone()
+    }
+
+    /// The next message that is not a notification (e.g. the reply to a raw line).
+    pub fn next_reply(&mut self) -> Value {
+        self.next_matching(
+            |m| m.is_array() || m.get("method").is_none(),
+            Duration::from_secs(60),
+        )
+        .expect("a reply")
+    }
+
+    /// Whether a reply arrives within `wait` (for notifications, which must get none).
+    pub fn reply_within(&mut self, wait: Duration) -> Option<Value> {
+        self.next_matching(|m| m.is_array() || m.get("method").is_none(), wait)
+    }
+
+    /// The first event notification whose record matches, waiting up to 30 s.
+    pub fn event(&mut self, pred: impl Fn(&Value) -> bool) -> Option<Value> {
+        if let Some(e) = self.events.iter().find(|e| pred(e)) {
+            return Some(e.clone());
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            match self.lines.recv_timeout(Duration::from_millis(50)) {
+                Ok(m) => {
+                    if self.absorb_event(&m) {
+                        let rec = m["params"].clone();
+                        if pred(&rec) {
+                            return Some(rec);
+                        }
+                    } else {
+                        self.backlog.push_back(m);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        None
+    }
+
+    fn absorb_event(&mut self, m: &Value) -> bool {
+        if m.get("method") == Some(&json!("event")) && m.get("id").is_none() {
+            self.events.push(m["params"].clone());
+            true
+        } else {
+            false
+        }
+    }
+
+    fn next_matching(&mut self, pred: impl Fn(&Value) -> bool, wait: Duration) -> Option<Value> {
+        if let Some(i) = self.backlog.iter().position(&pred) {
+            return self.backlog.remove(i);
+        }
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(m) => {
+                    if self.absorb_event(&m) {
+                        continue;
+                    }
+                    if pred(&m) {
+                        return Some(m);
+                    }
+                    self.backlog.push_back(m);
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Closes the server's input and waits for it to return; the messages it sent after.
+    pub fn close(mut self) -> (std::io::Result<()>, Vec<Value>) {
+        drop(self.to_server.take());
+        let result = self.server.take().unwrap().join().unwrap();
+        let mut rest: Vec<Value> = self.backlog.drain(..).collect();
+        while let Ok(m) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            rest.push(m);
+        }
+        (result, rest)
+    }
+}
+
+fn read_lines(from: impl Read, tx: Sender<Value>) {
+    for line in BufReader::new(from).lines() {
+        let Ok(line) = line else { break };
+        let v: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("the server wrote a line that is not JSON ({e}): {line}"));
+        if tx.send(v).is_err() {
+            break;
+        }
+    }
+}
+
+/// The `python3` on PATH, or a printed reason to skip.
+pub fn python3() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("python3"))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        eprintln!("SKIPPED: python3 is not on PATH");
+    }
+    found
+}
+
+pub fn client_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/rpc_client.py")
+}
+
+// ---- a loopback Anthropic Messages server (SSE), std only ----
+
+#[derive(Debug, Clone)]
+pub struct Captured {
+    pub method: String,
+    pub path: String,
+    pub body: Vec<u8>,
+}
+
+impl Captured {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// Each POST is answered with the SSE body `reply` returns for it.
+pub struct ModelServer {
+    pub base: String,
+    pub requests: Arc<Mutex<Vec<Captured>>>,
+}
+
+type Responder = dyn Fn(&Captured) -> String + Send + Sync;
+
+impl ModelServer {
+    pub fn start(reply: impl Fn(&Captured) -> String + Send + Sync + 'static) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let reply: Arc<Responder> = Arc::new(reply);
+        let reqs = requests.clone();
+        std::thread::spawn(move || {
+            for sock in listener.incoming() {
+                let Ok(sock) = sock else { break };
+                let (reqs, reply) = (reqs.clone(), reply.clone());
+                std::thread::spawn(move || {
+                    let _ = serve_conn(sock, &reqs, &*reply);
+                });
+            }
+        });
+        Self { base, requests }
+    }
+
+    pub fn posts(&self) -> Vec<Captured> {
+        self.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c.method == "POST")
+            .cloned()
+            .collect()
+    }
+}
+
+fn serve_conn(
+    mut sock: TcpStream,
+    reqs: &Mutex<Vec<Captured>>,
+    reply: &Responder,
+) -> std::io::Result<()> {
+    sock.set_read_timeout(Some(Duration::from_secs(120)))?;
+    let mut reader = BufReader::new(sock.try_clone()?);
+    loop {
+        let mut first = String::new();
+        if reader.read_line(&mut first)? == 0 {
+            return Ok(());
+        }
+        let mut parts = first.split_whitespace();
+        let method = parts.next().unwrap_or("").to_string();
+        let path = parts.next().unwrap_or("").to_string();
+        let mut len = 0usize;
+        let mut chunked = false;
+        loop {
+            let mut h = String::new();
+            if reader.read_line(&mut h)? == 0 {
+                return Ok(());
+            }
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = h.split_once(':') {
+                let (k, v) = (k.trim().to_ascii_lowercase(), v.trim());
+                if k == "content-length" {
+                    len = v.parse().unwrap_or(0);
+                } else if k == "transfer-encoding" && v.contains("chunked") {
+                    chunked = true;
+                }
+            }
+        }
+        let mut body = Vec::new();
+        if chunked {
+            loop {
+                let mut size = String::new();
+                reader.read_line(&mut size)?;
+                let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+                let mut chunk = vec![0; n + 2];
+                reader.read_exact(&mut chunk)?;
+                if n == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..n]);
+            }
+        } else {
+            body = vec![0; len];
+            reader.read_exact(&mut body)?;
+        }
+        let captured = Captured { method, path, body };
+        reqs.lock().unwrap().push(captured.clone());
+        if captured.method != "POST" {
+            let resp = if captured.method == "HEAD" {
+                "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n".to_string()
+            } else {
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+                    .to_string()
+            };
+            sock.write_all(resp.as_bytes())?;
+            continue;
+        }
+        let sse = reply(&captured);
+        sock.write_all(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n",
+        )?;
+        sock.write_all(sse.as_bytes())?;
+        sock.flush()?;
+        return Ok(());
+    }
+}
+
+fn frame(out: &mut String, data: Value) {
+    let name = data["type"].as_str().unwrap_or("").to_string();
+    out.push_str(&format!("event: {name}\ndata: {data}\n\n"));
+}
+
+fn message_start(out: &mut String, model: &str) {
+    frame(
+        out,
+        json!({"type":"message_start","message":{"id":"msg_loop","type":"message","role":"assistant","model":model,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":1,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}}),
+    );
+}
+
+/// A complete streamed text answer.
+pub fn sse_text(text: &str) -> String {
+    let mut s = String::new();
+    message_start(&mut s, "claude-sonnet-4-5");
+    frame(
+        &mut s,
+        json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+    );
+    frame(
+        &mut s,
+        json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":text}}),
+    );
+    frame(&mut s, json!({"type":"content_block_stop","index":0}));
+    frame(
+        &mut s,
+        json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":9}}),
+    );
+    frame(&mut s, json!({"type":"message_stop"}));
+    s
+}
+
+/// A complete streamed `tool_use` of `name` with `input`.
+pub fn sse_tool_use(id: &str, name: &str, input: &Value) -> String {
+    let mut s = String::new();
+    message_start(&mut s, "claude-sonnet-4-5");
+    frame(
+        &mut s,
+        json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":id,"name":name,"input":{}}}),
+    );
+    frame(
+        &mut s,
+        json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":input.to_string()}}),
+    );
+    frame(&mut s, json!({"type":"content_block_stop","index":0}));
+    frame(
+        &mut s,
+        json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":20}}),
+    );
+    frame(&mut s, json!({"type":"message_stop"}));
+    s
+}

@@ -1,0 +1,96 @@
+use std::time::{Duration, Instant};
+
+use metash_host::{SpawnRequest, Spawner};
+use metash_protocol::{AgentStatus, SpawnOptions};
+
+use super::common::{live_processes, native_agent_exe, native_unavailable, Project};
+
+fn project() -> Option<Project> {
+    if let Some(why) = native_unavailable() {
+        eprintln!("SKIP native agent tests: {why}");
+        return None;
+    }
+    let p = Project::new();
+    p.agent("native-a", "native", &native_agent_exe(), &["files.read"]);
+    Some(p)
+}
+
+fn spawn(host: &metash_host::Host, message: &str, timeout: Option<f64>) -> metash_protocol::AgentResponse {
+    let mut req = SpawnRequest::new("native-a", "be brief", message);
+    req.options = SpawnOptions {
+        timeout_seconds: timeout,
+        ..SpawnOptions::default()
+    };
+    host.spawn_agent(&req).unwrap()
+}
+
+#[test]
+fn native_agent_success_and_error() {
+    let Some(p) = project() else { return };
+    let host = p.host(&["native"]);
+    let r = spawn(&host, "echo hello there", None);
+    assert_eq!(r.status, AgentStatus::Success, "{r:?}");
+    assert_eq!(r.data, "hello there");
+    assert!(r.metadata.duration_ms > 0);
+    let r = spawn(&host, "fail", None);
+    assert_eq!(r.status, AgentStatus::Error);
+    assert!(r.data.contains("boom"), "{}", r.data);
+    let kinds = p.log_kinds();
+    for k in ["spawn", "agent_started", "output", "spawn_end"] {
+        assert!(kinds.iter().any(|x| x == k), "no `{k}` event in {kinds:?}");
+    }
+}
+
+/// Native execution is opt-in: without consent the agent never starts.
+#[test]
+fn native_agent_without_consent_is_refused() {
+    let Some(p) = project() else { return };
+    let host = p.host(&[]);
+    let r = spawn(&host, "echo hi", None);
+    assert_eq!(r.status, AgentStatus::Error);
+    assert!(r.data.contains("native execution"), "{}", r.data);
+    assert!(!p.log_kinds().iter().any(|k| k == "agent_started"));
+}
+
+/// Timeout: the whole process group (the agent ignoring SIGTERM and its `sleep 300` grandchild
+/// holding stdout) is gone, the partial output comes back, and no lock is held.
+#[test]
+fn native_timeout_kills_the_tree_and_returns_partial_output() {
+    let Some(p) = project() else { return };
+    let host = p.host(&["native"]);
+    let t = Instant::now();
+    let r = spawn(&host, "hang", Some(1.0));
+    assert_eq!(r.status, AgentStatus::Timeout, "{r:?}");
+    assert!(r.data.contains("partial"), "{}", r.data);
+    assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
+    std::thread::sleep(Duration::from_millis(250));
+    assert!(
+        live_processes(&native_agent_exe().display().to_string()).is_empty(),
+        "the agent survived its timeout"
+    );
+    assert!(live_processes("sleep 300").is_empty(), "the grandchild survived");
+    // No lock left behind: a short-timeout update goes through at once.
+    let store = metash_store::Store::open(p.path())
+        .unwrap()
+        .with_lock_timeout(Duration::from_millis(100));
+    store.update_state("variables.after", serde_json::json!(1)).unwrap();
+}
+
+/// An agent's session state_update goes through update_state; outside `variables.*` it is refused.
+#[test]
+fn agent_state_updates_go_through_the_same_path() {
+    let Some(p) = project() else { return };
+    let host = p.host(&["native"]);
+    let r = spawn(&host, "state variables.seen 7", None);
+    assert_eq!(r.status, AgentStatus::Success, "{r:?}");
+    assert_eq!(host.get_state("variables.seen").unwrap(), serde_json::json!(7));
+    let recs = host.store().log().read_all().unwrap();
+    let upd = recs
+        .iter()
+        .find(|r| r.kind == "state_update" && r.data["key"] == "variables.seen")
+        .unwrap();
+    assert_eq!(upd.agent.as_deref(), Some("native-a"));
+    spawn(&host, "state status \"halted\"", None);
+    assert_eq!(host.get_state("status").unwrap(), serde_json::json!("planning"));
+    assert!(p.log_kinds().iter().any(|k| k == "denied"));
+}

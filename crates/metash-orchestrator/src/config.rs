@@ -1,0 +1,144 @@
+//! The `[orchestrator]` section of `.meta/config.toml`. The rest of the file belongs to the host
+//! (`[host]`, `[budget]`, `[roles.*]`), so the file is read as a table and only this section is
+//! typed here: an unknown key in *our* section is an error (a typo must not silently fall back to a
+//! default), anything elsewhere is not our business.
+//!
+//! ```toml
+//! [orchestrator]
+//! planner = "planner"        # agent or model-backed role spawned for each role
+//! executor = "executor"
+//! verifier = "verifier"
+//! max_gap_retries = 3        # failed verifications per phase before the phase halts
+//! max_plan_attempts = 3      # rejected plans before the run halts
+//! max_task_attempts = 3      # executor errors/timeouts per task before the run halts
+//! jobs = 1                   # parallel tasks (`metash run --jobs` overrides)
+//! timeout_seconds = 600      # per spawn; absent: the host's default
+//! model_hint = "smart"       # for model-backed roles
+//! ```
+
+use std::path::Path;
+
+use metash_protocol::ModelHint;
+use serde::Deserialize;
+
+use crate::error::{OrchestratorError, Result};
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OrchestratorConfig {
+    pub planner: String,
+    pub executor: String,
+    pub verifier: String,
+    pub max_gap_retries: u32,
+    pub max_plan_attempts: u32,
+    pub max_task_attempts: u32,
+    pub jobs: usize,
+    pub timeout_seconds: Option<f64>,
+    pub model_hint: Option<ModelHint>,
+    pub max_tokens: Option<u64>,
+}
+
+impl Default for OrchestratorConfig {
+    fn default() -> Self {
+        Self {
+            planner: "planner".into(),
+            executor: "executor".into(),
+            verifier: "verifier".into(),
+            max_gap_retries: 3,
+            max_plan_attempts: 3,
+            max_task_attempts: 3,
+            jobs: 1,
+            timeout_seconds: None,
+            model_hint: None,
+            max_tokens: None,
+        }
+    }
+}
+
+impl OrchestratorConfig {
+    /// Reads `[orchestrator]` from `<workspace>/.meta/config.toml`; defaults when the file or the
+    /// section is absent.
+    ///
+    /// # Errors
+    /// [`OrchestratorError::Config`] naming the file, line and problem.
+    pub fn load(workspace: &Path) -> Result<Self> {
+        let path = workspace.join(".meta").join("config.toml");
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Self::parse(&text, &path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(e) => Err(OrchestratorError::io(path.display().to_string(), e)),
+        }
+    }
+
+    /// Parses the whole file's text and returns its `[orchestrator]` section.
+    ///
+    /// # Errors
+    /// As [`OrchestratorConfig::load`].
+    pub fn parse(text: &str, path: &Path) -> Result<Self> {
+        let bad = |message: String| OrchestratorError::Config {
+            path: path.to_path_buf(),
+            message,
+        };
+        let table: toml::Table = toml::from_str(text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1)
+                .unwrap_or(1);
+            bad(format!("line {line}: {}", e.message()))
+        })?;
+        let Some(section) = table.get("orchestrator") else {
+            return Ok(Self::default());
+        };
+        let config: Self = section
+            .clone()
+            .try_into()
+            .map_err(|e: toml::de::Error| bad(format!("[orchestrator]: {}", e.message())))?;
+        if config.jobs == 0 {
+            return Err(bad("[orchestrator]: jobs must be at least 1".into()));
+        }
+        if config.max_gap_retries == 0 || config.max_plan_attempts == 0 || config.max_task_attempts == 0
+        {
+            return Err(bad("[orchestrator]: the max_* limits must be at least 1".into()));
+        }
+        for (key, name) in [
+            ("planner", &config.planner),
+            ("executor", &config.executor),
+            ("verifier", &config.verifier),
+        ] {
+            if name.trim().is_empty() {
+                return Err(bad(format!("[orchestrator]: `{key}` names no agent")));
+            }
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn reads_only_its_section() {
+        let text = "[host]\ndefault_timeout_seconds = 3\n[roles.x]\nfrontend = \"openai-chat\"\n\
+                    [orchestrator]\nplanner = \"p\"\njobs = 4\n";
+        let c = OrchestratorConfig::parse(text, Path::new("c.toml")).unwrap();
+        assert_eq!(c.planner, "p");
+        assert_eq!(c.jobs, 4);
+        assert_eq!(c.executor, "executor");
+    }
+
+    #[test]
+    fn typo_in_our_section_is_an_error() {
+        let err = OrchestratorConfig::parse("[orchestrator]\nmax_gap_retry = 2\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("max_gap_retry"), "{err}");
+    }
+
+    #[test]
+    fn absent_section_is_default() {
+        let c = OrchestratorConfig::parse("[host]\n", Path::new("c.toml")).unwrap();
+        assert_eq!(c, OrchestratorConfig::default());
+    }
+}

@@ -1,0 +1,415 @@
+//! The loop: `status` planning -> executing -> verifying -> (merge) -> the next phase, or halted.
+//! Every transition is an `update_state` (usually `update_many`, one event for a transition and
+//! its bookkeeping), so the log tells the story and a killed run continues where the state says.
+
+use std::path::{Path, PathBuf};
+
+use metash_host::{Host, SpawnRequest, Spawner};
+use metash_protocol::{
+    AgentResponse, AgentStatus, CheckpointReason, CheckpointSignal, LogLevel, PendingCheckpoint,
+    SessionState, SessionStatus, SpawnOptions, TaskStatus,
+};
+use metash_store::Store;
+use serde_json::{json, Value};
+
+use crate::book::{self, Book, Decision, Halt, ResumeFor};
+use crate::config::OrchestratorConfig;
+use crate::error::{OrchestratorError, Result};
+use crate::git::Git;
+use crate::plan::TaskNode;
+use crate::prompts::{self, Focus, Role};
+
+/// What `metash run` was asked to do beyond the defaults of `[orchestrator]`.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Parallel tasks (overrides `jobs` in config).
+    pub jobs: Option<usize>,
+    /// Stop after this many phases complete in this run.
+    pub max_phases: Option<u32>,
+    /// Answer the pending checkpoint with this before continuing.
+    pub answer: Option<String>,
+    /// Continue a halted session: reset gapCount and the attempt counters, retry failed tasks.
+    pub retry: bool,
+}
+
+/// Why a run stopped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunOutcome {
+    /// The planner found nothing left to do.
+    Complete { phases_completed: u32 },
+    /// `max_phases` phases completed.
+    PhaseLimit { phases_completed: u32 },
+    /// Someone must answer (`metash run --answer VALUE`).
+    Checkpoint(PendingCheckpoint),
+    Halted(Halt),
+}
+
+/// One step of the loop.
+pub(crate) enum Step {
+    Continue,
+    PhaseDone,
+    Stop(RunOutcome),
+}
+
+/// The orchestrator of one project: the host for state, progress and checkpoints, a spawner for
+/// the roles (the host itself in `metash run`; scripted agents in tests and benchmarks).
+pub struct Orchestrator<'a> {
+    pub(crate) host: &'a Host,
+    pub(crate) spawner: &'a dyn Spawner,
+    pub(crate) config: OrchestratorConfig,
+    pub(crate) git: Git,
+    pub(crate) jobs: usize,
+}
+
+/// Who raises the orchestrator's own checkpoints (merge conflicts).
+pub const ORCHESTRATOR_AGENT: &str = "orchestrator";
+
+/// The branch of a task.
+pub fn branch_of(id: &str) -> String {
+    format!("metash/task/{id}")
+}
+
+/// The worktree of a task.
+pub fn worktree_of(workspace: &Path, id: &str) -> PathBuf {
+    workspace.join(".meta").join("worktrees").join(id)
+}
+
+impl<'a> Orchestrator<'a> {
+    /// # Errors
+    /// `.meta/config.toml` does not parse.
+    pub fn new(host: &'a Host, spawner: &'a dyn Spawner) -> Result<Self> {
+        let workspace = host.workspace();
+        let config = OrchestratorConfig::load(&workspace)?;
+        Ok(Self {
+            host,
+            spawner,
+            jobs: config.jobs,
+            config,
+            git: Git::new(&workspace),
+        })
+    }
+
+    /// Replaces the config read from the project (tests, benchmarks).
+    pub fn with_config(mut self, config: OrchestratorConfig) -> Self {
+        self.jobs = config.jobs;
+        self.config = config;
+        self
+    }
+
+    pub fn config(&self) -> &OrchestratorConfig {
+        &self.config
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        self.host.store()
+    }
+
+    pub(crate) fn workspace(&self) -> PathBuf {
+        self.host.workspace()
+    }
+
+    pub(crate) fn progress(&self, message: &str, level: LogLevel) {
+        let _ = self.host.log_progress(message, level);
+    }
+
+    pub(crate) fn update(&self, updates: Vec<(String, Value)>) -> Result<u64> {
+        Ok(self.store().update_many(Some(ORCHESTRATOR_AGENT), updates, None)?)
+    }
+
+    /// Refuses before anything is spent when a role is unknown or a model-backed role lacks its
+    /// key or program.
+    ///
+    /// # Errors
+    /// [`OrchestratorError::Host`] naming the role and what is missing.
+    pub fn preflight(&self) -> Result<()> {
+        for name in [&self.config.planner, &self.config.executor, &self.config.verifier] {
+            if let Some(role) = self.host.config().roles.get(name.as_str()) {
+                self.host.preflight_role(name, role)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the loop until the project is complete, a checkpoint needs a person, the session
+    /// halts, or `max_phases` phases are done.
+    ///
+    /// # Errors
+    /// Store, git or host failures; another run in progress; `--answer` with nothing pending.
+    pub fn run(&mut self, options: &RunOptions) -> Result<RunOutcome> {
+        if let Some(j) = options.jobs {
+            self.jobs = j.max(1);
+        }
+        let _run = crate::run_lock(self.store())?;
+        self.git.ensure_repo()?;
+        if let Some(answer) = &options.answer {
+            self.answer(answer)?;
+        }
+        if let Some(p) = self.host.pending_checkpoint()? {
+            return Ok(RunOutcome::Checkpoint(p));
+        }
+        self.preflight()?;
+        self.recover()?;
+        if options.retry {
+            self.retry_halted()?;
+        }
+        let mut phases = 0u32;
+        loop {
+            let state = self.store().state()?;
+            let step = match state.status {
+                SessionStatus::Halted => {
+                    let halt = Book::of(&state).halt.unwrap_or_else(|| Halt {
+                        reason: "halted".into(),
+                        phase: state.current_phase,
+                        failed: vec![],
+                        message: "the session is halted".into(),
+                    });
+                    if halt.reason == "complete" {
+                        Step::Stop(RunOutcome::Complete {
+                            phases_completed: phases,
+                        })
+                    } else {
+                        Step::Stop(RunOutcome::Halted(halt))
+                    }
+                }
+                SessionStatus::Planning => self.plan_phase(&state)?,
+                SessionStatus::Executing => self.execute_phase(&state)?,
+                SessionStatus::Verifying => self.verify_phase(&state)?,
+            };
+            match step {
+                Step::Continue => {}
+                Step::PhaseDone => {
+                    phases += 1;
+                    if options.max_phases.is_some_and(|m| phases >= m) {
+                        return Ok(RunOutcome::PhaseLimit {
+                            phases_completed: phases,
+                        });
+                    }
+                }
+                Step::Stop(outcome) => return Ok(outcome),
+            }
+        }
+    }
+
+    /// Answers the pending checkpoint through the host (which hands the answer to the next spawn
+    /// as `resume_data`) and records it as a decision every later prompt shows.
+    fn answer(&self, value: &str) -> Result<()> {
+        let Some(pending) = self.host.pending_checkpoint()? else {
+            return Err(OrchestratorError::Refused(
+                "no checkpoint is pending; `metash run` without --answer continues".into(),
+            ));
+        };
+        let resume = self.host.answer_checkpoint(None, value)?;
+        self.progress(
+            &format!("checkpoint `{}` answered: {}", resume.checkpoint_id, resume.user_input),
+            LogLevel::Info,
+        );
+        if pending.agent == ORCHESTRATOR_AGENT {
+            // Our own question (a merge conflict): no agent should receive the answer.
+            metash_host::checkpoint::take_resume(self.store(), ORCHESTRATOR_AGENT)?;
+            self.update(vec![book::set(&["lastAnswer"], json!(resume.user_input))])?;
+            return Ok(());
+        }
+        if pending.agent == "host" {
+            return Ok(());
+        }
+        let decision = Decision {
+            id: resume.checkpoint_id.clone(),
+            question: pending.signal.message.clone(),
+            answer: resume.user_input.clone(),
+        };
+        self.store().transact(Some(ORCHESTRATOR_AGENT), |state| {
+            let mut decisions = Book::of(state).decisions;
+            decisions.retain(|d| d.id != decision.id);
+            decisions.push(decision.clone());
+            Ok(vec![book::set(&["decisions"], json!(decisions))])
+        })?;
+        Ok(())
+    }
+
+    /// A run killed mid-task left `running` markers: those tasks failed (retryable, the attempt
+    /// not counted) and their worktrees go back to where the attempt started.
+    fn recover(&self) -> Result<()> {
+        let state = self.store().state()?;
+        let book = Book::of(&state);
+        for (id, running) in book.running() {
+            let wt = worktree_of(&self.workspace(), id);
+            if wt.join(".git").exists() {
+                self.git.reset_to(&wt, &running.head)?;
+            }
+            self.update(vec![
+                book::task_set(id, "status", json!(TaskStatus::Failed)),
+                book::set(&["running", id], book::null()),
+                book::set(&["attempts", id], json!(running.attempt.saturating_sub(1))),
+            ])?;
+            self.progress(
+                &format!("task {id} was running when the last run stopped; it will be retried"),
+                LogLevel::Warn,
+            );
+        }
+        // A merge into the project that a crash interrupted (not one a person is resolving).
+        let root = self.workspace();
+        let resolving = book.resume_for.as_ref().is_some_and(|r| r.role == "merge");
+        if !resolving && self.git.merge_in_progress(&root)? {
+            self.git.run(&root, &["merge", "--abort"])?;
+        }
+        Ok(())
+    }
+
+    fn retry_halted(&self) -> Result<()> {
+        let state = self.store().state()?;
+        if state.status != SessionStatus::Halted {
+            return Ok(());
+        }
+        if Book::of(&state).halt.is_some_and(|h| h.reason == "complete") {
+            return Ok(());
+        }
+        self.update(vec![
+            ("status".into(), json!(SessionStatus::Planning)),
+            ("gapCount".into(), json!(0)),
+            book::set(&["halt"], book::null()),
+            book::set(&["attempts"], json!({})),
+            book::set(&["planAttempts"], json!(0)),
+        ])?;
+        self.progress("retrying the halted session", LogLevel::Info);
+        Ok(())
+    }
+
+    /// Halts the session with `halt` as its report.
+    pub(crate) fn halt(&self, halt: Halt) -> Result<Step> {
+        let level = if halt.reason == "complete" {
+            LogLevel::Info
+        } else {
+            LogLevel::Error
+        };
+        self.progress(&halt.message, level);
+        self.update(vec![
+            ("status".into(), json!(SessionStatus::Halted)),
+            book::set(&["halt"], serde_json::to_value(&halt).unwrap_or(Value::Null)),
+        ])?;
+        Ok(if halt.reason == "complete" {
+            Step::Continue
+        } else {
+            Step::Stop(RunOutcome::Halted(halt))
+        })
+    }
+
+    /// Every planned task with its phase.
+    pub(crate) fn nodes(state: &SessionState) -> Vec<TaskNode> {
+        let book = Book::of(state);
+        state
+            .plan
+            .as_ref()
+            .map(|p| {
+                p.tasks
+                    .iter()
+                    .map(|t| TaskNode {
+                        id: t.id.clone(),
+                        title: t.title.clone(),
+                        dependencies: t.dependencies.clone(),
+                        phase: book.phase_of(&t.id, state.current_phase),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Spawns `role` with prompts built from the current state.
+    pub(crate) fn spawn(
+        &self,
+        role: Role,
+        focus: &Focus<'_>,
+        workdir: Option<PathBuf>,
+    ) -> Result<AgentResponse> {
+        let state = self.store().state()?;
+        let book = Book::of(&state);
+        let context = self.store().context()?;
+        let workspace = self.workspace();
+        let agent = match role {
+            Role::Planner => &self.config.planner,
+            Role::Executor => &self.config.executor,
+            Role::Verifier => &self.config.verifier,
+        };
+        let request = SpawnRequest {
+            agent_name: agent.clone(),
+            system_prompt: prompts::system_prompt(&workspace, role),
+            user_message: prompts::user_message(role, &state, &book, &context, focus),
+            options: SpawnOptions {
+                model_hint: self.config.model_hint,
+                timeout_seconds: self.config.timeout_seconds,
+                max_tokens: self.config.max_tokens,
+            },
+            workdir,
+            task_id: focus.task.map(str::to_string),
+        };
+        match self.spawner.spawn_agent(&request) {
+            Ok(r) => Ok(r),
+            // The host could not serve the request at all: as the role failing, so the loop's
+            // bounds (attempts, gapCount) apply and the reason reaches the report.
+            Err(e) => Ok(AgentResponse {
+                status: AgentStatus::Error,
+                data: format!("the host could not spawn `{agent}`: {e}"),
+                metadata: Default::default(),
+            }),
+        }
+    }
+
+    /// A role answered with a checkpoint: make sure it is pending (the host persists it; a
+    /// spawner that does not is covered here), remember who must get the answer, stop.
+    pub(crate) fn on_checkpoint(
+        &self,
+        agent: &str,
+        response: &AgentResponse,
+        resume_for: ResumeFor,
+    ) -> Result<PendingCheckpoint> {
+        let pending = match self.host.pending_checkpoint()? {
+            Some(p) => p,
+            None => {
+                let signal = serde_json::from_str::<CheckpointSignal>(&response.data)
+                    .unwrap_or_else(|_| CheckpointSignal {
+                        kind: Default::default(),
+                        reason: CheckpointReason::HumanAction,
+                        message: response.data.clone(),
+                        options: vec![],
+                        resume_id: None,
+                    });
+                self.host.raise_checkpoint(agent, &signal)?
+            }
+        };
+        self.update(vec![book::set(
+            &["resumeFor"],
+            serde_json::to_value(&resume_for).unwrap_or(Value::Null),
+        )])?;
+        self.progress(
+            &format!(
+                "checkpoint `{}` from {agent}: {} (answer with: metash run --answer VALUE)",
+                pending.id, pending.signal.message
+            ),
+            LogLevel::Warn,
+        );
+        Ok(pending)
+    }
+
+    /// The orchestrator's own checkpoint (a merge that needs a person).
+    pub(crate) fn raise_own(
+        &self,
+        message: String,
+        options: Vec<String>,
+        resume_for: ResumeFor,
+    ) -> Result<Step> {
+        let signal = CheckpointSignal {
+            kind: Default::default(),
+            reason: CheckpointReason::HumanAction,
+            message,
+            options,
+            resume_id: None,
+        };
+        let pending = self.host.raise_checkpoint(ORCHESTRATOR_AGENT, &signal)?;
+        self.update(vec![book::set(
+            &["resumeFor"],
+            serde_json::to_value(&resume_for).unwrap_or(Value::Null),
+        )])?;
+        self.progress(&pending.signal.message, LogLevel::Warn);
+        Ok(Step::Stop(RunOutcome::Checkpoint(pending)))
+    }
+}
+

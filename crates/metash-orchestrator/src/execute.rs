@@ -1,0 +1,389 @@
+//! `executing`: the phase's unfinished tasks in dependency order, up to `jobs` at once, each in its
+//! own git worktree on its own branch (`metash/task/<id>`, started from its dependencies' work).
+//!
+//! One attempt, and what makes it crash-safe:
+//! 1. the worktree is made (idempotently), cleaned, and the unmerged dependencies merged in;
+//! 2. `running.<id> = {attempt, head}` is recorded;
+//! 3. the executor runs in the worktree;
+//! 4. success: the orchestrator commits what changed and records, in **one** update, the task
+//!    `complete`, its commits, and `running.<id> = null`. Error or timeout: the worktree is reset to
+//!    `head` and the task is `failed` (retried up to `max_task_attempts`).
+//!
+//! A run killed between 2 and 4 leaves `running.<id>`: the next run resets the worktree to `head`
+//! (dropping any commit the dead run made but did not record) and retries, so no work is applied
+//! twice and a task whose commits are recorded is never redone.
+
+use std::collections::HashSet;
+use std::path::{Component, Path, PathBuf};
+use std::sync::mpsc;
+
+use metash_protocol::{AgentStatus, LogLevel, PendingCheckpoint, SessionState, SessionStatus, TaskStatus};
+use serde_json::{json, Value};
+
+use crate::book::{self, Book, FailedTask, Halt, ResumeFor};
+use crate::engine::{branch_of, worktree_of, Orchestrator, RunOutcome, Step};
+use crate::error::{OrchestratorError, Result};
+use crate::git::Merge;
+use crate::planning::clip;
+use crate::prompts::{Focus, Role};
+use crate::reply::extract_json;
+use crate::schedule::Scheduler;
+
+/// How one attempt ended.
+pub(crate) enum Attempt {
+    Complete,
+    Failed(String),
+    Checkpoint(PendingCheckpoint),
+    /// The orchestrator itself must stop (a merge needs a person).
+    Stop(RunOutcome),
+}
+
+impl Orchestrator<'_> {
+    pub(crate) fn execute_phase(&self, state: &SessionState) -> Result<Step> {
+        let phase = state.current_phase;
+        let nodes = Self::nodes(state);
+        let tasks = state.plan.as_ref().map(|p| p.tasks.as_slice()).unwrap_or(&[]);
+        let done: HashSet<&str> = tasks
+            .iter()
+            .filter(|t| t.status == TaskStatus::Complete)
+            .map(|t| t.id.as_str())
+            .collect();
+        let to_run: Vec<_> = nodes
+            .iter()
+            .filter(|n| n.phase <= phase && !done.contains(n.id.as_str()))
+            .collect();
+        if to_run.is_empty() {
+            self.update(vec![("status".into(), json!(SessionStatus::Verifying))])?;
+            return Ok(Step::Continue);
+        }
+        self.progress(
+            &format!("phase {phase}: executing {} task(s), {} at a time", to_run.len(), self.jobs),
+            LogLevel::Info,
+        );
+        let mut sched = Scheduler::new(&to_run, &done);
+        let first = Book::of(state)
+            .resume_for
+            .filter(|r| r.role == "executor")
+            .and_then(|r| r.task);
+        let mut stop: Option<Step> = None;
+        let mut error: Option<OrchestratorError> = None;
+        std::thread::scope(|scope| {
+            let (tx, rx) = mpsc::channel::<(String, Result<Attempt>)>();
+            // The task whose checkpoint was answered runs first and alone, so the answer the host
+            // hands to the next spawn reaches it.
+            let mut exclusive: Option<String> = first.as_deref().and_then(|id| sched.take_if_ready(id));
+            if let Some(id) = exclusive.clone() {
+                let tx = tx.clone();
+                scope.spawn(move || {
+                    let r = self.attempt(&id);
+                    let _ = tx.send((id, r));
+                });
+            }
+            loop {
+                while exclusive.is_none()
+                    && stop.is_none()
+                    && error.is_none()
+                    && sched.running() < self.jobs
+                {
+                    let Some(id) = sched.next_ready() else { break };
+                    let tx = tx.clone();
+                    scope.spawn(move || {
+                        let r = self.attempt(&id);
+                        let _ = tx.send((id, r));
+                    });
+                }
+                if sched.running() == 0 {
+                    break;
+                }
+                let Ok((id, result)) = rx.recv() else { break };
+                if exclusive.as_deref() == Some(id.as_str()) {
+                    exclusive = None;
+                }
+                match result {
+                    Ok(Attempt::Complete) => sched.complete(&id),
+                    Ok(Attempt::Failed(why)) => {
+                        let attempts = self
+                            .store()
+                            .state()
+                            .map(|s| Book::of(&s).attempts.get(&id).copied().unwrap_or(0))
+                            .unwrap_or(u32::MAX);
+                        if attempts < self.config.max_task_attempts {
+                            self.progress(
+                                &format!("task {id} failed (attempt {attempts}): {}; retrying", clip(&why)),
+                                LogLevel::Warn,
+                            );
+                            sched.retry(&id);
+                        } else {
+                            sched.abandon(&id);
+                            if stop.is_none() {
+                                stop = Some(Step::Stop(RunOutcome::Halted(Halt {
+                                    reason: "task_failed".into(),
+                                    phase,
+                                    failed: vec![FailedTask {
+                                        id: id.clone(),
+                                        title: title_of(state, &id),
+                                        why: vec![why.clone()],
+                                    }],
+                                    message: format!(
+                                        "phase {phase} halted: task {id} failed {attempts} time(s); last: {}",
+                                        clip(&why)
+                                    ),
+                                })));
+                            }
+                        }
+                    }
+                    Ok(Attempt::Checkpoint(p)) => {
+                        sched.abandon(&id);
+                        if !matches!(stop, Some(Step::Stop(RunOutcome::Checkpoint(_)))) {
+                            stop = Some(Step::Stop(RunOutcome::Checkpoint(p)));
+                        }
+                    }
+                    Ok(Attempt::Stop(outcome)) => {
+                        sched.abandon(&id);
+                        stop.get_or_insert(Step::Stop(outcome));
+                    }
+                    Err(e) => {
+                        sched.abandon(&id);
+                        error.get_or_insert(e);
+                    }
+                }
+            }
+        });
+        if let Some(e) = error {
+            return Err(e);
+        }
+        match stop {
+            Some(Step::Stop(RunOutcome::Halted(h))) => return self.halt(h),
+            Some(step) => return Ok(step),
+            None => {}
+        }
+        let blocked = sched.blocked();
+        if !blocked.is_empty() {
+            return self.halt(Halt {
+                reason: "blocked".into(),
+                phase,
+                failed: vec![],
+                message: format!(
+                    "phase {phase} halted: tasks {} wait on dependencies nothing will complete",
+                    blocked.join(", ")
+                ),
+            });
+        }
+        self.update(vec![("status".into(), json!(SessionStatus::Verifying))])?;
+        Ok(Step::Continue)
+    }
+
+    /// One executor attempt at task `id` (see the module doc for the protocol).
+    fn attempt(&self, id: &str) -> Result<Attempt> {
+        let wt = match self.prepare_worktree(id)? {
+            Ok(wt) => wt,
+            Err(outcome) => return Ok(Attempt::Stop(outcome)),
+        };
+        let head = self.git.head(&wt)?;
+        let state = self.store().state()?;
+        let book = Book::of(&state);
+        let attempt = book.attempts.get(id).copied().unwrap_or(0) + 1;
+        let findings = book.findings(id).to_vec();
+        self.update(vec![
+            book::set(
+                &["running", id],
+                json!({"attempt": attempt, "head": head, "since": metash_store::log::now()}),
+            ),
+            book::set(&["attempts", id], json!(attempt)),
+        ])?;
+        self.progress(&format!("task {id}: executing (attempt {attempt})"), LogLevel::Info);
+        let response = self.spawn(
+            Role::Executor,
+            &Focus {
+                task: Some(id),
+                findings: &findings,
+                attempt,
+                ..Focus::default()
+            },
+            Some(wt.clone()),
+        )?;
+        match response.status {
+            AgentStatus::Success => {
+                if let Err(why) = apply_files(&wt, &response.data) {
+                    return self.fail_attempt(id, &wt, &head, why);
+                }
+                let title = title_of(&state, id);
+                let summary = summary_of(&response.data);
+                let message = format!("metash: task {id}: {title}\n\n{summary}");
+                let sha = self.git.commit_all(&wt, message.trim_end())?;
+                let mut commits: Vec<String> = state
+                    .plan
+                    .as_ref()
+                    .and_then(|p| p.tasks.iter().find(|t| t.id == id))
+                    .and_then(|t| t.commits.clone())
+                    .unwrap_or_default();
+                commits.extend(sha.clone());
+                let next_idx = next_task_idx(&state, id);
+                self.update(vec![
+                    book::task_set(id, "status", json!(TaskStatus::Complete)),
+                    book::task_set(id, "commits", json!(commits)),
+                    ("plan.currentTaskIdx".into(), json!(next_idx)),
+                    book::set(&["running", id], book::null()),
+                    book::set(&["attempts", id], json!(0)),
+                    book::set(&["verified", id], json!(false)),
+                    book::set(&["summaries", id], json!(clip(&summary))),
+                ])?;
+                self.progress(
+                    &format!(
+                        "task {id}: complete ({})",
+                        sha.map(|s| format!("commit {}", &s[..s.len().min(10)]))
+                            .unwrap_or_else(|| "no changes".into())
+                    ),
+                    LogLevel::Info,
+                );
+                Ok(Attempt::Complete)
+            }
+            AgentStatus::Error | AgentStatus::Timeout => {
+                let why = format!("executor {:?}: {}", response.status, clip(&response.data)).to_lowercase();
+                self.fail_attempt(id, &wt, &head, why)
+            }
+            AgentStatus::Checkpoint => {
+                self.git.reset_to(&wt, &head)?;
+                let p = self.on_checkpoint(
+                    &self.config.executor,
+                    &response,
+                    ResumeFor {
+                        role: "executor".into(),
+                        task: Some(id.to_string()),
+                    },
+                )?;
+                // Asking is not failing: the attempt does not count.
+                self.update(vec![
+                    book::set(&["running", id], book::null()),
+                    book::set(&["attempts", id], json!(attempt - 1)),
+                ])?;
+                Ok(Attempt::Checkpoint(p))
+            }
+        }
+    }
+
+    /// Resets the worktree to where the attempt started and records the failure.
+    fn fail_attempt(&self, id: &str, wt: &Path, head: &str, why: String) -> Result<Attempt> {
+        self.git.reset_to(wt, head)?;
+        self.update(vec![
+            book::task_set(id, "status", json!(TaskStatus::Failed)),
+            book::set(&["running", id], book::null()),
+            book::set(&["findings", id], json!([format!("the previous attempt failed: {why}")])),
+        ])?;
+        Ok(Attempt::Failed(why))
+    }
+
+    /// The task's worktree, clean, holding the work of every dependency not yet merged into the
+    /// project. `Err(outcome)` when merging a dependency conflicts (a checkpoint for a person).
+    fn prepare_worktree(&self, id: &str) -> Result<std::result::Result<PathBuf, RunOutcome>> {
+        let workspace = self.workspace();
+        let state = self.store().state()?;
+        let book = Book::of(&state);
+        let task = state
+            .plan
+            .as_ref()
+            .and_then(|p| p.tasks.iter().find(|t| t.id == id))
+            .ok_or_else(|| OrchestratorError::UnknownTask(id.to_string()))?;
+        let unmerged: Vec<String> = task
+            .dependencies
+            .iter()
+            .filter(|d| book.merged_at(d).is_none())
+            .map(|d| branch_of(d))
+            .collect();
+        let base = match unmerged.first() {
+            Some(b) if self.git.branch_exists(b)? => b.clone(),
+            _ => "HEAD".to_string(),
+        };
+        let wt = worktree_of(&workspace, id);
+        self.git.ensure_worktree(&wt, &branch_of(id), &base)?;
+        self.git.reset_to(&wt, "HEAD")?;
+        for dep in &unmerged {
+            if !self.git.branch_exists(dep)? || self.git.is_ancestor(&wt, dep, "HEAD")? {
+                continue;
+            }
+            let msg = format!("metash: bring {dep} into task {id}");
+            if let Merge::Conflict { files } = self.git.merge(&wt, dep, &msg)? {
+                let step = self.raise_own(
+                    format!(
+                        "Merging {dep} into task {id}'s worktree conflicts in {}. Resolve the \
+                         conflict in {} and commit, then run `metash run --answer done`.",
+                        files.join(", "),
+                        wt.display()
+                    ),
+                    vec!["done".into()],
+                    ResumeFor {
+                        role: "executor".into(),
+                        task: Some(id.to_string()),
+                    },
+                )?;
+                if let Step::Stop(outcome) = step {
+                    return Ok(Err(outcome));
+                }
+            }
+        }
+        Ok(Ok(wt))
+    }
+}
+
+pub(crate) fn title_of(state: &SessionState, id: &str) -> String {
+    state
+        .plan
+        .as_ref()
+        .and_then(|p| p.tasks.iter().find(|t| t.id == id))
+        .map(|t| t.title.clone())
+        .unwrap_or_default()
+}
+
+/// Index of the first task that is not complete, counting `id` as complete.
+fn next_task_idx(state: &SessionState, id: &str) -> usize {
+    let tasks = state.plan.as_ref().map(|p| p.tasks.as_slice()).unwrap_or(&[]);
+    tasks
+        .iter()
+        .position(|t| t.id != id && t.status != TaskStatus::Complete)
+        .unwrap_or(tasks.len())
+}
+
+/// The executor's summary: `summary` of a JSON reply, else its text.
+fn summary_of(data: &str) -> String {
+    match extract_json(data) {
+        Ok(Value::Object(m)) => m
+            .get("summary")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_default(),
+        _ => data.trim().chars().take(2000).collect(),
+    }
+}
+
+/// Writes the `files` of a JSON reply (`[{path, content}]`) into the worktree, for executors that
+/// cannot write themselves (plain API model roles). Paths must stay inside the worktree and out of
+/// `.git` and `.meta`.
+fn apply_files(wt: &Path, data: &str) -> std::result::Result<(), String> {
+    let Ok(Value::Object(map)) = extract_json(data) else {
+        return Ok(());
+    };
+    let Some(files) = map.get("files").and_then(Value::as_array) else {
+        return Ok(());
+    };
+    for f in files {
+        let (Some(path), Some(content)) = (
+            f.get("path").and_then(Value::as_str),
+            f.get("content").and_then(Value::as_str),
+        ) else {
+            return Err("each entry of `files` needs a string `path` and `content`".into());
+        };
+        let rel = Path::new(path);
+        let ok = !path.is_empty()
+            && rel.components().all(|c| matches!(c, Component::Normal(_)))
+            && !matches!(rel.components().next(), Some(Component::Normal(first)) if first == ".git" || first == ".meta");
+        if !ok {
+            return Err(format!("file path `{path}` must be relative, inside the worktree, outside .git and .meta"));
+        }
+        let target = wt.join(rel);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| format!("{path}: {e}"))?;
+        }
+        std::fs::write(&target, content).map_err(|e| format!("{path}: {e}"))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,263 @@
+//! The git operations the loop needs, through the `git` CLI (`std::process::Command`, arguments as
+//! a vector: no shell, no quoting bugs). Every call runs with `GIT_TERMINAL_PROMPT=0`, an editor
+//! that accepts the default message, and no commit signing, so nothing ever waits for a person
+//! behind the orchestrator's back. When the repository has no identity configured, commits are made
+//! as `metash <metash@localhost>`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use crate::error::{OrchestratorError, Result};
+
+/// Paths of the project the orchestrator never commits: its own `.meta/`.
+const EXCLUDE_META: &str = ":(exclude).meta";
+
+#[derive(Debug)]
+pub struct Git {
+    root: PathBuf,
+    identity: OnceLock<Vec<String>>,
+}
+
+/// The outcome of a merge or revert that may conflict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Merge {
+    Clean,
+    Conflict { files: Vec<String> },
+}
+
+impl Git {
+    pub fn new(root: &Path) -> Self {
+        Self {
+            root: root.to_path_buf(),
+            identity: OnceLock::new(),
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn identity(&self) -> &[String] {
+        self.identity.get_or_init(|| {
+            let has = |k: &str| {
+                self.output(&self.root, &["config", "--get", k])
+                    .map(|o| o.status.success() && !o.stdout.is_empty())
+                    .unwrap_or(false)
+            };
+            let mut v = Vec::new();
+            if !has("user.name") {
+                v.extend(["-c".to_string(), "user.name=metash".to_string()]);
+            }
+            if !has("user.email") {
+                v.extend(["-c".to_string(), "user.email=metash@localhost".to_string()]);
+            }
+            v
+        })
+    }
+
+    fn output(&self, dir: &Path, args: &[&str]) -> Result<Output> {
+        Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null"])
+            .args(args)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_EDITOR", "true")
+            .env("GIT_MERGE_AUTOEDIT", "no")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| OrchestratorError::Git {
+                dir: dir.to_path_buf(),
+                args: args.join(" "),
+                message: format!("cannot run git: {e} (is git installed?)"),
+            })
+    }
+
+    /// Runs git in `dir`; its trimmed stdout, or an error with its stderr.
+    pub fn run(&self, dir: &Path, args: &[&str]) -> Result<String> {
+        let out = self.output(dir, args)?;
+        if !out.status.success() {
+            return Err(OrchestratorError::Git {
+                dir: dir.to_path_buf(),
+                args: args.join(" "),
+                message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// Runs a committing command (with the identity fallback).
+    fn run_committing(&self, dir: &Path, args: &[&str]) -> Result<Output> {
+        let mut full: Vec<&str> = self.identity().iter().map(String::as_str).collect();
+        full.extend_from_slice(args);
+        self.output(dir, &full)
+    }
+
+    /// Whether `rev` resolves, and to what.
+    pub fn resolve(&self, dir: &Path, rev: &str) -> Result<Option<String>> {
+        let spec = format!("{rev}^{{commit}}");
+        let out = self.output(dir, &["rev-parse", "-q", "--verify", &spec])?;
+        Ok(out
+            .status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string()))
+    }
+
+    pub fn head(&self, dir: &Path) -> Result<String> {
+        self.run(dir, &["rev-parse", "HEAD"])
+    }
+
+    /// Checks that the project is a git repository with a commit to branch from (an unborn
+    /// repository gets an empty first commit).
+    ///
+    /// # Errors
+    /// Not a repository (with the command that makes it one), or git failing.
+    pub fn ensure_repo(&self) -> Result<String> {
+        let inside = self.output(&self.root, &["rev-parse", "--is-inside-work-tree"])?;
+        if !inside.status.success() {
+            return Err(OrchestratorError::Refused(format!(
+                "{} is not a git repository; metash run works in git worktrees (run `git init` there first)",
+                self.root.display()
+            )));
+        }
+        if let Some(h) = self.resolve(&self.root, "HEAD")? {
+            return Ok(h);
+        }
+        let out = self.run_committing(
+            &self.root,
+            &["commit", "--allow-empty", "-m", "metash: initial commit"],
+        )?;
+        if !out.status.success() {
+            return Err(self.failed(&self.root, "commit --allow-empty", &out));
+        }
+        self.head(&self.root)
+    }
+
+    fn failed(&self, dir: &Path, args: &str, out: &Output) -> OrchestratorError {
+        OrchestratorError::Git {
+            dir: dir.to_path_buf(),
+            args: args.to_string(),
+            message: format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stderr).trim(),
+                String::from_utf8_lossy(&out.stdout).trim()
+            ),
+        }
+    }
+
+    pub fn branch_exists(&self, branch: &str) -> Result<bool> {
+        Ok(self
+            .resolve(&self.root, &format!("refs/heads/{branch}"))?
+            .is_some())
+    }
+
+    /// Makes `path` a worktree on `branch`, creating the branch at `base` if it does not exist.
+    /// Idempotent: an existing, registered worktree is left alone.
+    pub fn ensure_worktree(&self, path: &Path, branch: &str, base: &str) -> Result<()> {
+        if path.join(".git").exists() {
+            return Ok(());
+        }
+        // A worktree whose directory vanished is still registered; forget it first.
+        self.run(&self.root, &["worktree", "prune"])?;
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| OrchestratorError::io(parent.display().to_string(), e))?;
+        }
+        let p = path.to_string_lossy();
+        if self.branch_exists(branch)? {
+            self.run(&self.root, &["worktree", "add", "--force", &p, branch])?;
+        } else {
+            self.run(&self.root, &["worktree", "add", "--force", "-b", branch, &p, base])?;
+        }
+        Ok(())
+    }
+
+    /// Removes the worktree and its branch (their commits stay reachable from wherever they were
+    /// merged).
+    pub fn remove_worktree(&self, path: &Path, branch: &str) -> Result<()> {
+        if path.exists() {
+            let p = path.to_string_lossy();
+            let _ = self.run(&self.root, &["worktree", "remove", "--force", &p]);
+            if path.exists() {
+                let _ = std::fs::remove_dir_all(path);
+            }
+        }
+        self.run(&self.root, &["worktree", "prune"])?;
+        if self.branch_exists(branch)? {
+            self.run(&self.root, &["branch", "-D", branch])?;
+        }
+        Ok(())
+    }
+
+    /// Throws away everything in `dir` since `rev`: a merge in progress, uncommitted changes,
+    /// untracked files, and commits after `rev` on the checked-out branch.
+    pub fn reset_to(&self, dir: &Path, rev: &str) -> Result<()> {
+        if self.merge_in_progress(dir)? {
+            let _ = self.run(dir, &["merge", "--abort"]);
+        }
+        self.run(dir, &["reset", "--hard", "-q", rev])?;
+        self.run(dir, &["clean", "-fdq", "-e", ".meta"])?;
+        Ok(())
+    }
+
+    pub fn merge_in_progress(&self, dir: &Path) -> Result<bool> {
+        Ok(self.resolve(dir, "MERGE_HEAD")?.is_some())
+    }
+
+    /// `git merge-base --is-ancestor a b`.
+    pub fn is_ancestor(&self, dir: &Path, a: &str, b: &str) -> Result<bool> {
+        let out = self.output(dir, &["merge-base", "--is-ancestor", a, b])?;
+        match out.status.code() {
+            Some(0) => Ok(true),
+            Some(1) => Ok(false),
+            _ => Err(self.failed(dir, &format!("merge-base --is-ancestor {a} {b}"), &out)),
+        }
+    }
+
+    /// Merges `rev` into the branch checked out in `dir` (always a merge commit, so a task's work
+    /// stays one unit in history). A conflict leaves the merge in progress for a person.
+    pub fn merge(&self, dir: &Path, rev: &str, message: &str) -> Result<Merge> {
+        let out = self.run_committing(dir, &["merge", "--no-ff", "--no-edit", "-m", message, rev])?;
+        if out.status.success() {
+            return Ok(Merge::Clean);
+        }
+        let files = self.conflicted(dir)?;
+        if files.is_empty() {
+            return Err(self.failed(dir, &format!("merge {rev}"), &out));
+        }
+        Ok(Merge::Conflict { files })
+    }
+
+    fn conflicted(&self, dir: &Path) -> Result<Vec<String>> {
+        let text = self.run(dir, &["diff", "--name-only", "--diff-filter=U"])?;
+        Ok(text.lines().map(str::to_string).filter(|l| !l.is_empty()).collect())
+    }
+
+    /// Commits every change in `dir` except `.meta/`; `None` when there was nothing to commit.
+    pub fn commit_all(&self, dir: &Path, message: &str) -> Result<Option<String>> {
+        self.run(dir, &["add", "-A", "--", ".", EXCLUDE_META])?;
+        let staged = self.output(dir, &["diff", "--cached", "--quiet"])?;
+        if staged.status.success() {
+            return Ok(None);
+        }
+        let out = self.run_committing(dir, &["commit", "-q", "-m", message])?;
+        if !out.status.success() {
+            return Err(self.failed(dir, "commit", &out));
+        }
+        Ok(Some(self.head(dir)?))
+    }
+
+    /// Reverts one commit in `dir` with a new commit; a conflict leaves the revert in progress.
+    pub fn revert(&self, dir: &Path, sha: &str) -> Result<Merge> {
+        let out = self.run_committing(dir, &["revert", "--no-edit", sha])?;
+        if out.status.success() {
+            return Ok(Merge::Clean);
+        }
+        let files = self.conflicted(dir)?;
+        if files.is_empty() {
+            return Err(self.failed(dir, &format!("revert {sha}"), &out));
+        }
+        Ok(Merge::Conflict { files })
+    }
+}

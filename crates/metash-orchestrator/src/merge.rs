@@ -1,0 +1,109 @@
+//! Merging a phase's verified task branches into the project's checked-out branch, in dependency
+//! order, each as a `--no-ff` merge commit. Idempotent: a branch already contained in `HEAD` (merged
+//! by a run that died before recording it, or by a person resolving a conflict) is recorded, not
+//! merged again. A conflict is a `human_action` checkpoint: the merge is left in progress for the
+//! person, who commits it and answers `done` (or `abort`).
+
+use metash_protocol::{LogLevel, SessionState};
+use serde_json::json;
+
+use crate::book::{self, Book, Halt, ResumeFor};
+use crate::engine::{branch_of, worktree_of, Orchestrator, Step};
+use crate::error::Result;
+use crate::git::Merge;
+use crate::plan;
+
+impl Orchestrator<'_> {
+    pub(crate) fn merge_phase(&self, phase: u32) -> Result<Step> {
+        let root = self.workspace();
+        let state = self.store().state()?;
+        let book = Book::of(&state);
+        let nodes = Self::nodes(&state);
+        let order = plan::topo_order(&nodes);
+        let waiting_on_person = book.resume_for.as_ref().is_some_and(|r| r.role == "merge");
+        if self.git.merge_in_progress(&root)? {
+            if waiting_on_person && book_answer(&state) == Some("abort") {
+                self.git.run(&root, &["merge", "--abort"])?;
+                return self.halt(Halt {
+                    reason: "merge_aborted".into(),
+                    phase,
+                    failed: vec![],
+                    message: format!("phase {phase} halted: the conflicting merge was aborted"),
+                });
+            }
+            let task = book.resume_for.as_ref().and_then(|r| r.task.clone());
+            return self.raise_own(
+                format!(
+                    "A merge is still in progress in {}: resolve the conflicts, commit, then run \
+                     `metash run --answer done` (or `--answer abort`).",
+                    root.display()
+                ),
+                vec!["done".into(), "abort".into()],
+                ResumeFor {
+                    role: "merge".into(),
+                    task,
+                },
+            );
+        }
+        for id in order {
+            let Some(node) = nodes.iter().find(|n| n.id == id) else { continue };
+            if node.phase > phase || book.merged_at(&id).is_some() {
+                continue;
+            }
+            let branch = branch_of(&id);
+            let merged = if !self.git.branch_exists(&branch)? {
+                true // no branch left: nothing of it is outside HEAD
+            } else if self.git.is_ancestor(&root, &branch, "HEAD")? {
+                true
+            } else {
+                let msg = format!("metash: merge task {id}: {}", node.title);
+                match self.git.merge(&root, &branch, &msg)? {
+                    Merge::Clean => true,
+                    Merge::Conflict { files } => {
+                        return self.raise_own(
+                            format!(
+                                "Merging task {id} ({}) conflicts in {}. Resolve the conflicts in {}, \
+                                 commit the merge, then run `metash run --answer done` (or \
+                                 `--answer abort` to give up and halt).",
+                                node.title,
+                                files.join(", "),
+                                root.display()
+                            ),
+                            vec!["done".into(), "abort".into()],
+                            ResumeFor {
+                                role: "merge".into(),
+                                task: Some(id.clone()),
+                            },
+                        );
+                    }
+                }
+            };
+            if merged {
+                let head = self.git.head(&root)?;
+                self.update(vec![
+                    book::set(&["merged", &id], json!(head)),
+                    book::set(&["resumeFor"], book::null()),
+                ])?;
+                self.progress(&format!("task {id}: merged"), LogLevel::Info);
+            }
+        }
+        // Worktrees and branches of merged tasks are no longer needed: their commits are in HEAD.
+        let state = self.store().state()?;
+        let book = Book::of(&state);
+        for n in Self::nodes(&state) {
+            if n.phase <= phase && book.merged_at(&n.id).is_some() {
+                self.git
+                    .remove_worktree(&worktree_of(&root, &n.id), &branch_of(&n.id))?;
+            }
+        }
+        self.complete_phase(phase)
+    }
+}
+
+fn book_answer(state: &SessionState) -> Option<&str> {
+    state
+        .variables
+        .get(book::NS)
+        .and_then(|m| m.get("lastAnswer"))
+        .and_then(|v| v.as_str())
+}

@@ -1,0 +1,192 @@
+//! The prompts each role receives, built as the seed's "How They Are Used" shows: the current state
+//! in one line ("Current State: Phase 1 (Executing Task 02: ...)"), then `context.md`, then what the
+//! role needs. The system prompt is the role's default prompt shipped in this crate
+//! (`prompts/<role>.md`) unless the project overrides it in `.meta/prompts/<role>.md`.
+//!
+//! The user message ends with a fenced JSON block, the **request**, holding the same facts for
+//! agents that parse rather than read (the example agents do):
+//! `{"metash_request": 1, "role", "phase", "plan": [...], "task"?, "findings"?, "decisions", "rejection"?}`.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use metash_protocol::{SessionState, TaskStatus};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::book::{Book, Decision};
+
+/// The orchestrator's three roles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Planner,
+    Executor,
+    Verifier,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Planner => "planner",
+            Role::Executor => "executor",
+            Role::Verifier => "verifier",
+        }
+    }
+
+    fn default_prompt(self) -> &'static str {
+        match self {
+            Role::Planner => include_str!("../prompts/planner.md"),
+            Role::Executor => include_str!("../prompts/executor.md"),
+            Role::Verifier => include_str!("../prompts/verifier.md"),
+        }
+    }
+}
+
+/// The system prompt for `role`: `.meta/prompts/<role>.md` when the project has one.
+pub fn system_prompt(workspace: &Path, role: Role) -> String {
+    let custom = workspace
+        .join(".meta")
+        .join("prompts")
+        .join(format!("{}.md", role.as_str()));
+    std::fs::read_to_string(custom).unwrap_or_else(|_| role.default_prompt().to_string())
+}
+
+/// What a prompt is about beyond the session itself.
+#[derive(Debug, Clone, Default)]
+pub struct Focus<'a> {
+    pub task: Option<&'a str>,
+    pub findings: &'a [String],
+    pub rejection: Option<&'a str>,
+    pub attempt: u32,
+    /// The executor's summary of the work under verification.
+    pub summary: Option<&'a str>,
+}
+
+/// The user message for `role`.
+pub fn user_message(
+    role: Role,
+    state: &SessionState,
+    book: &Book,
+    context: &str,
+    focus: &Focus<'_>,
+) -> String {
+    let phase = state.current_phase;
+    let tasks = state.plan.as_ref().map(|p| p.tasks.as_slice()).unwrap_or(&[]);
+    let task = focus.task.and_then(|id| tasks.iter().find(|t| t.id == id));
+    let mut out = String::new();
+    let doing = match (role, task) {
+        (Role::Planner, _) => "Planning".to_string(),
+        (Role::Executor, Some(t)) => format!("Executing Task {}: {}", t.id, t.title),
+        (Role::Verifier, Some(t)) => format!("Verifying Task {}: {}", t.id, t.title),
+        (_, None) => state_word(state).to_string(),
+    };
+    let _ = writeln!(out, "Current State: Phase {phase} ({doing})\n");
+    let _ = writeln!(out, "## Context (.meta/context.md)\n\n{}\n", context.trim());
+    let _ = writeln!(out, "## Plan\n");
+    if tasks.is_empty() {
+        let _ = writeln!(out, "(no tasks yet)");
+    }
+    for t in tasks {
+        let mark = match t.status {
+            TaskStatus::Complete => "x",
+            TaskStatus::Failed => "!",
+            TaskStatus::Pending => " ",
+        };
+        let deps = if t.dependencies.is_empty() {
+            String::new()
+        } else {
+            format!("; after {}", t.dependencies.join(", "))
+        };
+        let _ = writeln!(
+            out,
+            "- [{mark}] {} {} (phase {}{deps})",
+            t.id,
+            t.title,
+            book.phase_of(&t.id, phase)
+        );
+    }
+    out.push('\n');
+    if !book.decisions.is_empty() {
+        let _ = writeln!(out, "## Decisions the user made\n");
+        for d in &book.decisions {
+            let _ = writeln!(out, "- {} -> {}", d.question, d.answer);
+        }
+        out.push('\n');
+    }
+    if let Some(r) = focus.rejection {
+        let _ = writeln!(
+            out,
+            "## Your previous plan was rejected\n\n{r}\n\nSend a corrected plan.\n"
+        );
+    }
+    if let Some(t) = task {
+        let _ = writeln!(out, "## Your task\n\n{}: {}\n", t.id, t.title);
+        if role == Role::Verifier {
+            if let Some(s) = focus.summary {
+                let _ = writeln!(out, "The executor reports: {s}\n");
+            }
+        }
+    }
+    if role == Role::Executor && !focus.findings.is_empty() {
+        let _ = writeln!(out, "## The verifier rejected the last attempt; fix these findings\n");
+        for f in focus.findings {
+            let _ = writeln!(out, "- {f}");
+        }
+        out.push('\n');
+    }
+    let request = request_json(role, state, book, focus);
+    let _ = write!(
+        out,
+        "## Request (JSON)\n\n```json\n{}\n```\n",
+        serde_json::to_string(&request).unwrap_or_default()
+    );
+    out
+}
+
+fn state_word(state: &SessionState) -> &'static str {
+    match state.status {
+        metash_protocol::SessionStatus::Planning => "Planning",
+        metash_protocol::SessionStatus::Executing => "Executing",
+        metash_protocol::SessionStatus::Verifying => "Verifying",
+        metash_protocol::SessionStatus::Halted => "Halted",
+    }
+}
+
+fn request_json(role: Role, state: &SessionState, book: &Book, focus: &Focus<'_>) -> Value {
+    let phase = state.current_phase;
+    let tasks = state.plan.as_ref().map(|p| p.tasks.as_slice()).unwrap_or(&[]);
+    let plan: Vec<Value> = tasks
+        .iter()
+        .map(|t| {
+            json!({"id": t.id, "title": t.title, "status": t.status,
+                   "dependencies": t.dependencies, "phase": book.phase_of(&t.id, phase)})
+        })
+        .collect();
+    let task = focus.task.and_then(|id| tasks.iter().find(|t| t.id == id)).map(|t| {
+        json!({"id": t.id, "title": t.title, "dependencies": t.dependencies, "attempt": focus.attempt})
+    });
+    let decisions: &[Decision] = &book.decisions;
+    let mut v = json!({
+        "metash_request": 1,
+        "role": role,
+        "phase": phase,
+        "plan": plan,
+        "decisions": decisions,
+    });
+    if let Some(map) = v.as_object_mut() {
+        if let Some(t) = task {
+            map.insert("task".into(), t);
+        }
+        if !focus.findings.is_empty() {
+            map.insert("findings".into(), json!(focus.findings));
+        }
+        if let Some(r) = focus.rejection {
+            map.insert("rejection".into(), json!(r));
+        }
+        if let Some(s) = focus.summary {
+            map.insert("summary".into(), json!(s));
+        }
+    }
+    v
+}

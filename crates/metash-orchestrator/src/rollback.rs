@@ -1,0 +1,148 @@
+//! `metash rollback TASK`: undo a task's recorded commits. Merged work is reverted on the project's
+//! branch with one `git revert` per commit, newest first (history is kept, nothing is rewritten);
+//! work not merged yet is dropped with its worktree and branch. The tasks become `pending` again
+//! and the session goes back to planning the earliest phase concerned, where the loop finds the
+//! pending tasks and executes them again (a rollback is also how you ask for a redo).
+//!
+//! Tasks that depend on a rolled-back task are built on its work: they are rolled back with it
+//! (dependents first), which the CLI confirms with the user first.
+
+use metash_protocol::{SessionStatus, TaskStatus};
+use serde_json::json;
+
+use crate::book::{self, Book};
+use crate::engine::{branch_of, worktree_of, Orchestrator};
+use crate::error::{OrchestratorError, Result};
+use crate::git::Merge;
+use crate::plan;
+
+/// What rolling back a task involves.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RollbackPlan {
+    pub task: String,
+    /// Tasks depending on `task`, directly or not, that have work to undo.
+    pub dependents: Vec<String>,
+}
+
+/// What a rollback did, per task.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RolledBack {
+    pub task: String,
+    /// Commits undone.
+    pub commits: Vec<String>,
+    /// The revert commits made on the project branch (empty for unmerged work).
+    pub reverts: Vec<String>,
+}
+
+impl Orchestrator<'_> {
+    /// The task and the dependents a rollback of it would undo too.
+    ///
+    /// # Errors
+    /// Unknown task; store errors.
+    pub fn rollback_plan(&self, task: &str) -> Result<RollbackPlan> {
+        let state = self.store().state()?;
+        let nodes = Self::nodes(&state);
+        if !nodes.iter().any(|n| n.id == task) {
+            return Err(OrchestratorError::UnknownTask(task.to_string()));
+        }
+        let tasks = state.plan.as_ref().map(|p| p.tasks.as_slice()).unwrap_or(&[]);
+        let dependents = plan::dependents_of(&nodes, task)
+            .into_iter()
+            .filter(|d| {
+                tasks
+                    .iter()
+                    .any(|t| &t.id == d && (t.status != TaskStatus::Pending || t.commits.as_ref().is_some_and(|c| !c.is_empty())))
+            })
+            .collect();
+        Ok(RollbackPlan {
+            task: task.to_string(),
+            dependents,
+        })
+    }
+
+    /// Rolls back `plan.task` and, with `with_dependents`, its dependents.
+    ///
+    /// # Errors
+    /// Dependents with work exist but `with_dependents` is false; a revert conflicts (it is
+    /// aborted, nothing of that task is changed); another run holds the run lock.
+    pub fn rollback(&self, plan: &RollbackPlan, with_dependents: bool) -> Result<Vec<RolledBack>> {
+        let _run = crate::run_lock(self.store())?;
+        if !plan.dependents.is_empty() && !with_dependents {
+            return Err(OrchestratorError::Refused(format!(
+                "tasks {} depend on {}; roll them back too (--yes) or not at all",
+                plan.dependents.join(", "),
+                plan.task
+            )));
+        }
+        let root = self.workspace();
+        let state = self.store().state()?;
+        let nodes = Self::nodes(&state);
+        let mut ids: Vec<String> = vec![plan.task.clone()];
+        ids.extend(plan.dependents.iter().cloned());
+        // Dependents first: undo in reverse dependency order.
+        let order: Vec<String> = plan::topo_order(&nodes)
+            .into_iter()
+            .rev()
+            .filter(|id| ids.contains(id))
+            .collect();
+        let mut done = Vec::new();
+        let mut min_phase = state.current_phase;
+        for id in order {
+            let state = self.store().state()?;
+            let book = Book::of(&state);
+            let commits: Vec<String> = state
+                .plan
+                .as_ref()
+                .and_then(|p| p.tasks.iter().find(|t| t.id == id))
+                .and_then(|t| t.commits.clone())
+                .unwrap_or_default();
+            min_phase = min_phase.min(book.phase_of(&id, state.current_phase));
+            let mut reverts = Vec::new();
+            if book.merged_at(&id).is_some() {
+                for sha in commits.iter().rev() {
+                    if !self.git.is_ancestor(&root, sha, "HEAD")? {
+                        continue;
+                    }
+                    match self.git.revert(&root, sha)? {
+                        Merge::Clean => reverts.push(self.git.head(&root)?),
+                        Merge::Conflict { files } => {
+                            let _ = self.git.run(&root, &["revert", "--abort"]);
+                            return Err(OrchestratorError::Refused(format!(
+                                "reverting {sha} of task {id} conflicts in {} (later work changed the same lines); \
+                                 the revert was aborted; {} task(s) were rolled back before this one",
+                                files.join(", "),
+                                done.len()
+                            )));
+                        }
+                    }
+                }
+            }
+            self.git.remove_worktree(&worktree_of(&root, &id), &branch_of(&id))?;
+            self.update(vec![
+                book::task_set(&id, "status", json!(TaskStatus::Pending)),
+                book::task_set(&id, "commits", json!([])),
+                book::set(&["verified", &id], json!(false)),
+                book::set(&["merged", &id], book::null()),
+                book::set(&["findings", &id], book::null()),
+                book::set(&["attempts", &id], json!(0)),
+                book::set(&["running", &id], book::null()),
+                book::set(
+                    &["rolledBack", &id],
+                    json!({"commits": commits, "reverts": reverts, "at": metash_store::log::now()}),
+                ),
+            ])?;
+            done.push(RolledBack {
+                task: id,
+                commits,
+                reverts,
+            });
+        }
+        self.update(vec![
+            ("status".into(), json!(SessionStatus::Planning)),
+            ("currentPhase".into(), json!(min_phase)),
+            ("gapCount".into(), json!(0)),
+            book::set(&["halt"], book::null()),
+        ])?;
+        Ok(done)
+    }
+}

@@ -1,0 +1,94 @@
+//! What `metash status` shows: phase, tasks, gaps, the pending checkpoint, the halt report and the
+//! budget used (the host keeps it in `.meta/budget.json`), as one serializable value so the table
+//! and `--json` show the same data.
+
+use metash_protocol::{PendingCheckpoint, SessionStatus, TaskStatus};
+use metash_store::Store;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::book::{Book, Halt};
+use crate::config::OrchestratorConfig;
+use crate::error::Result;
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusReport {
+    pub session_id: String,
+    pub status: SessionStatus,
+    pub current_phase: u32,
+    pub gap_count: u32,
+    pub max_gap_retries: u32,
+    pub tasks: Vec<TaskRow>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending_checkpoint: Option<PendingCheckpoint>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub halt: Option<Halt>,
+    /// `.meta/budget.json` as the host wrote it (`{"tokens_used", "cost_usd"}`), when present.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Value>,
+    pub revision: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskRow {
+    pub id: String,
+    pub title: String,
+    pub phase: u32,
+    pub status: TaskStatus,
+    pub dependencies: Vec<String>,
+    pub commits: Vec<String>,
+    pub verified: bool,
+    pub merged: bool,
+    pub running: bool,
+    pub attempts: u32,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<String>,
+}
+
+/// The report for the project of `store`.
+///
+/// # Errors
+/// The session does not load.
+pub fn report(store: &Store) -> Result<StatusReport> {
+    let state = store.state()?;
+    let book = Book::of(&state);
+    let config = OrchestratorConfig::load(store.workspace()).unwrap_or_default();
+    let tasks = state
+        .plan
+        .as_ref()
+        .map(|p| p.tasks.as_slice())
+        .unwrap_or(&[])
+        .iter()
+        .map(|t| TaskRow {
+            id: t.id.clone(),
+            title: t.title.clone(),
+            phase: book.phase_of(&t.id, state.current_phase),
+            status: t.status,
+            dependencies: t.dependencies.clone(),
+            commits: t.commits.clone().unwrap_or_default(),
+            verified: book.is_verified(&t.id),
+            merged: book.merged_at(&t.id).is_some(),
+            running: book.running.get(&t.id).is_some_and(Option::is_some),
+            attempts: book.attempts.get(&t.id).copied().unwrap_or(0),
+            findings: book.findings(&t.id).to_vec(),
+        })
+        .collect();
+    let budget = match store.read_doc("budget") {
+        Ok(Value::Null) | Err(_) => None,
+        Ok(v) => Some(v),
+    };
+    Ok(StatusReport {
+        session_id: state.session_id.clone(),
+        status: state.status,
+        current_phase: state.current_phase,
+        gap_count: state.gap_count,
+        max_gap_retries: config.max_gap_retries,
+        tasks,
+        pending_checkpoint: state.pending_checkpoint.clone(),
+        halt: book.halt,
+        budget,
+        revision: state.revision,
+    })
+}

@@ -1,0 +1,269 @@
+//! `verifying`: the verifier checks each complete, unverified task in its worktree (up to `jobs` at
+//! once). A failure sends the task back to `executing` with the findings and raises `gapCount`; at
+//! `max_gap_retries` the phase halts with a report naming each failed task and why. When every
+//! task passes, the branches are merged (see `merge.rs`) and the phase completes.
+
+use metash_protocol::{AgentStatus, LogLevel, PendingCheckpoint, SessionState, SessionStatus, TaskStatus};
+use serde_json::{json, Value};
+
+use crate::book::{self, Book, FailedTask, Halt, ResumeFor};
+use crate::engine::{worktree_of, Orchestrator, RunOutcome, Step};
+use crate::error::Result;
+use crate::execute::title_of;
+use crate::planning::clip;
+use crate::prompts::{Focus, Role};
+use crate::reply::extract_json;
+
+/// A verifier's verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub pass: bool,
+    pub findings: Vec<String>,
+}
+
+/// Reads `{"pass": bool, "findings": [...]}` (also `"verdict": "pass"|"fail"`, and findings given
+/// as one string).
+///
+/// # Errors
+/// Why the reply is not a verdict.
+pub fn parse_verdict(data: &str) -> std::result::Result<Verdict, String> {
+    let v = extract_json(data)?;
+    let pass = match (v.get("pass"), v.get("verdict")) {
+        (Some(Value::Bool(b)), _) => *b,
+        (_, Some(Value::String(s))) => matches!(s.to_ascii_lowercase().as_str(), "pass" | "passed" | "ok"),
+        _ => return Err("the verdict needs `\"pass\": true|false`".into()),
+    };
+    let findings = match v.get("findings") {
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|i| i.as_str().map(str::to_string).unwrap_or_else(|| i.to_string()))
+            .collect(),
+        Some(Value::String(s)) if !s.is_empty() => vec![s.clone()],
+        _ => vec![],
+    };
+    Ok(Verdict { pass, findings })
+}
+
+enum Checked {
+    Pass,
+    Fail,
+    Checkpoint(PendingCheckpoint),
+}
+
+impl Orchestrator<'_> {
+    pub(crate) fn verify_phase(&self, state: &SessionState) -> Result<Step> {
+        let phase = state.current_phase;
+        let book = Book::of(state);
+        let tasks = state.plan.as_ref().map(|p| p.tasks.as_slice()).unwrap_or(&[]);
+        if tasks
+            .iter()
+            .any(|t| book.phase_of(&t.id, phase) <= phase && t.status != TaskStatus::Complete)
+        {
+            self.update(vec![("status".into(), json!(SessionStatus::Executing))])?;
+            return Ok(Step::Continue);
+        }
+        let mut todo: Vec<String> = tasks
+            .iter()
+            .filter(|t| book.phase_of(&t.id, phase) <= phase && !book.is_verified(&t.id))
+            .map(|t| t.id.clone())
+            .collect();
+        // The verifier whose checkpoint was answered goes first (and alone).
+        let first = book
+            .resume_for
+            .as_ref()
+            .filter(|r| r.role == "verifier")
+            .and_then(|r| r.task.clone());
+        if let Some(f) = &first {
+            if let Some(pos) = todo.iter().position(|t| t == f) {
+                let id = todo.remove(pos);
+                todo.insert(0, id);
+            }
+        }
+        if !todo.is_empty() {
+            self.progress(&format!("phase {phase}: verifying {} task(s)", todo.len()), LogLevel::Info);
+        }
+        let results = self.parallel(&todo, first.is_some(), |id| self.check(id))?;
+        let mut failed = false;
+        for (_, r) in &results {
+            match r {
+                Checked::Checkpoint(p) => return Ok(Step::Stop(RunOutcome::Checkpoint(p.clone()))),
+                Checked::Fail => failed = true,
+                Checked::Pass => {}
+            }
+        }
+        if failed {
+            let state = self.store().state()?;
+            let book = Book::of(&state);
+            if state.gap_count >= self.config.max_gap_retries {
+                let failed: Vec<FailedTask> = state
+                    .plan
+                    .as_ref()
+                    .map(|p| p.tasks.as_slice())
+                    .unwrap_or(&[])
+                    .iter()
+                    .filter(|t| t.status == TaskStatus::Failed)
+                    .map(|t| FailedTask {
+                        id: t.id.clone(),
+                        title: t.title.clone(),
+                        why: book.findings(&t.id).to_vec(),
+                    })
+                    .collect();
+                let names: Vec<String> = failed
+                    .iter()
+                    .map(|f| format!("{} ({})", f.id, f.why.join("; ")))
+                    .collect();
+                return self.halt(Halt {
+                    reason: "gap_limit".into(),
+                    phase,
+                    message: format!(
+                        "phase {phase} halted after {} failed verifications (max_gap_retries = {}): {}",
+                        state.gap_count,
+                        self.config.max_gap_retries,
+                        names.join(", ")
+                    ),
+                    failed,
+                });
+            }
+            self.update(vec![("status".into(), json!(SessionStatus::Executing))])?;
+            return Ok(Step::Continue);
+        }
+        self.merge_phase(phase)
+    }
+
+    /// Runs `f` over `ids`, `self.jobs` at a time (the first alone when `first_alone`); stops
+    /// starting new ones after a checkpoint.
+    fn parallel<F>(&self, ids: &[String], first_alone: bool, f: F) -> Result<Vec<(String, Checked)>>
+    where
+        F: Fn(&str) -> Result<Checked> + Sync,
+    {
+        let mut out = Vec::new();
+        let mut rest: &[String] = ids;
+        if first_alone {
+            if let Some((head, tail)) = ids.split_first() {
+                let r = f(head)?;
+                let stop = matches!(r, Checked::Checkpoint(_));
+                out.push((head.clone(), r));
+                if stop {
+                    return Ok(out);
+                }
+                rest = tail;
+            }
+        }
+        let mut error = None;
+        let mut stopped = false;
+        std::thread::scope(|scope| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let mut next = 0;
+            let mut running = 0;
+            loop {
+                while !stopped && error.is_none() && running < self.jobs && next < rest.len() {
+                    let id = rest[next].clone();
+                    next += 1;
+                    running += 1;
+                    let tx = tx.clone();
+                    let f = &f;
+                    scope.spawn(move || {
+                        let r = f(&id);
+                        let _ = tx.send((id, r));
+                    });
+                }
+                if running == 0 {
+                    break;
+                }
+                let Ok((id, r)) = rx.recv() else { break };
+                running -= 1;
+                match r {
+                    Ok(c) => {
+                        stopped |= matches!(c, Checked::Checkpoint(_));
+                        out.push((id, c));
+                    }
+                    Err(e) => {
+                        error.get_or_insert(e);
+                    }
+                }
+            }
+        });
+        match error {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    fn check(&self, id: &str) -> Result<Checked> {
+        let state = self.store().state()?;
+        let book = Book::of(&state);
+        let summary = book.summaries.get(id).cloned().flatten();
+        let wt = worktree_of(&self.workspace(), id);
+        let workdir = wt.join(".git").exists().then_some(wt);
+        let response = self.spawn(
+            Role::Verifier,
+            &Focus {
+                task: Some(id),
+                summary: summary.as_deref(),
+                ..Focus::default()
+            },
+            workdir,
+        )?;
+        let verdict = match response.status {
+            AgentStatus::Checkpoint => {
+                let p = self.on_checkpoint(
+                    &self.config.verifier,
+                    &response,
+                    ResumeFor {
+                        role: "verifier".into(),
+                        task: Some(id.to_string()),
+                    },
+                )?;
+                return Ok(Checked::Checkpoint(p));
+            }
+            AgentStatus::Success => parse_verdict(&response.data).unwrap_or_else(|why| Verdict {
+                pass: false,
+                findings: vec![format!("the verifier's reply was not a verdict: {why}")],
+            }),
+            AgentStatus::Error | AgentStatus::Timeout => Verdict {
+                pass: false,
+                findings: vec![format!(
+                    "the verifier could not check the task ({:?}): {}",
+                    response.status,
+                    clip(&response.data)
+                )
+                .to_lowercase()],
+            },
+        };
+        if verdict.pass {
+            self.update(vec![
+                book::set(&["verified", id], json!(true)),
+                book::set(&["findings", id], book::null()),
+                book::set(&["resumeFor"], book::null()),
+            ])?;
+            self.progress(&format!("task {id}: verified"), LogLevel::Info);
+            return Ok(Checked::Pass);
+        }
+        let findings = if verdict.findings.is_empty() {
+            vec!["the verifier rejected the task without findings".to_string()]
+        } else {
+            verdict.findings
+        };
+        // gapCount is read and raised under the store lock: parallel verifiers never lose a count.
+        let mut gap = 0;
+        self.store().transact(Some(crate::engine::ORCHESTRATOR_AGENT), |s| {
+            gap = s.gap_count + 1;
+            Ok(vec![
+                ("gapCount".into(), json!(gap)),
+                book::task_set(id, "status", json!("failed")),
+                book::set(&["verified", id], json!(false)),
+                book::set(&["findings", id], json!(findings)),
+                book::set(&["resumeFor"], book::null()),
+            ])
+        })?;
+        self.progress(
+            &format!(
+                "task {id} ({}): verification failed (gapCount {gap}): {}",
+                title_of(&state, id),
+                findings.join("; ")
+            ),
+            LogLevel::Warn,
+        );
+        Ok(Checked::Fail)
+    }
+}

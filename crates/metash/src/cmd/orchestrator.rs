@@ -1,0 +1,232 @@
+//! `run`, `status`, `rollback`: the orchestrator's loop (issue 8) from the shell.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use metash_host::{ConsentMode, Host, HostOptions};
+use metash_orchestrator::{Orchestrator, RunOptions, RunOutcome, StatusReport};
+
+use super::Ctx;
+
+/// A checkpoint is waiting for an answer (`metash run --answer VALUE`).
+pub const CHECKPOINT: u8 = 4;
+/// The session halted (gap limit, rejected plans, a task that keeps failing).
+pub const HALTED: u8 = 5;
+
+#[derive(Debug, Subcommand)]
+pub enum OrchestratorCommand {
+    /// Plan, execute and verify the project from .meta/context.md until it is complete, a
+    /// checkpoint needs you, or the session halts. Continues a stopped or killed run.
+    Run(RunArgs),
+    /// The session: phase, tasks, gaps, pending checkpoint, budget used.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Undo a task's recorded commits (and of the tasks depending on it, after asking).
+    Rollback {
+        task: String,
+        /// Also roll back dependent tasks without asking.
+        #[arg(long)]
+        yes: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Independent tasks run in parallel, up to N (default: `jobs` in [orchestrator]).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Answer the pending checkpoint with VALUE (an option, its number, or free text), then go on.
+    #[arg(long)]
+    answer: Option<String>,
+    /// Stop after N phases complete.
+    #[arg(long)]
+    max_phases: Option<u32>,
+    /// Continue a halted session: reset gapCount and attempt counters, retry the failed tasks.
+    #[arg(long)]
+    retry: bool,
+    /// Answer agents' consent requests from this policy file (docs/policy.md).
+    #[arg(long)]
+    policy: Option<PathBuf>,
+    /// Print the outcome as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(cmd: OrchestratorCommand, ctx: &Ctx) -> Result<ExitCode> {
+    match cmd {
+        OrchestratorCommand::Run(args) => run_loop(args, ctx),
+        OrchestratorCommand::Status { json } => status(ctx, json),
+        OrchestratorCommand::Rollback { task, yes, json } => rollback(ctx, &task, yes, json),
+    }
+}
+
+fn open_host(ctx: &Ctx, policy: Option<PathBuf>) -> Result<Host> {
+    let options = HostOptions {
+        consent: if std::io::stdin().is_terminal() {
+            ConsentMode::Interactive
+        } else {
+            ConsentMode::NonInteractive
+        },
+        policy_file: policy,
+        ..HostOptions::default()
+    };
+    Host::open(&ctx.workspace, options)
+        .with_context(|| format!("opening the project at {}", ctx.workspace.display()))
+}
+
+fn run_loop(args: RunArgs, ctx: &Ctx) -> Result<ExitCode> {
+    let host = open_host(ctx, args.policy)?;
+    let mut orch = Orchestrator::new(&host, &host)?;
+    let outcome = orch.run(&RunOptions {
+        jobs: args.jobs,
+        max_phases: args.max_phases,
+        answer: args.answer,
+        retry: args.retry,
+    })?;
+    let (code, value) = match &outcome {
+        RunOutcome::Complete { phases_completed } => {
+            eprintln!("metash: the project is complete ({phases_completed} phase(s) completed in this run)");
+            (ExitCode::SUCCESS, serde_json::json!({"outcome": "complete", "phasesCompleted": phases_completed}))
+        }
+        RunOutcome::PhaseLimit { phases_completed } => {
+            eprintln!("metash: stopped after {phases_completed} phase(s) (--max-phases); `metash run` continues");
+            (ExitCode::SUCCESS, serde_json::json!({"outcome": "phase_limit", "phasesCompleted": phases_completed}))
+        }
+        RunOutcome::Checkpoint(p) => {
+            eprintln!("metash: checkpoint `{}` from {} ({:?}):", p.id, p.agent, p.signal.reason);
+            eprintln!("  {}", p.signal.message);
+            for (i, o) in p.signal.options.iter().enumerate() {
+                eprintln!("  {}. {o}", i + 1);
+            }
+            eprintln!("answer with: metash run --answer VALUE");
+            (ExitCode::from(CHECKPOINT), serde_json::json!({"outcome": "checkpoint", "checkpoint": p}))
+        }
+        RunOutcome::Halted(h) => {
+            eprintln!("metash: halted ({}): {}", h.reason, h.message);
+            for f in &h.failed {
+                eprintln!("  task {} ({}): {}", f.id, f.title, f.why.join("; "));
+            }
+            eprintln!("fix the cause, then `metash run --retry` (or `metash rollback TASK`)");
+            (ExitCode::from(HALTED), serde_json::json!({"outcome": "halted", "halt": h}))
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    }
+    Ok(code)
+}
+
+fn status(ctx: &Ctx, json: bool) -> Result<ExitCode> {
+    let store = metash_store::Store::open(&ctx.workspace)
+        .with_context(|| format!("opening the project at {}", ctx.workspace.display()))?;
+    let report = metash_orchestrator::report(&store)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", table(&report));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn table(r: &StatusReport) -> String {
+    let mut out = String::new();
+    let status = serde_json::to_value(r.status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+    out.push_str(&format!(
+        "phase {}  status {}  gaps {}/{}  revision {}\n",
+        r.current_phase, status, r.gap_count, r.max_gap_retries, r.revision
+    ));
+    if let Some(b) = &r.budget {
+        out.push_str(&format!(
+            "budget used: {} tokens, ${:.4}\n",
+            b.get("tokens_used").and_then(|v| v.as_u64()).unwrap_or(0),
+            b.get("cost_usd").and_then(|v| v.as_f64()).unwrap_or(0.0)
+        ));
+    }
+    if r.tasks.is_empty() {
+        out.push_str("no tasks planned yet\n");
+    } else {
+        let w = r.tasks.iter().map(|t| t.id.len()).max().unwrap_or(2).max(2);
+        out.push_str(&format!("{:<w$}  {:>5}  {:<8}  {:<18}  {:>7}  {}\n", "ID", "PHASE", "STATUS", "STATE", "COMMITS", "TITLE"));
+        for t in &r.tasks {
+            let st = serde_json::to_value(t.status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+            let state = if t.running {
+                "running".to_string()
+            } else if t.merged {
+                "verified, merged".to_string()
+            } else if t.verified {
+                "verified".to_string()
+            } else if !t.findings.is_empty() {
+                "findings".to_string()
+            } else {
+                "-".to_string()
+            };
+            out.push_str(&format!(
+                "{:<w$}  {:>5}  {:<8}  {:<18}  {:>7}  {}\n",
+                t.id, t.phase, st, state, t.commits.len(), t.title
+            ));
+            for f in &t.findings {
+                out.push_str(&format!("{:<w$}  finding: {f}\n", ""));
+            }
+        }
+    }
+    if let Some(p) = &r.pending_checkpoint {
+        out.push_str(&format!("checkpoint `{}` from {}: {}\n", p.id, p.agent, p.signal.message));
+        if !p.signal.options.is_empty() {
+            out.push_str(&format!("  options: {}\n", p.signal.options.join(", ")));
+        }
+        out.push_str("  answer with: metash run --answer VALUE\n");
+    }
+    if let Some(h) = &r.halt {
+        out.push_str(&format!("halted ({}): {}\n", h.reason, h.message));
+    }
+    out
+}
+
+fn rollback(ctx: &Ctx, task: &str, yes: bool, json: bool) -> Result<ExitCode> {
+    let host = open_host(ctx, None)?;
+    let orch = Orchestrator::new(&host, &host)?;
+    let plan = orch.rollback_plan(task)?;
+    let mut with_dependents = yes;
+    if !plan.dependents.is_empty() && !yes {
+        if !std::io::stdin().is_terminal() {
+            bail!(
+                "tasks {} depend on {task} and would be rolled back too; rerun with --yes",
+                plan.dependents.join(", ")
+            );
+        }
+        eprint!(
+            "tasks {} depend on {task}; roll them back too? [y/N] ",
+            plan.dependents.join(", ")
+        );
+        std::io::stderr().flush().ok();
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line)?;
+        if !matches!(line.trim(), "y" | "Y" | "yes") {
+            eprintln!("nothing was rolled back");
+            return Ok(ExitCode::from(crate::exit::FAILURE));
+        }
+        with_dependents = true;
+    }
+    let done = orch.rollback(&plan, with_dependents)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&done)?);
+    } else {
+        for d in &done {
+            println!(
+                "rolled back task {}: {} commit(s) undone, {} revert commit(s)",
+                d.task,
+                d.commits.len(),
+                d.reverts.len()
+            );
+        }
+        println!("the tasks are pending again; `metash run` redoes them");
+    }
+    Ok(ExitCode::SUCCESS)
+}
