@@ -41,6 +41,9 @@ pub struct HostOptions {
     /// Where agent manifests are discovered besides `.meta/agents` (the user's XDG config home);
     /// `None` looks only in the project.
     pub config_home: Option<PathBuf>,
+    /// Variables the host treats as set on top of its own environment (API keys for model roles),
+    /// so servers and tests can pass them without changing the process environment.
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for HostOptions {
@@ -51,6 +54,7 @@ impl Default for HostOptions {
             policy_file: None,
             yes_to: Vec::new(),
             config_home: None,
+            env: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -185,7 +189,7 @@ impl Host {
     /// [`HostError::Config`] naming the missing variable or program.
     pub fn preflight_role(&self, name: &str, role: &Role) -> Result<()> {
         if let Some(var) = role.key_env() {
-            if std::env::var_os(&var).is_none_or(|v| v.is_empty()) {
+            if self.env_var(&var).is_none_or(|v| v.is_empty()) {
                 return Err(HostError::Config(format!(
                     "role `{name}` ({}) needs the environment variable {var}, which is not set",
                     role.frontend.as_str()
@@ -219,6 +223,15 @@ impl Host {
             self.preflight_role(name, role)?;
         }
         Ok(())
+    }
+
+    /// A variable from the host's extra env, else its process environment.
+    pub fn env_var(&self, name: &str) -> Option<String> {
+        self.options
+            .env
+            .get(name)
+            .cloned()
+            .or_else(|| std::env::var(name).ok())
     }
 
     pub(crate) fn runtime(&self) -> Result<&metash_runtime::Runtime> {

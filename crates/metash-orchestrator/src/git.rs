@@ -56,7 +56,23 @@ impl Git {
         })
     }
 
+    /// Runs git, waiting out another git process's `index.lock` (a run killed while git was
+    /// committing leaves that git running for a moment).
     fn output(&self, dir: &Path, args: &[&str]) -> Result<Output> {
+        let mut tries = 0;
+        loop {
+            let out = self.output_once(dir, args)?;
+            let locked = !out.status.success()
+                && String::from_utf8_lossy(&out.stderr).contains(".lock': File exists");
+            if !locked || tries >= 50 {
+                return Ok(out);
+            }
+            tries += 1;
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    fn output_once(&self, dir: &Path, args: &[&str]) -> Result<Output> {
         Command::new("git")
             .arg("-C")
             .arg(dir)

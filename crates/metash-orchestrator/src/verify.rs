@@ -62,34 +62,78 @@ impl Orchestrator<'_> {
             self.update(vec![("status".into(), json!(SessionStatus::Executing))])?;
             return Ok(Step::Continue);
         }
-        let mut todo: Vec<String> = tasks
-            .iter()
-            .filter(|t| book.phase_of(&t.id, phase) <= phase && !book.is_verified(&t.id))
-            .map(|t| t.id.clone())
+        let nodes = Self::nodes(state);
+        let todo: Vec<String> = crate::plan::topo_order(&nodes)
+            .into_iter()
+            .filter(|id| book.phase_of(id, phase) <= phase && !book.is_verified(id))
             .collect();
         // The verifier whose checkpoint was answered goes first (and alone).
         let first = book
             .resume_for
             .as_ref()
             .filter(|r| r.role == "verifier")
-            .and_then(|r| r.task.clone());
-        if let Some(f) = &first {
-            if let Some(pos) = todo.iter().position(|t| t == f) {
-                let id = todo.remove(pos);
-                todo.insert(0, id);
-            }
-        }
+            .and_then(|r| r.task.clone())
+            .filter(|f| todo.contains(f));
         if !todo.is_empty() {
             self.progress(&format!("phase {phase}: verifying {} task(s)", todo.len()), LogLevel::Info);
         }
-        let results = self.parallel(&todo, first.is_some(), |id| self.check(id))?;
+        // Waves in dependency order: a task is checked once its dependencies passed. When one
+        // fails, its dependents are not judged on work that is about to change: they go back to
+        // `pending`, to be rebuilt on the fixed dependency, without counting a gap.
         let mut failed = false;
-        for (_, r) in &results {
-            match r {
-                Checked::Checkpoint(p) => return Ok(Step::Stop(RunOutcome::Checkpoint(p.clone()))),
-                Checked::Fail => failed = true,
-                Checked::Pass => {}
+        let mut rejected: Vec<String> = Vec::new();
+        let mut left = todo;
+        let mut alone = first;
+        while !left.is_empty() {
+            let blocked_by_failure = |id: &String| {
+                nodes.iter().find(|n| &n.id == id).is_some_and(|n| {
+                    n.dependencies.iter().any(|d| rejected.contains(d))
+                })
+            };
+            let (stale, rest): (Vec<String>, Vec<String>) =
+                left.into_iter().partition(|id| blocked_by_failure(id));
+            for id in &stale {
+                rejected.push(id.clone());
+                self.update(vec![
+                    book::task_set(id, "status", json!(TaskStatus::Pending)),
+                    book::set(&["verified", id], json!(false)),
+                ])?;
+                self.progress(
+                    &format!("task {id}: a dependency failed verification; it will be redone on the fix"),
+                    LogLevel::Info,
+                );
             }
+            let waiting: std::collections::HashSet<String> = rest.iter().cloned().collect();
+            let (wave, later): (Vec<String>, Vec<String>) = rest.into_iter().partition(|id| {
+                nodes
+                    .iter()
+                    .find(|n| &n.id == id)
+                    .is_none_or(|n| n.dependencies.iter().all(|d| !waiting.contains(d)))
+            });
+            if wave.is_empty() {
+                break;
+            }
+            let mut wave = wave;
+            let mut first_alone = false;
+            if let Some(f) = alone.take() {
+                if let Some(pos) = wave.iter().position(|t| t == &f) {
+                    let id = wave.remove(pos);
+                    wave.insert(0, id);
+                    first_alone = true;
+                }
+            }
+            let results = self.parallel(&wave, first_alone, |id| self.check(id))?;
+            for (id, r) in &results {
+                match r {
+                    Checked::Checkpoint(p) => return Ok(Step::Stop(RunOutcome::Checkpoint(p.clone()))),
+                    Checked::Fail => {
+                        failed = true;
+                        rejected.push(id.clone());
+                    }
+                    Checked::Pass => {}
+                }
+            }
+            left = later;
         }
         if failed {
             let state = self.store().state()?;

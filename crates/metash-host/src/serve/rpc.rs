@@ -1,7 +1,8 @@
 //! JSON-RPC 2.0 over NDJSON (one JSON value per line) on any byte streams; `metash serve --stdio`
 //! uses stdin and stdout. Why this shape:
-//! - Each request runs on its own thread, so a spawn that takes minutes does not hold up `getState`.
-//!   At most [`MAX_IN_FLIGHT`] run at once; past that the reader waits (backpressure, not memory).
+//! - Each request runs on a worker thread of its own (idle workers are reused), so a spawn that
+//!   takes minutes does not hold up `getState`. At most [`MAX_IN_FLIGHT`] run at once; past that
+//!   the reader waits (backpressure, not memory).
 //! - One lock around the output, and one `write` per line, so responses and notifications never
 //!   interleave inside a line.
 //! - Every event the host makes durable goes out as a notification `{"method":"event","params":
@@ -11,8 +12,8 @@
 
 use std::io::{self, BufRead, Read, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::RecvTimeoutError;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -39,6 +40,8 @@ pub const REJECTED: i64 = -32002;
 pub const CONFIG_ERROR: i64 = -32003;
 /// The store failed (I/O, lock timeout, broken log).
 pub const STORE_ERROR: i64 = -32004;
+/// The policy layer refused (a capability not granted, a bad manifest).
+pub const POLICY_ERROR: i64 = -32005;
 
 /// The method of event notifications.
 pub const EVENT_METHOD: &str = "event";
@@ -84,6 +87,7 @@ impl From<&CallError> for RpcError {
                 HostError::UnknownAgent { .. } => Self::new(UNKNOWN_AGENT, "unknown_agent", message),
                 HostError::InvalidRequest(_) => Self::new(INVALID_PARAMS, "invalid_request", message),
                 HostError::Config(_) => Self::new(CONFIG_ERROR, "config", message),
+                HostError::Policy(_) => Self::new(POLICY_ERROR, "policy", message),
                 HostError::Store(s) => match s {
                     StoreError::Rejected(_)
                     | StoreError::UnknownKey { .. }
@@ -168,6 +172,90 @@ impl InFlight {
     }
 }
 
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Worker threads that grow on demand: a job goes to an idle worker when one is reserved for it,
+/// otherwise to a new thread, so a request never waits behind another (a long spawn) and the hot
+/// path creates no thread. At most [`MAX_IN_FLIGHT`] jobs exist at once, so at most that many
+/// workers. They end when the pool is dropped.
+struct Pool {
+    jobs: Mutex<Option<Sender<Job>>>,
+    queue: Arc<Mutex<Receiver<Job>>>,
+    /// Workers waiting for a job and not yet promised one.
+    idle: Arc<AtomicUsize>,
+    in_flight: Arc<InFlight>,
+}
+
+impl Pool {
+    fn new(in_flight: Arc<InFlight>) -> Self {
+        let (tx, rx) = channel();
+        Self {
+            jobs: Mutex::new(Some(tx)),
+            queue: Arc::new(Mutex::new(rx)),
+            idle: Arc::new(AtomicUsize::new(0)),
+            in_flight,
+        }
+    }
+
+    fn submit(&self, job: Job) {
+        let reserved = self
+            .idle
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if reserved {
+            let sent = match self.jobs.lock() {
+                Ok(g) => match g.as_ref() {
+                    Some(tx) => tx.send(job).map_err(|e| e.0),
+                    None => Err(job),
+                },
+                Err(_) => Err(job),
+            };
+            match sent {
+                Ok(()) => return,
+                Err(job) => return self.start_worker(job),
+            }
+        }
+        self.start_worker(job);
+    }
+
+    fn start_worker(&self, first: Job) {
+        let (queue, idle, in_flight) = (
+            self.queue.clone(),
+            self.idle.clone(),
+            self.in_flight.clone(),
+        );
+        let started = std::thread::Builder::new()
+            .name("metash-rpc".into())
+            .spawn(move || {
+                let mut job = first;
+                loop {
+                    job();
+                    // Idle before the slot is released, so the next request finds this worker.
+                    idle.fetch_add(1, Ordering::SeqCst);
+                    in_flight.release();
+                    let next = match queue.lock() {
+                        Ok(q) => q.recv(),
+                        Err(_) => break,
+                    };
+                    match next {
+                        Ok(j) => job = j,
+                        Err(_) => break,
+                    }
+                }
+            });
+        if started.is_err() {
+            self.in_flight.release();
+        }
+    }
+
+    /// Lets idle workers end.
+    fn close(&self) {
+        if let Ok(mut g) = self.jobs.lock() {
+            g.take();
+        }
+    }
+}
+
 /// The JSON-RPC server for one host.
 #[derive(Debug, Clone)]
 pub struct RpcServer {
@@ -210,6 +298,7 @@ impl RpcServer {
         let stop = Arc::new(AtomicBool::new(false));
         let events = self.spawn_notifier(out.clone(), stop.clone());
         let in_flight = Arc::new(InFlight::default());
+        let pool = Pool::new(in_flight.clone());
         let mut line = Vec::new();
         let result = loop {
             if out.broken.load(Ordering::SeqCst) {
@@ -225,18 +314,19 @@ impl RpcServer {
                         format!("request line longer than {MAX_LINE_BYTES} bytes; skipped"),
                     )),
                 )),
-                Ok(Line::Text) => self.accept(&line, &out, &in_flight),
+                Ok(Line::Text) => self.accept(&line, &out, &in_flight, &pool),
                 Err(e) => break Err(e),
             }
         };
         in_flight.wait_idle();
+        pool.close();
         stop.store(true, Ordering::SeqCst);
         let _ = events.join();
         result
     }
 
     /// Parses one line and hands it to a worker thread.
-    fn accept(&self, line: &[u8], out: &Arc<Output>, in_flight: &Arc<InFlight>) {
+    fn accept(&self, line: &[u8], out: &Arc<Output>, in_flight: &InFlight, pool: &Pool) {
         if line.iter().all(u8::is_ascii_whitespace) {
             return;
         }
@@ -266,29 +356,23 @@ impl RpcServer {
             return;
         }
         in_flight.acquire(MAX_IN_FLIGHT);
-        let (service, out, done) = (self.service.clone(), out.clone(), in_flight.clone());
-        let spawned = std::thread::Builder::new()
-            .name("metash-rpc".into())
-            .spawn(move || {
-                let reply = catch_unwind(AssertUnwindSafe(|| handle_message(&service, msg)))
-                    .unwrap_or_else(|_| {
-                        Some(response(
-                            Value::Null,
-                            Err(RpcError::new(
-                                INTERNAL_ERROR,
-                                "internal",
-                                "internal error: the request handler panicked",
-                            )),
-                        ))
-                    });
-                if let Some(r) = reply {
-                    out.send(&r);
-                }
-                done.release();
-            });
-        if spawned.is_err() {
-            in_flight.release();
-        }
+        let (service, out) = (self.service.clone(), out.clone());
+        pool.submit(Box::new(move || {
+            let reply = catch_unwind(AssertUnwindSafe(|| handle_message(&service, msg)))
+                .unwrap_or_else(|_| {
+                    Some(response(
+                        Value::Null,
+                        Err(RpcError::new(
+                            INTERNAL_ERROR,
+                            "internal",
+                            "internal error: the request handler panicked",
+                        )),
+                    ))
+                });
+            if let Some(r) = reply {
+                out.send(&r);
+            }
+        }));
     }
 
     /// Forwards every durable event as a notification until `stop` is set and the queue is empty.

@@ -51,6 +51,13 @@ impl Spawner for Host {
                 )));
             }
         }
+        // Paused: nothing runs until the person has answered.
+        if let Some(p) = self.pending_checkpoint()? {
+            return Err(HostError::CheckpointPending {
+                id: p.id,
+                message: p.signal.message,
+            });
+        }
         let target = self.resolve(&req.agent_name)?;
         let timeout = req
             .options

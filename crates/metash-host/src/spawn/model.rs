@@ -57,7 +57,7 @@ pub(crate) fn run(
         });
     }
     if let Some(var) = role.key_env() {
-        if let Ok(v) = std::env::var(&var) {
+        if let Some(v) = host.env_var(&var) {
             turn.env.insert(var, v);
         }
     }
@@ -139,6 +139,14 @@ pub(crate) fn run(
         });
     }
     let (status, data) = match &result.error {
+        // The provider stopped at the cap: the answer is cut off, which is a failure to say so.
+        None if result.stop_reason.as_deref() == Some("max_tokens") => (
+            AgentStatus::Error,
+            format!(
+                "max_tokens ({}) reached: the answer was cut off. Partial answer: {text}",
+                max_tokens.unwrap_or(0)
+            ),
+        ),
         None if result.success => (AgentStatus::Success, text),
         Some(err) if err.code == HarnessErrorCode::Timeout => (AgentStatus::Timeout, text),
         Some(err) => (AgentStatus::Error, format!("{}: {}", err.code.as_str(), err.message)),

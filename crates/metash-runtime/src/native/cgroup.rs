@@ -83,7 +83,13 @@ impl AgentCgroup {
             }
         } else {
             let mut dirs = Vec::new();
-            for ctl in ["memory", "cpu", "pids"] {
+            // Only controllers with a quota: each one joined is one more task migration per spawn.
+            let wanted = [
+                ("memory", q.memory_bytes.is_some()),
+                ("cpu", q.cpu_millis.is_some()),
+                ("pids", q.pids.is_some()),
+            ];
+            for ctl in wanted.iter().filter(|(_, w)| *w).map(|(c, _)| *c) {
                 let dir = Path::new(ROOT).join(ctl).join("metash").join(name);
                 if fs::create_dir_all(&dir).is_ok() && dir.join("cgroup.procs").exists() {
                     dirs.push((ctl.to_string(), dir));

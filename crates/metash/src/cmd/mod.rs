@@ -6,8 +6,10 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 mod harness;
+pub(crate) mod host;
 mod orchestrator;
 mod policy;
+mod serve;
 mod store;
 
 /// What every command gets besides its own arguments.
@@ -26,6 +28,10 @@ pub enum Command {
     Policy(policy::PolicyCommand),
     #[command(flatten)]
     Orchestrator(orchestrator::OrchestratorCommand),
+    #[command(flatten)]
+    Serve(serve::ServeCommand),
+    #[command(flatten)]
+    Host(host::HostCommand),
 }
 
 pub fn run(command: Command, ctx: &Ctx) -> anyhow::Result<ExitCode> {
@@ -34,5 +40,7 @@ pub fn run(command: Command, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         Command::Harness(c) => harness::run(c, ctx),
         Command::Policy(c) => policy::run(c, ctx),
         Command::Orchestrator(c) => orchestrator::run(c, ctx),
+        Command::Serve(c) => serve::run(c, ctx),
+        Command::Host(c) => host::run(c, ctx),
     }
 }

@@ -1,0 +1,244 @@
+//! A temp git project with `.meta/`, and `Sim`: the example agents run in-process as a `Spawner`,
+//! with knobs (sleeps, scripted planner replies, a verifier that always fails) and a record of
+//! every spawn.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use metash_example_agents::Reply;
+use metash_host::{Host, HostOptions, SpawnRequest, Spawner, Terminal};
+use metash_protocol::{AgentResponse, AgentStatus, CheckpointSignal, ResponseMetadata};
+use metash_store::Store;
+use serde_json::{json, Value};
+
+pub const CONTEXT: &str = "# Project: Greetings\n\n## Current Phase Focus\n\nPhase 1: greetings.\n";
+
+pub struct Project {
+    pub dir: tempfile::TempDir,
+}
+
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "commit.gpgsign=false"])
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+impl Project {
+    /// `git init`, an empty first commit, `metash init` with `CONTEXT`, and `[orchestrator]`
+    /// holding `config`.
+    pub fn new(config: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        git(dir.path(), &["init", "-q"]);
+        git(dir.path(), &["commit", "-q", "--allow-empty", "-m", "empty"]);
+        Store::init(dir.path(), Some(CONTEXT)).unwrap();
+        std::fs::write(
+            dir.path().join(".meta/config.toml"),
+            format!("[orchestrator]\n{config}\n"),
+        )
+        .unwrap();
+        Self { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn host(&self) -> Host {
+        Host::open(
+            self.path(),
+            HostOptions {
+                terminal: Terminal::Silent,
+                ..HostOptions::default()
+            },
+        )
+        .unwrap()
+    }
+
+    pub fn store(&self) -> Store {
+        Store::open(self.path()).unwrap()
+    }
+
+    /// Records the planner's language decision up front, so no checkpoint is raised.
+    pub fn decide(&self, language: &str) {
+        self.store()
+            .update_state(
+                "variables.metash.decisions",
+                json!([{"id": metash_example_agents::LANGUAGE_QUESTION,
+                        "question": "Which language should the greetings use?", "answer": language}]),
+            )
+            .unwrap();
+    }
+
+    pub fn state(&self) -> Value {
+        self.store().get("").unwrap()
+    }
+
+    pub fn file_at_head(&self, name: &str) -> String {
+        git(self.path(), &["show", &format!("HEAD:{name}")])
+    }
+
+    /// Every `state_update` of the log, as `(ts, key, value)` (multi-key events flattened).
+    pub fn state_updates(&self) -> Vec<(String, String, Value)> {
+        let mut out = Vec::new();
+        for r in self.store().log().read_all().unwrap() {
+            if r.kind != "state_update" {
+                continue;
+            }
+            if let Some(k) = r.data.get("key").and_then(Value::as_str) {
+                out.push((r.ts.clone(), k.to_string(), r.data["value"].clone()));
+            }
+            for u in r.data.get("updates").and_then(Value::as_array).into_iter().flatten() {
+                out.push((
+                    r.ts.clone(),
+                    u["key"].as_str().unwrap_or_default().to_string(),
+                    u["value"].clone(),
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// One recorded spawn.
+#[derive(Debug, Clone)]
+pub struct Spawned {
+    pub agent: String,
+    pub task: Option<String>,
+    pub user_message: String,
+    pub resume: Option<Value>,
+    pub start: Instant,
+    pub end: Instant,
+}
+
+/// The example agents in-process.
+pub struct Sim {
+    store: Store,
+    pub executor_sleep: Duration,
+    pub planner_script: Mutex<VecDeque<String>>,
+    pub verifier_fails: Vec<String>,
+    pub spawns: Mutex<Vec<Spawned>>,
+}
+
+impl Sim {
+    pub fn new(project: &Project) -> Self {
+        Self {
+            store: project.store(),
+            executor_sleep: Duration::ZERO,
+            planner_script: Mutex::new(VecDeque::new()),
+            verifier_fails: vec![],
+            spawns: Mutex::new(vec![]),
+        }
+    }
+
+    /// For a child process that has only the project's host.
+    pub fn new_at(host: &Host) -> Self {
+        Self {
+            store: Store::open(&host.workspace()).unwrap(),
+            executor_sleep: Duration::ZERO,
+            planner_script: Mutex::new(VecDeque::new()),
+            verifier_fails: vec![],
+            spawns: Mutex::new(vec![]),
+        }
+    }
+
+    pub fn spawned(&self) -> Vec<Spawned> {
+        self.spawns.lock().unwrap().clone()
+    }
+}
+
+fn response(status: AgentStatus, data: String) -> AgentResponse {
+    AgentResponse {
+        status,
+        data,
+        metadata: ResponseMetadata::default(),
+    }
+}
+
+impl Spawner for Sim {
+    fn spawn_agent(&self, req: &SpawnRequest) -> metash_host::Result<AgentResponse> {
+        let start = Instant::now();
+        // As the host does: the answered checkpoint goes to this spawn, once.
+        let resume = metash_host::checkpoint::take_resume(&self.store, &req.agent_name)?
+            .map(|r| serde_json::to_value(r).unwrap());
+        let ws: PathBuf = req.workdir.clone().unwrap_or_else(|| self.store.workspace().to_path_buf());
+        let reply = match req.agent_name.as_str() {
+            "planner" => match self.planner_script.lock().unwrap().pop_front() {
+                Some(text) => Reply::Output(text),
+                None => metash_example_agents::planner(&req.user_message, resume.as_ref()),
+            },
+            "executor" => {
+                std::thread::sleep(self.executor_sleep);
+                metash_example_agents::executor(&req.user_message, resume.as_ref(), &ws)
+            }
+            "verifier" => {
+                let task = req.task_id.clone().unwrap_or_default();
+                if self.verifier_fails.contains(&task) {
+                    Reply::Output(json!({"pass": false, "findings": [format!("{task} is never good enough")]}).to_string())
+                } else {
+                    metash_example_agents::verifier(&req.user_message, resume.as_ref(), &ws)
+                }
+            }
+            other => Reply::Error(format!("no such agent {other}")),
+        };
+        let out = match reply {
+            Reply::Output(s) => response(AgentStatus::Success, s),
+            Reply::Error(e) => response(AgentStatus::Error, e),
+            Reply::Checkpoint {
+                reason,
+                message,
+                options,
+                resume_id,
+            } => response(
+                AgentStatus::Checkpoint,
+                serde_json::to_string(&CheckpointSignal {
+                    kind: Default::default(),
+                    reason,
+                    message,
+                    options,
+                    resume_id,
+                })
+                .unwrap(),
+            ),
+        };
+        self.spawns.lock().unwrap().push(Spawned {
+            agent: req.agent_name.clone(),
+            task: req.task_id.clone(),
+            user_message: req.user_message.clone(),
+            resume,
+            start,
+            end: Instant::now(),
+        });
+        Ok(out)
+    }
+}
+
+/// The statuses of the plan's tasks, by id.
+pub fn statuses(state: &Value) -> Vec<(String, String)> {
+    state["plan"]["tasks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| (t["id"].as_str().unwrap().to_string(), t["status"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+pub fn commits_of(state: &Value, id: &str) -> Vec<String> {
+    state["plan"]["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == id)
+        .and_then(|t| t["commits"].as_array())
+        .map(|c| c.iter().map(|s| s.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
+}

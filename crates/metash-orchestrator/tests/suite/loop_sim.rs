@@ -1,0 +1,183 @@
+//! The whole loop with the example agents in-process: checkpoint, answer, plan, parallel
+//! execution, a verification gap and its fix, merges, two phases, completion; the gap limit; and
+//! rollback.
+
+use metash_orchestrator::{Orchestrator, RunOptions, RunOutcome};
+
+use super::common::{commits_of, git, statuses, Project, Sim};
+
+fn run(p: &Project, sim: &Sim, options: RunOptions) -> RunOutcome {
+    let host = p.host();
+    let mut orch = Orchestrator::new(&host, sim).unwrap();
+    orch.run(&options).unwrap()
+}
+
+#[test]
+fn checkpoint_answer_then_two_phases_to_completion() {
+    let p = Project::new("jobs = 2");
+    let sim = Sim::new(&p);
+    let RunOutcome::Checkpoint(cp) = run(&p, &sim, RunOptions::default()) else {
+        panic!("the planner asks first");
+    };
+    assert_eq!(cp.id, "greeting-language");
+    assert_eq!(p.state()["pendingCheckpoint"]["id"], "greeting-language");
+    // Running again without an answer stops at the same checkpoint, spawning nothing.
+    let before = sim.spawned().len();
+    assert!(matches!(run(&p, &sim, RunOptions::default()), RunOutcome::Checkpoint(_)));
+    assert_eq!(sim.spawned().len(), before);
+
+    let outcome = run(
+        &p,
+        &sim,
+        RunOptions {
+            answer: Some("2".into()), // option number 2: french
+            ..RunOptions::default()
+        },
+    );
+    assert_eq!(outcome, RunOutcome::Complete { phases_completed: 2 });
+
+    // The answer reached the planner's next spawn, once.
+    let spawns = sim.spawned();
+    let with_resume: Vec<_> = spawns.iter().filter(|s| s.resume.is_some()).collect();
+    assert_eq!(with_resume.len(), 1);
+    assert_eq!(with_resume[0].agent, "planner");
+    assert_eq!(with_resume[0].resume.as_ref().unwrap()["user_input"], "french");
+
+    let state = p.state();
+    assert_eq!(state["status"], "halted");
+    assert_eq!(state["variables"]["metash"]["halt"]["reason"], "complete");
+    assert_eq!(state["currentPhase"], 3);
+    assert_eq!(state["gapCount"], 0, "gapCount resets when a phase completes");
+    assert!(statuses(&state).iter().all(|(_, s)| s == "complete"));
+    // bye failed its first verification: two commits; hello one; shout one.
+    assert_eq!(commits_of(&state, "hello").len(), 1);
+    assert_eq!(commits_of(&state, "bye").len(), 2);
+    assert_eq!(commits_of(&state, "shout").len(), 1);
+    for id in ["hello", "bye", "readme", "shout"] {
+        for c in commits_of(&state, id) {
+            // Every recorded commit is in the project's history.
+            git(p.path(), &["merge-base", "--is-ancestor", &c, "HEAD"]);
+        }
+    }
+    assert_eq!(p.file_at_head("hello.txt"), "Bonjour, le monde !");
+    assert_eq!(p.file_at_head("bye.txt"), "Au revoir !");
+    assert!(p.file_at_head("README.md").contains("Au revoir !"));
+    assert_eq!(p.file_at_head("shout.txt"), "BONJOUR, LE MONDE !");
+    // The verifier's findings went to the executor's next attempt at bye.
+    let retry = spawns
+        .iter()
+        .filter(|s| s.agent == "executor" && s.task.as_deref() == Some("bye"))
+        .nth(1)
+        .unwrap();
+    assert!(retry.user_message.contains("must end with '!'"), "{}", retry.user_message);
+
+    // The log tells the story: the status transitions and the gap.
+    let updates = p.state_updates();
+    let statuses_seen: Vec<String> = updates
+        .iter()
+        .filter(|(_, k, _)| k == "status")
+        .map(|(_, _, v)| v.as_str().unwrap().to_string())
+        .collect();
+    for s in ["executing", "verifying", "planning", "halted"] {
+        assert!(statuses_seen.contains(&s.to_string()), "{statuses_seen:?}");
+    }
+    assert!(updates.iter().any(|(_, k, v)| k == "gapCount" && v == 1));
+    // Worktrees and task branches are gone once merged.
+    assert!(git(p.path(), &["branch", "--list", "metash/*"]).is_empty());
+    // Decisions are kept for later prompts.
+    assert_eq!(state["variables"]["metash"]["decisions"][0]["answer"], "french");
+}
+
+#[test]
+fn gap_limit_halts_with_a_report_and_retry_resets() {
+    let p = Project::new("max_gap_retries = 3");
+    p.decide("english");
+    let mut sim = Sim::new(&p);
+    sim.verifier_fails = vec!["hello".into()];
+    let RunOutcome::Halted(h) = run(&p, &sim, RunOptions::default()) else {
+        panic!("halts");
+    };
+    assert_eq!(h.reason, "gap_limit");
+    assert_eq!(h.failed.len(), 1);
+    assert_eq!(h.failed[0].id, "hello");
+    assert!(h.failed[0].why[0].contains("never good enough"));
+    assert!(h.message.contains("hello"), "{}", h.message);
+    let state = p.state();
+    assert_eq!(state["status"], "halted");
+    // Round 1: hello and (the example's first draft of) bye fail; round 2: hello fails again.
+    assert_eq!(state["gapCount"], 3);
+    // hello was executed twice (first try plus one retry), then the phase halted.
+    let hello_runs = sim
+        .spawned()
+        .iter()
+        .filter(|s| s.agent == "executor" && s.task.as_deref() == Some("hello"))
+        .count();
+    assert_eq!(hello_runs, 2);
+    // readme depends on hello: it was never judged on hello's rejected work.
+    assert_eq!(super::common::statuses(&state).iter().find(|(i, _)| i == "readme").unwrap().1, "pending");
+    // A halted session stays halted...
+    assert!(matches!(run(&p, &sim, RunOptions::default()), RunOutcome::Halted(_)));
+    // ...until retried (here with a verifier that now passes).
+    let sim2 = Sim::new(&p);
+    let outcome = run(
+        &p,
+        &sim2,
+        RunOptions {
+            retry: true,
+            max_phases: Some(1),
+            ..RunOptions::default()
+        },
+    );
+    assert_eq!(outcome, RunOutcome::PhaseLimit { phases_completed: 1 });
+    assert_eq!(p.state()["gapCount"], 0);
+}
+
+#[test]
+fn rollback_reverts_a_task_and_its_dependents_then_run_redoes_them() {
+    let p = Project::new("");
+    p.decide("english");
+    let sim = Sim::new(&p);
+    assert_eq!(
+        run(&p, &sim, RunOptions::default()),
+        RunOutcome::Complete { phases_completed: 2 }
+    );
+    let host = p.host();
+    let orch = Orchestrator::new(&host, &sim).unwrap();
+    let plan = orch.rollback_plan("hello").unwrap();
+    let mut deps = plan.dependents.clone();
+    deps.sort();
+    assert_eq!(deps, vec!["readme".to_string(), "shout".to_string()]);
+    // Without consent to roll back the dependents, nothing happens.
+    assert!(orch.rollback(&plan, false).is_err());
+    assert_eq!(p.file_at_head("hello.txt"), "Hello, world!");
+
+    let done = orch.rollback(&plan, true).unwrap();
+    assert_eq!(done.len(), 3);
+    assert_eq!(done.last().unwrap().task, "hello", "dependents first");
+    let head_files = git(p.path(), &["ls-tree", "--name-only", "HEAD"]);
+    assert!(!head_files.contains("hello.txt"), "{head_files}");
+    assert!(!head_files.contains("shout.txt"));
+    assert!(head_files.contains("bye.txt"), "bye is not a dependent");
+    let state = p.state();
+    let st = statuses(&state);
+    for (id, s) in &st {
+        let want = if id == "bye" { "complete" } else { "pending" };
+        assert_eq!(s, want, "{id}");
+    }
+    assert_eq!(state["status"], "planning");
+    assert_eq!(state["currentPhase"], 1);
+    assert!(commits_of(&state, "hello").is_empty());
+    drop(orch);
+    drop(host);
+
+    // The next run redoes the rolled-back tasks without asking the planner again.
+    let sim2 = Sim::new(&p);
+    assert_eq!(
+        run(&p, &sim2, RunOptions::default()),
+        RunOutcome::Complete { phases_completed: 2 }
+    );
+    assert_eq!(p.file_at_head("hello.txt"), "Hello, world!");
+    assert_eq!(p.file_at_head("shout.txt"), "HELLO, WORLD!");
+    let planner_calls = sim2.spawned().iter().filter(|s| s.agent == "planner").count();
+    assert_eq!(planner_calls, 1, "only to find phase 3 empty");
+}

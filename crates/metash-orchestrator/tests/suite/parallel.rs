@@ -1,0 +1,64 @@
+//! Independent tasks run at the same time in separate worktrees (their intervals overlap in the
+//! log) and merge cleanly.
+
+use std::time::Duration;
+
+use chrono::DateTime;
+use metash_orchestrator::{Orchestrator, RunOptions, RunOutcome};
+
+use super::common::{git, Project, Sim};
+
+/// `[start, end]` of each task's executing attempt(s), from the log: `running.<id>` set, then the
+/// task's status set to complete.
+fn intervals(p: &Project, id: &str) -> (i64, i64) {
+    let updates = p.state_updates();
+    let ts = |t: &str| DateTime::parse_from_rfc3339(t).unwrap().timestamp_micros();
+    let start = updates
+        .iter()
+        .find(|(_, k, v)| k == &format!("variables.metash.running.{id}") && !v.is_null())
+        .map(|(t, _, _)| ts(t))
+        .unwrap();
+    let end = updates
+        .iter()
+        .find(|(_, k, v)| k == &format!("plan.tasks.{id}.status") && v == "complete")
+        .map(|(t, _, _)| ts(t))
+        .unwrap();
+    (start, end)
+}
+
+#[test]
+fn independent_tasks_overlap_in_separate_worktrees_and_merge_cleanly() {
+    let p = Project::new("");
+    p.decide("english");
+    let mut sim = Sim::new(&p);
+    sim.executor_sleep = Duration::from_millis(400);
+    let host = p.host();
+    let mut orch = Orchestrator::new(&host, &sim).unwrap();
+    let outcome = orch
+        .run(&RunOptions {
+            jobs: Some(2),
+            max_phases: Some(1),
+            ..RunOptions::default()
+        })
+        .unwrap();
+    assert_eq!(outcome, RunOutcome::PhaseLimit { phases_completed: 1 });
+    let (h0, h1) = intervals(&p, "hello");
+    let (b0, b1) = intervals(&p, "bye");
+    assert!(h0 < b1 && b0 < h1, "hello {h0}..{h1} and bye {b0}..{b1} overlap");
+    // Each ran in its own worktree.
+    let spawns = sim.spawned();
+    let wt: Vec<_> = spawns
+        .iter()
+        .filter(|s| s.agent == "executor")
+        .map(|s| (s.task.clone().unwrap(), s.start))
+        .collect();
+    assert!(wt.len() >= 3);
+    // The merge of both is clean: both files and the README on HEAD, a merge commit per task.
+    assert_eq!(p.file_at_head("hello.txt"), "Hello, world!");
+    assert_eq!(p.file_at_head("bye.txt"), "Goodbye!");
+    let merges = git(p.path(), &["log", "--merges", "--oneline"]);
+    for id in ["hello", "bye", "readme"] {
+        assert!(merges.contains(&format!("merge task {id}")), "{merges}");
+    }
+    assert!(git(p.path(), &["status", "--porcelain", "--untracked-files=no"]).is_empty());
+}

@@ -1,0 +1,234 @@
+//! `spawn` and `resume`: seed 000's `spawn_agent` from the shell, and answering a checkpoint.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, Result};
+use clap::{Args, Subcommand, ValueEnum};
+use metash_host::{ConsentMode, Host, HostOptions, SpawnRequest, Spawner, Terminal};
+use metash_protocol::{AgentResponse, AgentStatus, CheckpointSignal, ModelHint, SpawnOptions};
+
+use super::Ctx;
+use crate::exit;
+
+/// How a command that runs agents gets consent answers; shared with `metash run`.
+#[derive(Debug, Clone, Args)]
+pub struct HostArgs {
+    /// Allow this capability without asking (repeatable), e.g. `--yes-to files.write`,
+    /// `--yes-to native`.
+    #[arg(long = "yes-to", value_name = "CAPABILITY")]
+    pub yes_to: Vec<String>,
+    /// A consent policy file (see docs/policy.md); default `.meta/policy.toml` when present.
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+    /// Never ask at the terminal: answer from the policy file and `--yes-to`, deny the rest.
+    #[arg(long)]
+    pub non_interactive: bool,
+}
+
+impl HostArgs {
+    pub fn interactive(&self) -> bool {
+        !self.non_interactive && std::io::stdin().is_terminal()
+    }
+
+    pub fn open(&self, ctx: &Ctx) -> Result<Host> {
+        let yes_to = self
+            .yes_to
+            .iter()
+            .map(|c| c.parse().map_err(|e| anyhow::anyhow!("--yes-to {c}: {e}")))
+            .collect::<Result<Vec<_>>>()?;
+        let default_policy = ctx.workspace.join(".meta/policy.toml");
+        let options = HostOptions {
+            terminal: Terminal::Stderr,
+            consent: if self.interactive() {
+                ConsentMode::Interactive
+            } else {
+                ConsentMode::NonInteractive
+            },
+            policy_file: self
+                .policy
+                .clone()
+                .or_else(|| default_policy.exists().then_some(default_policy)),
+            yes_to,
+            config_home: config_home(),
+            env: Default::default(),
+        };
+        Ok(Host::open(&ctx.workspace, options)?)
+    }
+}
+
+/// `$XDG_CONFIG_HOME`, else `~/.config`.
+fn config_home() -> Option<PathBuf> {
+    std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Hint {
+    Fast,
+    Smart,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HostCommand {
+    /// Run one sub-agent (seed 000's spawn_agent) and print its AgentResponse.
+    /// Exit codes: 0 success, 3 error, 4 timeout, 5 checkpoint.
+    Spawn {
+        /// A registered agent or a role of .meta/config.toml.
+        agent: String,
+        #[arg(long)]
+        message: String,
+        #[arg(long, default_value = "")]
+        system: String,
+        #[arg(long, value_enum)]
+        model_hint: Option<Hint>,
+        /// Seconds.
+        #[arg(long)]
+        timeout: Option<f64>,
+        #[arg(long)]
+        max_tokens: Option<u64>,
+        /// Where the agent works (default: the project).
+        #[arg(long)]
+        workdir: Option<PathBuf>,
+        /// Wait for the answer to a checkpoint on stdin even when it is not a terminal.
+        #[arg(long)]
+        wait_for_answer: bool,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        host: HostArgs,
+    },
+    /// Answer the pending checkpoint; the next spawn receives the answer, once.
+    Resume {
+        #[arg(long)]
+        answer: String,
+        /// The checkpoint being answered (refused if it is not the pending one).
+        #[arg(long)]
+        checkpoint: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(cmd: HostCommand, ctx: &Ctx) -> Result<ExitCode> {
+    match cmd {
+        HostCommand::Spawn {
+            agent,
+            message,
+            system,
+            model_hint,
+            timeout,
+            max_tokens,
+            workdir,
+            wait_for_answer,
+            json,
+            host,
+        } => {
+            let h = host.open(ctx)?;
+            let mut req = SpawnRequest::new(&agent, &system, &message);
+            req.options = SpawnOptions {
+                model_hint: model_hint.map(|h| match h {
+                    Hint::Fast => ModelHint::Fast,
+                    Hint::Smart => ModelHint::Smart,
+                }),
+                timeout_seconds: timeout,
+                max_tokens,
+            };
+            req.workdir = workdir;
+            let response = h.spawn_agent(&req)?;
+            print_response(&response, json)?;
+            if response.status == AgentStatus::Checkpoint {
+                let ask = wait_for_answer || host.interactive();
+                return checkpoint(&h, &response, ask, json);
+            }
+            Ok(status_code(response.status))
+        }
+        HostCommand::Resume {
+            answer,
+            checkpoint,
+            json,
+        } => {
+            let store = metash_store::Store::open(&ctx.workspace)?;
+            let data = metash_host::checkpoint::answer(&store, checkpoint.as_deref(), &answer)?;
+            if json {
+                println!("{}", serde_json::to_string(&data)?);
+            } else {
+                println!(
+                    "answered checkpoint `{}` with `{}`; the next spawn receives it",
+                    data.checkpoint_id, data.user_input
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+pub fn status_code(status: AgentStatus) -> ExitCode {
+    match status {
+        AgentStatus::Success => ExitCode::SUCCESS,
+        AgentStatus::Error => ExitCode::from(exit::AGENT_ERROR),
+        AgentStatus::Timeout => ExitCode::from(exit::TIMEOUT),
+        AgentStatus::Checkpoint => ExitCode::from(exit::CHECKPOINT),
+    }
+}
+
+fn print_response(r: &AgentResponse, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(r)?);
+        return Ok(());
+    }
+    let status = serde_json::to_value(r.status)?;
+    eprintln!(
+        "status: {} ({} tokens, {} ms)",
+        status.as_str().unwrap_or("?"),
+        r.metadata.tokens_used,
+        r.metadata.duration_ms
+    );
+    if r.status != AgentStatus::Checkpoint {
+        println!("{}", r.data);
+    }
+    Ok(())
+}
+
+/// The host has already made the checkpoint durable. With someone to ask, show it and record the
+/// answer; otherwise say how to answer and exit with the checkpoint code.
+pub fn checkpoint(h: &Host, r: &AgentResponse, ask: bool, json: bool) -> Result<ExitCode> {
+    let signal: CheckpointSignal =
+        serde_json::from_str(&r.data).context("the checkpoint signal is not valid JSON")?;
+    let id = signal.resume_id.clone().unwrap_or_default();
+    let mut err = std::io::stderr().lock();
+    writeln!(err, "\ncheckpoint `{id}` ({:?}): {}", signal.reason, signal.message)?;
+    for (i, o) in signal.options.iter().enumerate() {
+        writeln!(err, "  {}. {o}", i + 1)?;
+    }
+    if !ask {
+        writeln!(
+            err,
+            "waiting for an answer: metash resume --answer VALUE --checkpoint {id}"
+        )?;
+        return Ok(ExitCode::from(exit::CHECKPOINT));
+    }
+    drop(err);
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        eprint!("answer> ");
+        let Some(line) = lines.next() else {
+            eprintln!("\nno answer (end of input); the checkpoint stays pending");
+            return Ok(ExitCode::from(exit::CHECKPOINT));
+        };
+        match h.answer_checkpoint(Some(&id), &line?) {
+            Ok(data) => {
+                if json {
+                    println!("{}", serde_json::to_string(&data)?);
+                }
+                eprintln!("answered `{}`; the next spawn receives it", data.user_input);
+                return Ok(ExitCode::SUCCESS);
+            }
+            Err(e) => eprintln!("{e}"),
+        }
+    }
+}

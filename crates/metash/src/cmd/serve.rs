@@ -1,0 +1,100 @@
+//! `metash serve --stdio` (JSON-RPC 2.0 over NDJSON) and `metash mcp` (an MCP server over stdio):
+//! the host for programs in any language and for LLM harnesses. stdin and stdout carry the
+//! protocol, so nothing else may print to stdout, progress lines go to stderr, and consent is never
+//! asked (there is no terminal to ask on): a policy file grants what spawned agents may do.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use metash_host::serve::mcp::McpServer;
+use metash_host::serve::RpcServer;
+use metash_host::{ConsentMode, Host, HostOptions, Terminal};
+
+use super::Ctx;
+
+#[derive(Debug, Subcommand)]
+pub enum ServeCommand {
+    /// Serve the host over JSON-RPC 2.0, one JSON object per line (methods spawnAgent,
+    /// updateState, getState, logProgress, answerCheckpoint; an `event` notification for every
+    /// durable event). See docs/host-rpc.md.
+    Serve(ServeArgs),
+    /// Serve the host as an MCP server over stdio (tools spawn_agent, update_state, get_state,
+    /// log_progress, answer_checkpoint), e.g. for `claude --mcp-config`.
+    Mcp(HostArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Serve on stdin/stdout (the only transport).
+    #[arg(long, required = true)]
+    stdio: bool,
+    #[command(flatten)]
+    host: HostArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct HostArgs {
+    /// A policy file granting capabilities to spawned agents (nobody can be asked for consent).
+    #[arg(long, value_name = "FILE")]
+    policy_file: Option<PathBuf>,
+    /// Print no progress lines on stderr.
+    #[arg(long)]
+    quiet: bool,
+}
+
+pub fn run(cmd: ServeCommand, ctx: &Ctx) -> Result<ExitCode> {
+    match cmd {
+        ServeCommand::Serve(args) => {
+            let host = open(ctx, &args.host)?;
+            debug_assert!(args.stdio);
+            RpcServer::new(host.clone(), host)
+                .serve_stdio()
+                .context("reading stdin")?;
+        }
+        ServeCommand::Mcp(args) => {
+            let host = open(ctx, &args)?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            let served = runtime.block_on(McpServer::new(host.clone(), host.clone()).serve_stdio());
+            // The host may own a runtime of its own: drop it here, outside any async context.
+            drop(runtime);
+            drop(host);
+            served?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn open(ctx: &Ctx, args: &HostArgs) -> Result<Arc<Host>> {
+    let workspace =
+        std::fs::canonicalize(&ctx.workspace).unwrap_or_else(|_| ctx.workspace.clone());
+    let options = HostOptions {
+        terminal: if args.quiet {
+            Terminal::Silent
+        } else {
+            Terminal::Stderr
+        },
+        consent: ConsentMode::NonInteractive,
+        policy_file: args.policy_file.clone(),
+        yes_to: Vec::new(),
+        config_home: config_home(),
+        ..HostOptions::default()
+    };
+    let host = Host::open(&workspace, options)
+        .with_context(|| format!("opening the project at {}", workspace.display()))?;
+    Ok(Arc::new(host))
+}
+
+/// `$XDG_CONFIG_HOME` (when absolute) or `~/.config`, where user-wide agents live.
+fn config_home() -> Option<PathBuf> {
+    std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+}
