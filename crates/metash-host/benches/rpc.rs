@@ -16,10 +16,12 @@ use metash_host::{Host, HostOptions, Terminal};
 use serde_json::json;
 
 fn main() {
+    // `cargo bench` passes --bench; `cargo test --all-targets` runs this too, as a quick check.
+    let benching = std::env::args().any(|a| a == "--bench");
     let rounds: usize = std::env::var("ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(3000);
+        .unwrap_or(if benching { 3000 } else { 100 });
     let dir = tempfile::tempdir().unwrap();
     metash_store::Store::init(dir.path(), None).unwrap();
     let host = Arc::new(
@@ -74,7 +76,10 @@ fn main() {
 
     let (dm, dp) = stats(&mut direct);
     let (rm, rp) = stats(&mut rpc);
-    println!("getState latency, {rounds} rounds each (after {} warm-up)", rounds / 10);
+    println!(
+        "getState latency, {rounds} rounds each (after {} warm-up)",
+        rounds / 10
+    );
     println!(
         "  Host::get_state in-process   median {:>9.1} us   p99 {:>9.1} us",
         us(dm),

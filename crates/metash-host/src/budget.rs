@@ -23,11 +23,17 @@ pub fn used(store: &Store) -> Result<BudgetUsed> {
     if doc.is_null() {
         return Ok(BudgetUsed::default());
     }
-    Ok(serde_json::from_value(doc).map_err(|e| StoreError::Rejected(format!("budget.json: {e}")))?)
+    Ok(serde_json::from_value(doc)
+        .map_err(|e| StoreError::Rejected(format!("budget.json: {e}")))?)
 }
 
 /// Adds one spawn's usage.
-pub fn charge(store: &Store, agent: &str, tokens: u64, cost_usd: Option<f64>) -> Result<BudgetUsed> {
+pub fn charge(
+    store: &Store,
+    agent: &str,
+    tokens: u64,
+    cost_usd: Option<f64>,
+) -> Result<BudgetUsed> {
     let mut after = BudgetUsed::default();
     store.update_doc("budget", |doc| {
         let mut used: BudgetUsed = if doc.is_null() {

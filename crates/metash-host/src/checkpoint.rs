@@ -29,16 +29,18 @@ pub fn raise(store: &Store, agent: &str, signal: &CheckpointSignal) -> Result<Pe
                 p.id
             )));
         }
-        let id = signal.resume_id.clone().unwrap_or_else(|| {
-            format!("cp-{}-{}", state.revision + 1, &uuid_fragment())
-        });
+        let id = signal
+            .resume_id
+            .clone()
+            .unwrap_or_else(|| format!("cp-{}-{}", state.revision + 1, &uuid_fragment()));
         let pending = PendingCheckpoint {
             id,
             agent: agent.to_string(),
             raised_at: chrono_now(),
             signal: signal.clone(),
         };
-        let value = serde_json::to_value(&pending).map_err(|e| StoreError::Rejected(e.to_string()))?;
+        let value =
+            serde_json::to_value(&pending).map_err(|e| StoreError::Rejected(e.to_string()))?;
         raised = Some(pending);
         Ok(vec![("pendingCheckpoint".to_string(), value)])
     })?;
@@ -82,7 +84,10 @@ pub fn answer(store: &Store, id: Option<&str>, input: &str) -> Result<ResumeData
             ("resumeData".to_string(), value)
         };
         delivered = Some(data);
-        Ok(vec![("pendingCheckpoint".to_string(), Value::Null), handoff])
+        Ok(vec![
+            ("pendingCheckpoint".to_string(), Value::Null),
+            handoff,
+        ])
     })?;
     delivered.ok_or_else(|| HostError::Other("answer was not recorded".into()))
 }
@@ -90,6 +95,10 @@ pub fn answer(store: &Store, id: Option<&str>, input: &str) -> Result<ResumeData
 /// Takes the answered checkpoint for the spawn about to start, clearing it in the same update so
 /// no later spawn sees it again.
 pub fn take_resume(store: &Store, agent: &str) -> Result<Option<ResumeData>> {
+    // Nearly always nothing waits: a plain read avoids taking the lock for nothing.
+    if store.state()?.resume_data.is_none() {
+        return Ok(None);
+    }
     let mut taken = None;
     store.transact(Some(agent), |state| match &state.resume_data {
         Some(r) => {
@@ -109,7 +118,11 @@ fn resolve_option(signal: &CheckpointSignal, input: &str) -> std::result::Result
         }
         return Ok(input.to_string());
     }
-    if let Some(o) = signal.options.iter().find(|o| o.eq_ignore_ascii_case(input)) {
+    if let Some(o) = signal
+        .options
+        .iter()
+        .find(|o| o.eq_ignore_ascii_case(input))
+    {
         return Ok(o.clone());
     }
     if let Ok(n) = input.parse::<usize>() {
@@ -133,15 +146,20 @@ fn uuid_fragment() -> String {
 
 /// Consumes a `continue` answer to the budget checkpoint, if one is waiting.
 pub fn take_budget_continue(store: &Store) -> Result<bool> {
-    let mut allowed = false;
-    store.transact(Some("host"), |state| {
-        let waiting = state
+    let waiting = |state: &metash_protocol::SessionState| {
+        state
             .variables
             .get("metash")
             .and_then(|m| m.get("budget_continue"))
             .and_then(Value::as_bool)
-            .unwrap_or(false);
-        if waiting {
+            .unwrap_or(false)
+    };
+    if !waiting(&store.state()?) {
+        return Ok(false);
+    }
+    let mut allowed = false;
+    store.transact(Some("host"), |state| {
+        if waiting(state) {
             allowed = true;
             Ok(vec![(BUDGET_CONTINUE_KEY.to_string(), Value::Bool(false))])
         } else {

@@ -3,7 +3,9 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HostError {
-    #[error("unknown agent `{name}`: not a registered agent nor a role in .meta/config.toml{hint}")]
+    #[error(
+        "unknown agent `{name}`: not a registered agent nor a role in .meta/config.toml{hint}"
+    )]
     UnknownAgent { name: String, hint: String },
     #[error("checkpoint `{id}` is waiting for an answer ({message}); answer it first: metash resume --answer VALUE --checkpoint {id}")]
     CheckpointPending { id: String, message: String },

@@ -17,6 +17,7 @@ use crate::bus::Bus;
 use crate::checkpoint;
 use crate::config::{HostConfig, Role};
 use crate::error::{HostError, Result};
+use crate::journal::Journal;
 use crate::progress::{self, Terminal};
 use crate::spawn::Target;
 
@@ -64,6 +65,7 @@ pub struct Host {
     options: HostOptions,
     config: HostConfig,
     bus: Arc<Bus>,
+    journal: Arc<Journal>,
     runtime: OnceLock<metash_runtime::Runtime>,
     harness: OnceLock<metash_harness::Harness>,
     tokio: OnceLock<tokio::runtime::Runtime>,
@@ -77,20 +79,6 @@ impl std::fmt::Debug for Host {
     }
 }
 
-/// The runtime's lifecycle events go to the store's log, then to attached clients.
-struct HostSink {
-    store: Store,
-    bus: Arc<Bus>,
-}
-
-impl metash_runtime::EventSink for HostSink {
-    fn record(&self, kind: &str, agent: Option<&str>, data: Value) {
-        if let Ok(recs) = self.store.append_batch(&[NewEvent::new(kind, agent, data)]) {
-            self.bus.publish(&recs);
-        }
-    }
-}
-
 impl Host {
     /// Opens the project at `workspace` (it must have been `metash init`-ed) and reads
     /// `.meta/config.toml`.
@@ -100,11 +88,14 @@ impl Host {
     pub fn open(workspace: &Path, options: HostOptions) -> Result<Self> {
         let store = Store::open(workspace)?;
         let config = HostConfig::load(workspace)?;
+        let bus = Arc::new(Bus::default());
+        let journal = Arc::new(Journal::new(store.clone(), Arc::clone(&bus)));
         Ok(Self {
             store,
             options,
             config,
-            bus: Arc::new(Bus::default()),
+            bus,
+            journal,
             runtime: OnceLock::new(),
             harness: OnceLock::new(),
             tokio: OnceLock::new(),
@@ -115,11 +106,6 @@ impl Host {
         &self.config
     }
 
-    pub(crate) fn record_one(&self, kind: &str, agent: Option<&str>, data: Value) -> Result<()> {
-        self.record(&[NewEvent::new(kind, agent, data)])?;
-        Ok(())
-    }
-
     /// The agents in `.meta/agents` (and the user's config dir), freshly discovered so a manifest
     /// added since the host started is found.
     pub fn registry(&self) -> Registry {
@@ -128,10 +114,14 @@ impl Host {
     }
 
     pub(crate) fn policy(&self) -> Result<Policy> {
-        let registry = self.registry();
-        let store = Store::open(self.store.workspace())?;
-        let _ = registry.record(&store);
-        Ok(Policy::new(store, registry))
+        self.policy_with(self.registry())
+    }
+
+    /// A policy over an already discovered registry (registrations are logged once per new or
+    /// changed manifest).
+    pub(crate) fn policy_with(&self, registry: Registry) -> Result<Policy> {
+        let _ = registry.record(&self.store);
+        Ok(Policy::new(self.store.clone(), registry))
     }
 
     pub(crate) fn prompter(&self) -> Box<dyn ConsentPrompter> {
@@ -158,8 +148,8 @@ impl Host {
             return Ok(Target::Role(role.clone()));
         }
         let registry = self.registry();
-        if let Some(agent) = registry.get(name) {
-            return Ok(Target::Agent(Box::new(agent.clone())));
+        if registry.get(name).is_some() {
+            return Ok(Target::Agent(Box::new(registry)));
         }
         let mut known: Vec<String> = registry.agents().map(|a| a.id.clone()).collect();
         known.extend(self.config.roles.keys().cloned());
@@ -197,9 +187,8 @@ impl Host {
             }
         }
         let program = match role.frontend {
-            metash_protocol::HarnessFrontend::AgentSdk | metash_protocol::HarnessFrontend::ClaudeCode => {
-                Some(metash_harness::Program::Claude)
-            }
+            metash_protocol::HarnessFrontend::AgentSdk
+            | metash_protocol::HarnessFrontend::ClaudeCode => Some(metash_harness::Program::Claude),
             metash_protocol::HarnessFrontend::CodexCli => Some(metash_harness::Program::Codex),
             metash_protocol::HarnessFrontend::PiSdk => Some(metash_harness::Program::Pi),
             _ => None,
@@ -238,10 +227,7 @@ impl Host {
         if let Some(r) = self.runtime.get() {
             return Ok(r);
         }
-        let sink = Arc::new(HostSink {
-            store: Store::open(self.store.workspace())?,
-            bus: Arc::clone(&self.bus),
-        });
+        let sink: Arc<dyn metash_runtime::EventSink> = self.journal.clone();
         let rt = metash_runtime::Runtime::new(
             metash_runtime::RuntimeConfig {
                 cache_dir: self.store.meta_dir().join("cache").join("wasm"),
@@ -316,6 +302,7 @@ impl Host {
                 } else {
                     self.store.kv(agent)?
                 };
+                self.journal.flush()?;
                 let recs_seq = kv.set(key, value.clone())?;
                 self.publish_since(recs_seq);
                 Ok(())
@@ -348,16 +335,29 @@ impl Host {
         self.bus.subscribe()
     }
 
-    /// Appends events to the log, then hands them to subscribers.
+    /// Appends events to the log now (after anything the journal holds, to keep the order), then
+    /// hands them to subscribers.
     pub fn record(&self, events: &[NewEvent]) -> Result<Vec<LogRecord>> {
+        self.journal.flush()?;
         let recs = self.store.append_batch(events)?;
         self.bus.publish(&recs);
         Ok(recs)
     }
 
+    /// Buffers an event for the next group commit (see [`crate::journal`]).
+    pub(crate) fn record_later(&self, event: NewEvent) -> Result<()> {
+        self.journal.push(event)
+    }
+
+    /// Makes everything buffered durable.
+    pub(crate) fn flush_events(&self) -> Result<()> {
+        self.journal.flush().map(|_| ())
+    }
+
     /// seed 000's `update_state`, for orchestrators and (with `agent`) for agents' `state_update`
     /// events: the same atomic, validated path either way.
     pub fn update_state(&self, agent: Option<&str>, key: &str, value: Value) -> Result<u64> {
+        self.journal.flush()?;
         let rev = self.store.update_state_as(agent, key, value, None)?;
         self.publish_since(rev);
         Ok(rev)
@@ -388,6 +388,7 @@ impl Host {
         agent: &str,
         signal: &metash_protocol::CheckpointSignal,
     ) -> Result<PendingCheckpoint> {
+        self.journal.flush()?;
         let p = checkpoint::raise(&self.store, agent, signal)?;
         self.publish_tail();
         Ok(p)

@@ -7,6 +7,7 @@ pub mod checkpoint;
 pub mod config;
 mod error;
 mod host;
+mod journal;
 pub mod progress;
 pub mod serve;
 mod spawn;
@@ -14,6 +15,6 @@ mod spawner;
 
 pub use error::{HostError, Result};
 pub use host::{ConsentMode, Host, HostOptions};
-pub use spawn::DEFAULT_TIMEOUT;
 pub use progress::Terminal;
+pub use spawn::DEFAULT_TIMEOUT;
 pub use spawner::{SpawnRequest, Spawner};

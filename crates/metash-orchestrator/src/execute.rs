@@ -295,8 +295,10 @@ impl Orchestrator<'_> {
             _ => "HEAD".to_string(),
         };
         let wt = worktree_of(&workspace, id);
-        self.git.ensure_worktree(&wt, &branch_of(id), &base)?;
-        self.git.reset_to(&wt, "HEAD")?;
+        if !self.git.ensure_worktree(&wt, &branch_of(id), &base)? {
+            // Reused: drop whatever a failed or killed attempt left behind.
+            self.git.reset_to(&wt, "HEAD")?;
+        }
         for dep in &unmerged {
             if !self.git.branch_exists(dep)? || self.git.is_ancestor(&wt, dep, "HEAD")? {
                 continue;

@@ -169,24 +169,29 @@ impl Git {
     }
 
     /// Makes `path` a worktree on `branch`, creating the branch at `base` if it does not exist.
-    /// Idempotent: an existing, registered worktree is left alone.
-    pub fn ensure_worktree(&self, path: &Path, branch: &str, base: &str) -> Result<()> {
+    /// Idempotent: an existing worktree is left alone. Returns whether it was created.
+    pub fn ensure_worktree(&self, path: &Path, branch: &str, base: &str) -> Result<bool> {
         if path.join(".git").exists() {
-            return Ok(());
+            return Ok(false);
         }
-        // A worktree whose directory vanished is still registered; forget it first.
-        self.run(&self.root, &["worktree", "prune"])?;
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
                 .map_err(|e| OrchestratorError::io(parent.display().to_string(), e))?;
         }
         let p = path.to_string_lossy();
-        if self.branch_exists(branch)? {
-            self.run(&self.root, &["worktree", "add", "--force", &p, branch])?;
-        } else {
-            self.run(&self.root, &["worktree", "add", "--force", "-b", branch, &p, base])?;
+        let add = |this: &Self| -> Result<String> {
+            if this.branch_exists(branch)? {
+                this.run(&this.root, &["worktree", "add", "--force", &p, branch])
+            } else {
+                this.run(&this.root, &["worktree", "add", "--force", "-b", branch, &p, base])
+            }
+        };
+        if add(self).is_err() {
+            // A worktree whose directory vanished is still registered: forget it and try again.
+            self.run(&self.root, &["worktree", "prune"])?;
+            add(self)?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Removes the worktree and its branch (their commits stay reachable from wherever they were
@@ -194,14 +199,13 @@ impl Git {
     pub fn remove_worktree(&self, path: &Path, branch: &str) -> Result<()> {
         if path.exists() {
             let p = path.to_string_lossy();
-            let _ = self.run(&self.root, &["worktree", "remove", "--force", &p]);
-            if path.exists() {
+            if self.run(&self.root, &["worktree", "remove", "--force", &p]).is_err() {
                 let _ = std::fs::remove_dir_all(path);
+                self.run(&self.root, &["worktree", "prune"])?;
             }
         }
-        self.run(&self.root, &["worktree", "prune"])?;
         if self.branch_exists(branch)? {
-            self.run(&self.root, &["branch", "-D", branch])?;
+            self.run(&self.root, &["branch", "-D", "-q", branch])?;
         }
         Ok(())
     }

@@ -17,6 +17,9 @@ use metash_runtime::{AgentSpec, EventSink, NullSink, Runtime, RuntimeConfig};
 
 const TINY: &str = "/bin/true";
 
+/// A measured case: its name, one run, and a note for the table.
+type Case<'a> = (&'static str, Box<dyn FnMut() + 'a>, String);
+
 fn median(n: usize, mut f: impl FnMut()) -> Duration {
     for _ in 0..(n / 10).max(3) {
         f();
@@ -98,7 +101,7 @@ fn main() {
                 .map(|s| s.success())
                 .unwrap_or(false)
         });
-    let mut cases: Vec<(&str, Box<dyn FnMut()>, String)> = vec![
+    let mut cases: Vec<Case<'_>> = vec![
         (
             "bare spawn+wait (posix_spawn)",
             Box::new(|| {

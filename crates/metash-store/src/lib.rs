@@ -58,8 +58,8 @@ struct StoreMeta {
 const STORE_VERSION: u32 = 1;
 
 /// A handle on one project's `.meta/`. Cheap to open; holds no lock between calls, so any number of
-/// processes can hold handles at once.
-#[derive(Debug)]
+/// processes can hold handles at once. Cloning is free (paths only) and skips `open`'s checks.
+#[derive(Debug, Clone)]
 pub struct Store {
     workspace: PathBuf,
     meta: PathBuf,

@@ -112,7 +112,7 @@ pub fn decode(line: &[u8]) -> std::result::Result<LogRecord, String> {
 }
 
 /// The log file. All mutating calls must be made under the store lock.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct EventLog {
     path: PathBuf,
 }

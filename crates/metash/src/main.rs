@@ -10,7 +10,11 @@ use std::process::ExitCode;
 use clap::Parser;
 
 #[derive(Debug, Parser)]
-#[command(name = "metash", version, about = "An agent host shell: several agents, one project, under your control.")]
+#[command(
+    name = "metash",
+    version,
+    about = "An agent host shell: several agents, one project, under your control."
+)]
 struct Cli {
     /// The project directory (the one holding `.meta/`).
     #[arg(short = 'C', long = "workspace", global = true, default_value = ".")]

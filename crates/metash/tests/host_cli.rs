@@ -10,7 +10,10 @@ use serde_json::Value;
 
 fn metash(ws: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_metash"));
-    c.arg("-C").arg(ws).env("NO_COLOR", "1").stdin(Stdio::null());
+    c.arg("-C")
+        .arg(ws)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null());
     c
 }
 
@@ -54,12 +57,26 @@ fn agent(ws: &Path, id: &str, lines: &[&str]) {
 fn project() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     assert!(run(dir.path(), &["init"]).status.success());
-    agent(dir.path(), "asker", &[r#"{"type":"checkpoint","reason":"decision_required","message":"Which auth provider?","options":["Auth0","Supabase"],"resume_id":"auth"}"#]);
-    agent(dir.path(), "echo", &[
-        r#"{"type":"output","agent_id":"echo","chunk_id":"1","content_type":"text/plain","data":"hi"}"#,
-        r#"{"type":"done"}"#,
-    ]);
-    agent(dir.path(), "broken", &[r#"{"type":"done","status":"error","summary":"nope"}"#]);
+    agent(
+        dir.path(),
+        "asker",
+        &[
+            r#"{"type":"checkpoint","reason":"decision_required","message":"Which auth provider?","options":["Auth0","Supabase"],"resume_id":"auth"}"#,
+        ],
+    );
+    agent(
+        dir.path(),
+        "echo",
+        &[
+            r#"{"type":"output","agent_id":"echo","chunk_id":"1","content_type":"text/plain","data":"hi"}"#,
+            r#"{"type":"done"}"#,
+        ],
+    );
+    agent(
+        dir.path(),
+        "broken",
+        &[r#"{"type":"done","status":"error","summary":"nope"}"#],
+    );
     dir
 }
 
@@ -84,7 +101,12 @@ fn spawn_prints_the_response_with_distinct_exit_codes() {
     assert_eq!(r["data"], "hi");
     assert!(r["metadata"]["duration_ms"].is_u64());
 
-    assert_eq!(run(ws, &["spawn", "broken", "--message", "go"]).status.code(), Some(3));
+    assert_eq!(
+        run(ws, &["spawn", "broken", "--message", "go"])
+            .status
+            .code(),
+        Some(3)
+    );
 
     let out = run(ws, &["spawn", "nobody", "--message", "go"]);
     assert_eq!(out.status.code(), Some(1));
@@ -115,26 +137,59 @@ fn checkpoint_survives_a_killed_host() {
         if state["pendingCheckpoint"]["id"] == "auth" {
             break;
         }
-        assert!(t.elapsed() < Duration::from_secs(20), "the checkpoint never became pending");
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the checkpoint never became pending"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(100));
-    assert!(waiting.try_wait().unwrap().is_none(), "the host should be waiting for an answer");
+    assert!(
+        waiting.try_wait().unwrap().is_none(),
+        "the host should be waiting for an answer"
+    );
     waiting.kill().unwrap(); // SIGKILL
     waiting.wait().unwrap();
 
-    let out = run(ws, &["resume", "--answer", "supabase", "--checkpoint", "auth", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run(
+        ws,
+        &[
+            "resume",
+            "--answer",
+            "supabase",
+            "--checkpoint",
+            "auth",
+            "--json",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let data: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(data["user_input"], "Supabase");
 
-    assert!(run(ws, &["spawn", "echo", "--message", "go"]).status.success());
-    assert!(run(ws, &["spawn", "echo", "--message", "again"]).status.success());
+    assert!(run(ws, &["spawn", "echo", "--message", "go"])
+        .status
+        .success());
+    assert!(run(ws, &["spawn", "echo", "--message", "again"])
+        .status
+        .success());
     let spawns = spawn_events(ws);
     let n = spawns.len();
-    assert_eq!(spawns[n - 2]["data"]["resume_data"]["user_input"], "Supabase");
-    assert_eq!(spawns[n - 2]["data"]["resume_data"]["checkpoint_id"], "auth");
-    assert!(spawns[n - 1]["data"]["resume_data"].is_null(), "delivered twice");
+    assert_eq!(
+        spawns[n - 2]["data"]["resume_data"]["user_input"],
+        "Supabase"
+    );
+    assert_eq!(
+        spawns[n - 2]["data"]["resume_data"]["checkpoint_id"],
+        "auth"
+    );
+    assert!(
+        spawns[n - 1]["data"]["resume_data"].is_null(),
+        "delivered twice"
+    );
 
     let out = run(ws, &["resume", "--answer", "Auth0"]);
     assert_eq!(out.status.code(), Some(1));

@@ -45,7 +45,11 @@ fn init_set_get_rebuild_verify() {
     );
     assert!(err(ws, &["init"]).contains("already holds a metash project"));
 
-    let set: Value = serde_json::from_str(&ok(ws, &["state", "set", "variables.retry_count", "2", "--json"])).unwrap();
+    let set: Value = serde_json::from_str(&ok(
+        ws,
+        &["state", "set", "variables.retry_count", "2", "--json"],
+    ))
+    .unwrap();
     assert_eq!(set["revision"], 2);
     ok(ws, &["state", "set", "status", "\"executing\""]);
     assert_eq!(ok(ws, &["state", "get", "status"]).trim(), "executing");
@@ -57,18 +61,34 @@ fn init_set_get_rebuild_verify() {
     assert!(err(ws, &["state", "set", "status", "executing"]).contains("is not a JSON value"));
     assert!(err(ws, &["state", "set", "status", "\"paused\""]).contains("unknown variant `paused`"));
     assert!(err(ws, &["state", "set", "nope", "1"]).contains("unknown key path `nope`"));
-    assert!(err(ws, &["state", "set", "variables.x", "1", "--expect-revision", "1"]).contains("stale write refused"));
-    assert_eq!(std::fs::read(ws.join(".meta/session.json")).unwrap(), before);
+    assert!(err(
+        ws,
+        &["state", "set", "variables.x", "1", "--expect-revision", "1"]
+    )
+    .contains("stale write refused"));
+    assert_eq!(
+        std::fs::read(ws.join(".meta/session.json")).unwrap(),
+        before
+    );
 
     std::fs::write(ws.join(".meta/session.json"), "{ not json").unwrap();
     let msg = err(ws, &["state", "get"]);
-    assert!(msg.contains("session.json:1:") && msg.contains("metash state rebuild"), "{msg}");
+    assert!(
+        msg.contains("session.json:1:") && msg.contains("metash state rebuild"),
+        "{msg}"
+    );
     ok(ws, &["state", "rebuild"]);
-    assert_eq!(ok(ws, &["state", "get", "variables.retry_count"]).trim(), "2");
+    assert_eq!(
+        ok(ws, &["state", "get", "variables.retry_count"]).trim(),
+        "2"
+    );
     assert!(ok(ws, &["log", "verify"]).contains("3 events"));
 
     let tail = ok(ws, &["log", "tail", "-n", "2", "--json"]);
-    let recs: Vec<Value> = tail.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let recs: Vec<Value> = tail
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(recs.len(), 2);
     assert_eq!(recs[1]["seq"], 3);
     let export = ok(ws, &["log", "export"]);
@@ -100,7 +120,10 @@ fn changed_context_stops_commands() {
     ok(ws, &["init"]);
     std::fs::write(ws.join(".meta/context.md"), "# changed\n").unwrap();
     let msg = err(ws, &["state", "set", "variables.x", "1"]);
-    assert!(msg.contains("context.md changed since `metash init`"), "{msg}");
+    assert!(
+        msg.contains("context.md changed since `metash init`"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -109,9 +132,13 @@ fn kv_is_per_agent() {
     let ws = dir.path();
     ok(ws, &["init"]);
     ok(ws, &["kv", "set", "pref", "\"dark\"", "--agent", "alice"]);
-    assert_eq!(ok(ws, &["kv", "get", "pref", "--agent", "alice"]).trim(), "dark");
+    assert_eq!(
+        ok(ws, &["kv", "get", "pref", "--agent", "alice"]).trim(),
+        "dark"
+    );
     assert!(err(ws, &["kv", "get", "pref", "--agent", "bob"]).contains("no key `pref`"));
-    let list: Value = serde_json::from_str(&ok(ws, &["kv", "list", "--agent", "alice", "--json"])).unwrap();
+    let list: Value =
+        serde_json::from_str(&ok(ws, &["kv", "list", "--agent", "alice", "--json"])).unwrap();
     assert_eq!(list["pref"], "dark");
 }
 

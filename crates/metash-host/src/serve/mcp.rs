@@ -11,15 +11,12 @@
 use std::sync::Arc;
 
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{
-    CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig,
-};
+use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
 use rmcp::{tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
 use serde_json::Value;
 
 use super::params::{
-    AnswerCheckpointParams, GetStateParams, LogProgressParams, SpawnAgentParams,
-    UpdateStateParams,
+    AnswerCheckpointParams, GetStateParams, LogProgressParams, SpawnAgentParams, UpdateStateParams,
 };
 use super::service::{CallError, Service};
 use crate::{Host, Spawner};

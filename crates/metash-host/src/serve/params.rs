@@ -193,7 +193,10 @@ impl<'a> Fields<'a> {
             None => Ok(()),
             Some(k) => Err(ParamError::new(
                 self.path(k),
-                format!("is not a known parameter (expected one of: {})", known.join(", ")),
+                format!(
+                    "is not a known parameter (expected one of: {})",
+                    known.join(", ")
+                ),
             )),
         }
     }
@@ -414,8 +417,9 @@ mod tests {
 
     #[test]
     fn serde_goes_through_the_same_validation() {
-        let e = serde_json::from_value::<LogProgressParams>(json!({"message": "m", "level": "loud"}))
-            .unwrap_err();
+        let e =
+            serde_json::from_value::<LogProgressParams>(json!({"message": "m", "level": "loud"}))
+                .unwrap_err();
         assert!(e.to_string().contains("`level` must be one of"), "{e}");
         let ok: SpawnAgentParams = serde_json::from_value(
             json!({"agent_name": "a", "user_message": "u", "options": {"max_tokens": 10, "model_hint": "fast"}}),

@@ -42,6 +42,8 @@ pub const CONFIG_ERROR: i64 = -32003;
 pub const STORE_ERROR: i64 = -32004;
 /// The policy layer refused (a capability not granted, a bad manifest).
 pub const POLICY_ERROR: i64 = -32005;
+/// A checkpoint is waiting for an answer: nothing is spawned until `answerCheckpoint`.
+pub const CHECKPOINT_PENDING: i64 = -32006;
 
 /// The method of event notifications.
 pub const EVENT_METHOD: &str = "event";
@@ -84,10 +86,17 @@ impl From<&CallError> for RpcError {
             CallError::Params(_) => Self::new(INVALID_PARAMS, "invalid_params", message),
             CallError::Internal(_) => Self::new(INTERNAL_ERROR, "internal", message),
             CallError::Host(h) => match h {
-                HostError::UnknownAgent { .. } => Self::new(UNKNOWN_AGENT, "unknown_agent", message),
-                HostError::InvalidRequest(_) => Self::new(INVALID_PARAMS, "invalid_request", message),
+                HostError::UnknownAgent { .. } => {
+                    Self::new(UNKNOWN_AGENT, "unknown_agent", message)
+                }
+                HostError::InvalidRequest(_) => {
+                    Self::new(INVALID_PARAMS, "invalid_request", message)
+                }
                 HostError::Config(_) => Self::new(CONFIG_ERROR, "config", message),
                 HostError::Policy(_) => Self::new(POLICY_ERROR, "policy", message),
+                HostError::CheckpointPending { .. } => {
+                    Self::new(CHECKPOINT_PENDING, "checkpoint_pending", message)
+                }
                 HostError::Store(s) => match s {
                     StoreError::Rejected(_)
                     | StoreError::UnknownKey { .. }
@@ -260,17 +269,26 @@ impl Pool {
 #[derive(Debug, Clone)]
 pub struct RpcServer {
     service: Service,
+    max_line_bytes: usize,
 }
 
 impl RpcServer {
     pub fn new(host: Arc<Host>, spawner: Arc<dyn Spawner>) -> Self {
-        Self {
-            service: Service::new(host, spawner),
-        }
+        Self::from_service(Service::new(host, spawner))
     }
 
     pub fn from_service(service: Service) -> Self {
-        Self { service }
+        Self {
+            service,
+            max_line_bytes: MAX_LINE_BYTES,
+        }
+    }
+
+    /// Changes the longest request line accepted (default [`MAX_LINE_BYTES`]).
+    #[must_use]
+    pub fn with_max_line_bytes(mut self, max: usize) -> Self {
+        self.max_line_bytes = max;
+        self
     }
 
     /// Serves `stdin`/`stdout` until stdin ends.
@@ -304,14 +322,17 @@ impl RpcServer {
             if out.broken.load(Ordering::SeqCst) {
                 break Ok(());
             }
-            match read_line(&mut input, &mut line) {
+            match read_line(&mut input, &mut line, self.max_line_bytes) {
                 Ok(Line::Eof) => break Ok(()),
                 Ok(Line::TooLong) => out.send(&response(
                     Value::Null,
                     Err(RpcError::new(
                         INVALID_REQUEST,
                         "too_large",
-                        format!("request line longer than {MAX_LINE_BYTES} bytes; skipped"),
+                        format!(
+                            "request line longer than {} bytes; skipped",
+                            self.max_line_bytes
+                        ),
                     )),
                 )),
                 Ok(Line::Text) => self.accept(&line, &out, &in_flight, &pool),
@@ -357,11 +378,13 @@ impl RpcServer {
         }
         in_flight.acquire(MAX_IN_FLIGHT);
         let (service, out) = (self.service.clone(), out.clone());
+        // Kept for the error reply should the handler panic.
+        let id = msg.get("id").cloned().unwrap_or(Value::Null);
         pool.submit(Box::new(move || {
             let reply = catch_unwind(AssertUnwindSafe(|| handle_message(&service, msg)))
                 .unwrap_or_else(|_| {
                     Some(response(
-                        Value::Null,
+                        id,
                         Err(RpcError::new(
                             INTERNAL_ERROR,
                             "internal",
@@ -475,18 +498,15 @@ enum Line {
     Eof,
 }
 
-/// Reads one line into `buf` (newline included), refusing to hold more than
-/// [`MAX_LINE_BYTES`] of it in memory.
-fn read_line<R: BufRead>(input: &mut R, buf: &mut Vec<u8>) -> io::Result<Line> {
+/// Reads one line into `buf` (newline included), refusing to hold more than `max` bytes of it in
+/// memory.
+fn read_line<R: BufRead>(input: &mut R, buf: &mut Vec<u8>, max: usize) -> io::Result<Line> {
     buf.clear();
-    let n = input
-        .by_ref()
-        .take(MAX_LINE_BYTES as u64 + 1)
-        .read_until(b'\n', buf)?;
+    let n = input.by_ref().take(max as u64 + 1).read_until(b'\n', buf)?;
     if n == 0 {
         return Ok(Line::Eof);
     }
-    if buf.len() > MAX_LINE_BYTES && buf.last() != Some(&b'\n') {
+    if buf.len() > max && buf.last() != Some(&b'\n') {
         // Skip the rest of the line in bounded pieces.
         let mut rest = Vec::new();
         loop {

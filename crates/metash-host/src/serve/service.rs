@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use metash_protocol::{LogLevel, SpawnOptions};
+use metash_protocol::LogLevel;
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -59,7 +59,7 @@ impl Service {
             p.system_prompt.as_deref().unwrap_or(""),
             &p.user_message,
         );
-        req.options = p.options.unwrap_or_else(SpawnOptions::default);
+        req.options = p.options.unwrap_or_default();
         to_json(&self.spawner.spawn_agent(&req)?)
     }
 

@@ -14,17 +14,21 @@ use crate::error::Result;
 use crate::host::Host;
 use crate::spawner::SpawnRequest;
 
-/// Events are logged in batches of this many (one fsync each) while an agent streams.
-const LOG_BATCH: usize = 64;
-
 pub(crate) fn run(
     host: &Host,
-    agent: &metash_policy::Agent,
+    registry: &metash_policy::Registry,
     req: &SpawnRequest,
     timeout: Duration,
     resume: Option<&ResumeData>,
 ) -> Result<Ran> {
-    let policy = host.policy()?;
+    let Some(agent) = registry.get(&req.agent_name).cloned() else {
+        return Ok(Ran::error(format!(
+            "`{}` is not registered",
+            req.agent_name
+        )));
+    };
+    let agent = &agent;
+    let policy = host.policy_with(registry.clone())?;
     let mut prompter = host.prompter();
     let workspace = req.workdir.clone().unwrap_or_else(|| host.workspace());
 
@@ -104,12 +108,10 @@ pub(crate) fn run(
         return Ok(Ran::error(format!("`{}` could not start: {e}", agent.id)));
     }
     let mut output = String::new();
-    let mut pending: Vec<NewEvent> = Vec::new();
     let mut failure: Option<String> = None;
     let outcome = running.invoke(&req.user_message, &[], &mut |event: &AgentEvent| {
-        let kind = event_kind(event);
-        pending.push(NewEvent::new(
-            kind,
+        let _ = host.record_later(NewEvent::new(
+            event_kind(event),
             Some(&agent.id),
             serde_json::to_value(event).unwrap_or(Value::Null),
         ));
@@ -117,7 +119,7 @@ pub(crate) fn run(
             AgentEvent::Output { data, .. } => output.push_str(data),
             AgentEvent::StateUpdate { key, value, scope } => {
                 if let Err(e) = host.agent_state_update(&agent.id, key, value, scope.as_deref()) {
-                    pending.push(NewEvent::new(
+                    let _ = host.record_later(NewEvent::new(
                         "denied",
                         Some(&agent.id),
                         json!({"what": "state_update", "key": key, "reason": e.to_string()}),
@@ -129,13 +131,7 @@ pub(crate) fn run(
             }
             _ => {}
         }
-        if pending.len() >= LOG_BATCH {
-            let _ = host.record(&std::mem::take(&mut pending));
-        }
     });
-    if !pending.is_empty() {
-        host.record(&pending)?;
-    }
     if running.state() != metash_runtime::LifecycleState::Terminated {
         let _ = running.shutdown();
     }

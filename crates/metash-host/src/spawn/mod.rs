@@ -6,7 +6,10 @@ mod model;
 
 use std::time::{Duration, Instant};
 
-use metash_protocol::{AgentResponse, AgentStatus, CheckpointReason, CheckpointSignal, ResponseMetadata};
+use metash_protocol::{
+    AgentResponse, AgentStatus, CheckpointReason, CheckpointSignal, ResponseMetadata,
+};
+use metash_store::NewEvent;
 use serde_json::json;
 
 use crate::budget;
@@ -91,14 +94,14 @@ impl Spawner for Host {
 
         // The answer to the last checkpoint goes to this spawn, and to no other.
         let resume = self.take_resume(&req.agent_name)?;
-        self.record_one(
+        self.record_later(NewEvent::new(
             "spawn",
             Some(&req.agent_name),
             json!({"task_id": req.task_id, "options": req.options,
                    "workdir": req.workdir, "resume_data": resume}),
-        )?;
+        ))?;
         let ran = match &target {
-            Target::Agent(agent) => agent::run(self, agent, req, timeout, resume.as_ref()),
+            Target::Agent(registry) => agent::run(self, registry, req, timeout, resume.as_ref()),
             Target::Role(role) => model::run(self, role, req, timeout, resume.as_ref()),
         };
         let ran = match ran {
@@ -119,12 +122,13 @@ impl Spawner for Host {
                 duration_ms: started.elapsed().as_millis() as u64,
             },
         };
-        self.record_one(
+        self.record_later(NewEvent::new(
             "spawn_end",
             Some(&req.agent_name),
             json!({"status": response.status, "tokens_used": response.metadata.tokens_used,
                    "duration_ms": response.metadata.duration_ms, "data_bytes": response.data.len()}),
-        )?;
+        ))?;
+        self.flush_events()?;
         Ok(response)
     }
 }
@@ -154,6 +158,7 @@ impl Host {
 
 /// What a name resolves to.
 pub(crate) enum Target {
-    Agent(Box<metash_policy::Agent>),
+    /// The registry it was found in (reused for the policy decisions of the spawn).
+    Agent(Box<metash_policy::Registry>),
     Role(crate::config::Role),
 }

@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use metash_harness::{CancellationToken, Endpoint, RunTurnNonInteractiveRequest};
 use metash_protocol::{
-    AgentStatus, CheckpointSignal, HarnessErrorCode, HarnessEvent, HarnessEventEnvelope,
-    ResumeData,
+    AgentStatus, CheckpointSignal, HarnessErrorCode, HarnessEvent, HarnessEventEnvelope, ResumeData,
 };
 use metash_store::NewEvent;
 use serde_json::{json, Value};
@@ -90,11 +89,11 @@ pub(crate) fn run(
                 }
                 _ => {}
             }
-            let _ = host.record(&[NewEvent::new(
+            let _ = host.record_later(NewEvent::new(
                 "harness_event",
                 Some(&agent),
                 serde_json::to_value(&ev).unwrap_or(Value::Null),
-            )]);
+            ));
         }
     };
     let rt = host.tokio()?;
@@ -149,7 +148,10 @@ pub(crate) fn run(
         ),
         None if result.success => (AgentStatus::Success, text),
         Some(err) if err.code == HarnessErrorCode::Timeout => (AgentStatus::Timeout, text),
-        Some(err) => (AgentStatus::Error, format!("{}: {}", err.code.as_str(), err.message)),
+        Some(err) => (
+            AgentStatus::Error,
+            format!("{}: {}", err.code.as_str(), err.message),
+        ),
         None => (AgentStatus::Error, text),
     };
     // A model signals a checkpoint with seed 000's JSON as its whole answer.

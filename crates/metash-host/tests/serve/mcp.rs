@@ -56,7 +56,7 @@ fn text(result: &Value) -> &str {
 #[tokio::test]
 async fn mcp_lists_tools_with_schemas_and_serves_them() {
     let p = Project::new();
-    let (spawner, _release) = FakeSpawner::new();
+    let (spawner, release) = FakeSpawner::new();
     let (client_w, server_r) = tokio::io::duplex(1 << 16);
     let (server_w, client_r) = tokio::io::duplex(1 << 16);
     let server = McpServer::new(p.host(), spawner);
@@ -79,7 +79,10 @@ async fn mcp_lists_tools_with_schemas_and_serves_them() {
         )
         .await;
     assert_eq!(init["result"]["serverInfo"]["name"], "metash", "{init}");
-    assert!(init["result"]["capabilities"]["tools"].is_object(), "{init}");
+    assert!(
+        init["result"]["capabilities"]["tools"].is_object(),
+        "{init}"
+    );
     c.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
         .await;
 
@@ -105,7 +108,10 @@ async fn mcp_lists_tools_with_schemas_and_serves_them() {
     }
     let update = tools.iter().find(|t| t["name"] == "update_state").unwrap();
     assert!(update["inputSchema"]["properties"]["key"].is_object());
-    assert!(update["description"].as_str().unwrap().contains("Atomically"));
+    assert!(update["description"]
+        .as_str()
+        .unwrap()
+        .contains("Atomically"));
 
     // Each tool, its result as text content.
     let r = c
@@ -121,7 +127,10 @@ async fn mcp_lists_tools_with_schemas_and_serves_them() {
         .await;
     assert_eq!(text(&r), r#"{"ok":true}"#);
     let r = c
-        .call_tool("log_progress", json!({"message": "from mcp", "level": "info"}))
+        .call_tool(
+            "log_progress",
+            json!({"message": "from mcp", "level": "info"}),
+        )
         .await;
     assert_eq!(r["isError"], false, "{r}");
     let r = c
@@ -150,11 +159,19 @@ async fn mcp_lists_tools_with_schemas_and_serves_them() {
             json!({"name": "spawn_agent", "arguments": {"agent_name": "echo", "user_message": 3}}),
         )
         .await;
-    let msg = r["error"]["message"].as_str().unwrap_or_default().to_string()
-        + r["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    let msg = r["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+        + r["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
     assert!(msg.contains("`user_message` must be a string"), "{r}");
     let r = c
-        .request("tools/call", json!({"name": "no_such_tool", "arguments": {}}))
+        .request(
+            "tools/call",
+            json!({"name": "no_such_tool", "arguments": {}}),
+        )
         .await;
     assert!(
         r.get("error").is_some() || r["result"]["isError"] == true,
@@ -165,6 +182,24 @@ async fn mcp_lists_tools_with_schemas_and_serves_them() {
         .call_tool("get_state", json!({"key": "variables.via_mcp"}))
         .await;
     assert_eq!(text(&r), r#"{"ok":true}"#);
+
+    // A long spawn does not hold up other tool calls.
+    c.send(json!({"jsonrpc": "2.0", "id": 100, "method": "tools/call",
+                  "params": {"name": "spawn_agent", "arguments": {"agent_name": "slow", "user_message": "wait"}}}))
+        .await;
+    let r = c
+        .call_tool("get_state", json!({"key": "variables.via_mcp"}))
+        .await;
+    assert_eq!(text(&r), r#"{"ok":true}"#);
+    release.send(()).unwrap();
+    loop {
+        let line = c.lines.next_line().await.unwrap().unwrap();
+        let msg: Value = serde_json::from_str(&line).unwrap();
+        if msg["id"] == 100 {
+            assert!(text(&msg["result"]).contains("slow done"), "{msg}");
+            break;
+        }
+    }
 
     // The writes went through the host: in the log like any other.
     let log = p.log();

@@ -1,3 +1,5 @@
+mod claude;
 mod mcp;
 mod rpc;
+mod spawn;
 mod support;

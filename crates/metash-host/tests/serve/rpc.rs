@@ -43,7 +43,10 @@ fn methods_answer_and_events_are_notified() {
         .event(|e| e["kind"] == "progress")
         .expect("a progress notification");
     assert_eq!(ev["seq"], logged["seq"]);
-    assert_eq!(ev["data"], json!({"message": "halfway there", "level": "warn"}));
+    assert_eq!(
+        ev["data"],
+        json!({"message": "halfway there", "level": "warn"})
+    );
     // The level defaults to info.
     rpc.ok("logProgress", json!({"message": "plain"}));
     let ev = rpc
@@ -58,7 +61,10 @@ fn methods_answer_and_events_are_notified() {
     );
     assert_eq!(resp["status"], "success");
     assert_eq!(resp["data"], "SYS|MSG|Some(50)");
-    assert_eq!(resp["metadata"], json!({"tokens_used": 0, "duration_ms": 1}));
+    assert_eq!(
+        resp["metadata"],
+        json!({"tokens_used": 0, "duration_ms": 1})
+    );
 
     assert_eq!(rpc.ok("pendingCheckpoint", json!({})), Value::Null);
     // Positional params follow the seed's order.
@@ -91,10 +97,19 @@ fn checkpoints_are_answered_once() {
         json!({"checkpoint_id": "other", "answer": "Auth0"}),
     );
     assert_eq!(e["code"], -32002, "{e}");
-    assert!(e["message"].as_str().unwrap().contains("step_2_auth"), "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("step_2_auth"),
+        "{e}"
+    );
     let e = rpc.err("answerCheckpoint", json!({"answer": "Firebase"}));
     assert_eq!(e["code"], -32002, "{e}");
-    assert!(e["message"].as_str().unwrap().contains("not one of the options"), "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("not one of the options"),
+        "{e}"
+    );
 
     let r = rpc.ok(
         "answerCheckpoint",
@@ -106,7 +121,13 @@ fn checkpoints_are_answered_once() {
     );
     let e = rpc.err("answerCheckpoint", json!({"answer": "Auth0"}));
     assert_eq!(e["code"], -32002);
-    assert!(e["message"].as_str().unwrap().contains("no checkpoint is pending"), "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("no checkpoint is pending"),
+        "{e}"
+    );
     assert_eq!(e["data"]["kind"], "rejected");
 }
 
@@ -123,7 +144,10 @@ fn assert_error(reply: &Value, id: Value, code: i64, needle: &str) {
 fn bad_input_on_every_method_gets_an_error_and_the_server_keeps_serving() {
     let p = Project::new();
     let (mut rpc, _release) = fake_rpc(&p);
-    rpc.ok("updateState", json!({"key": "variables.alive", "value": true}));
+    rpc.ok(
+        "updateState",
+        json!({"key": "variables.alive", "value": true}),
+    );
     let alive = |rpc: &mut Rpc| {
         assert_eq!(
             rpc.ok("getState", json!({"key": "variables.alive"})),
@@ -133,12 +157,20 @@ fn bad_input_on_every_method_gets_an_error_and_the_server_keeps_serving() {
 
     // Transport-level garbage: each line gets its error, with id null.
     for (line, code, needle) in [
-        ("{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": ", -32700, "parse error"),
+        (
+            "{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": ",
+            -32700,
+            "parse error",
+        ),
         ("not json at all", -32700, "parse error"),
         ("\u{1F600}{]", -32700, "parse error"),
         ("42", -32600, "JSON object"),
         ("[]", -32600, "empty batch"),
-        ("{\"jsonrpc\": \"2.0\", \"id\": {\"a\": 1}, \"method\": \"getState\"}", -32600, "`id`"),
+        (
+            "{\"jsonrpc\": \"2.0\", \"id\": {\"a\": 1}, \"method\": \"getState\"}",
+            -32600,
+            "`id`",
+        ),
     ] {
         rpc.send_raw(line);
         assert_error(&rpc.next_reply(), Value::Null, code, needle);
@@ -164,42 +196,190 @@ fn bad_input_on_every_method_gets_an_error_and_the_server_keeps_serving() {
     // Unknown method.
     let r = rpc.call("spawn_agent", json!({}));
     assert_eq!(r["error"]["code"], -32601, "{r}");
-    assert!(r["error"]["message"].as_str().unwrap().contains("spawnAgent"));
+    assert!(r["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("spawnAgent"));
     alive(&mut rpc);
 
     // Every method: missing fields, wrong types, unknown fields, each naming the field.
     let cases: Vec<(&str, Value, i64, &str)> = vec![
         ("spawnAgent", json!({}), -32602, "`agent_name` is required"),
-        ("spawnAgent", json!({"agent_name": "echo"}), -32602, "`user_message` is required"),
-        ("spawnAgent", json!({"agent_name": 5, "user_message": "x"}), -32602, "`agent_name` must be a string, got number 5"),
-        ("spawnAgent", json!({"agent_name": "", "user_message": "x"}), -32602, "`agent_name` must not be empty"),
-        ("spawnAgent", json!({"agent_name": "echo", "user_message": ["x"]}), -32602, "`user_message` must be a string"),
-        ("spawnAgent", json!({"agent_name": "echo", "user_message": "x", "system_prompt": false}), -32602, "`system_prompt` must be a string"),
-        ("spawnAgent", json!({"agent_name": "echo", "user_message": "x", "options": 3}), -32602, "`options` must be an object"),
-        ("spawnAgent", json!({"agent_name": "echo", "user_message": "x", "options": {"timeout_seconds": "ten"}}), -32602, "`options.timeout_seconds` must be a number >= 0, got string \"ten\""),
-        ("spawnAgent", json!({"agent_name": "echo", "user_message": "x", "options": {"timeout_seconds": -1}}), -32602, "`options.timeout_seconds` must be a number >= 0"),
-        ("spawnAgent", json!({"agent_name": "echo", "user_message": "x", "options": {"max_tokens": 1.5}}), -32602, "`options.max_tokens` must be a non-negative integer"),
-        ("spawnAgent", json!({"agent_name": "echo", "user_message": "x", "options": {"model_hint": "huge"}}), -32602, "`options.model_hint` must be one of \"fast\", \"smart\""),
-        ("spawnAgent", json!({"agent_name": "echo", "user_message": "x", "options": {"budget": 1}}), -32602, "`options.budget` is not a known parameter"),
-        ("spawnAgent", json!({"agent": "echo", "user_message": "x"}), -32602, "`agent` is not a known parameter"),
-        ("spawnAgent", json!(["echo", "s", "u", {}, "extra"]), -32602, "at most 4"),
-        ("spawnAgent", json!({"agent_name": "nobody-home", "user_message": "x"}), -32001, "unknown agent `nobody-home`"),
-        ("updateState", json!({"value": 1}), -32602, "`key` is required"),
-        ("updateState", json!({"key": "variables.a"}), -32602, "`value` is required"),
-        ("updateState", json!({"key": 1, "value": 1}), -32602, "`key` must be a string"),
-        ("updateState", json!({"key": "", "value": 1}), -32602, "`key` must not be empty"),
-        ("updateState", json!({"key": "no_such_field", "value": 1}), -32002, "no_such_field"),
-        ("updateState", json!({"key": "revision", "value": 1}), -32002, "revision"),
-        ("getState", json!({"key": ["a"]}), -32602, "`key` must be a string, got an array"),
-        ("getState", json!({"keys": "a"}), -32602, "`keys` is not a known parameter"),
+        (
+            "spawnAgent",
+            json!({"agent_name": "echo"}),
+            -32602,
+            "`user_message` is required",
+        ),
+        (
+            "spawnAgent",
+            json!({"agent_name": 5, "user_message": "x"}),
+            -32602,
+            "`agent_name` must be a string, got number 5",
+        ),
+        (
+            "spawnAgent",
+            json!({"agent_name": "", "user_message": "x"}),
+            -32602,
+            "`agent_name` must not be empty",
+        ),
+        (
+            "spawnAgent",
+            json!({"agent_name": "echo", "user_message": ["x"]}),
+            -32602,
+            "`user_message` must be a string",
+        ),
+        (
+            "spawnAgent",
+            json!({"agent_name": "echo", "user_message": "x", "system_prompt": false}),
+            -32602,
+            "`system_prompt` must be a string",
+        ),
+        (
+            "spawnAgent",
+            json!({"agent_name": "echo", "user_message": "x", "options": 3}),
+            -32602,
+            "`options` must be an object",
+        ),
+        (
+            "spawnAgent",
+            json!({"agent_name": "echo", "user_message": "x", "options": {"timeout_seconds": "ten"}}),
+            -32602,
+            "`options.timeout_seconds` must be a number >= 0, got string \"ten\"",
+        ),
+        (
+            "spawnAgent",
+            json!({"agent_name": "echo", "user_message": "x", "options": {"timeout_seconds": -1}}),
+            -32602,
+            "`options.timeout_seconds` must be a number >= 0",
+        ),
+        (
+            "spawnAgent",
+            json!({"agent_name": "echo", "user_message": "x", "options": {"max_tokens": 1.5}}),
+            -32602,
+            "`options.max_tokens` must be a non-negative integer",
+        ),
+        (
+            "spawnAgent",
+            json!({"agent_name": "echo", "user_message": "x", "options": {"model_hint": "huge"}}),
+            -32602,
+            "`options.model_hint` must be one of \"fast\", \"smart\"",
+        ),
+        (
+            "spawnAgent",
+            json!({"agent_name": "echo", "user_message": "x", "options": {"budget": 1}}),
+            -32602,
+            "`options.budget` is not a known parameter",
+        ),
+        (
+            "spawnAgent",
+            json!({"agent": "echo", "user_message": "x"}),
+            -32602,
+            "`agent` is not a known parameter",
+        ),
+        (
+            "spawnAgent",
+            json!(["echo", "s", "u", {}, "extra"]),
+            -32602,
+            "at most 4",
+        ),
+        (
+            "spawnAgent",
+            json!({"agent_name": "nobody-home", "user_message": "x"}),
+            -32001,
+            "unknown agent `nobody-home`",
+        ),
+        (
+            "updateState",
+            json!({"value": 1}),
+            -32602,
+            "`key` is required",
+        ),
+        (
+            "updateState",
+            json!({"key": "variables.a"}),
+            -32602,
+            "`value` is required",
+        ),
+        (
+            "updateState",
+            json!({"key": 1, "value": 1}),
+            -32602,
+            "`key` must be a string",
+        ),
+        (
+            "updateState",
+            json!({"key": "", "value": 1}),
+            -32602,
+            "`key` must not be empty",
+        ),
+        (
+            "updateState",
+            json!({"key": "no_such_field", "value": 1}),
+            -32002,
+            "no_such_field",
+        ),
+        (
+            "updateState",
+            json!({"key": "revision", "value": 1}),
+            -32002,
+            "revision",
+        ),
+        (
+            "getState",
+            json!({"key": ["a"]}),
+            -32602,
+            "`key` must be a string, got an array",
+        ),
+        (
+            "getState",
+            json!({"keys": "a"}),
+            -32602,
+            "`keys` is not a known parameter",
+        ),
         ("logProgress", json!({}), -32602, "`message` is required"),
-        ("logProgress", json!({"message": {"text": "hi"}}), -32602, "`message` must be a string, got an object"),
-        ("logProgress", json!({"message": "hi", "level": "debug"}), -32602, "`level` must be one of \"info\", \"warn\", \"error\", got \"debug\""),
-        ("answerCheckpoint", json!({}), -32602, "`answer` is required"),
-        ("answerCheckpoint", json!({"answer": 2}), -32602, "`answer` must be a string"),
-        ("answerCheckpoint", json!({"answer": "x", "checkpoint_id": 3}), -32602, "`checkpoint_id` must be a string"),
-        ("answerCheckpoint", json!({"answer": "x"}), -32002, "no checkpoint is pending"),
-        ("pendingCheckpoint", json!({"x": 1}), -32602, "takes no parameters"),
+        (
+            "logProgress",
+            json!({"message": {"text": "hi"}}),
+            -32602,
+            "`message` must be a string, got an object",
+        ),
+        (
+            "logProgress",
+            json!({"message": "hi", "level": "debug"}),
+            -32602,
+            "`level` must be one of \"info\", \"warn\", \"error\", got \"debug\"",
+        ),
+        (
+            "answerCheckpoint",
+            json!({}),
+            -32602,
+            "`answer` is required",
+        ),
+        (
+            "answerCheckpoint",
+            json!({"answer": 2}),
+            -32602,
+            "`answer` must be a string",
+        ),
+        (
+            "answerCheckpoint",
+            json!({"answer": "x", "checkpoint_id": 3}),
+            -32602,
+            "`checkpoint_id` must be a string",
+        ),
+        (
+            "answerCheckpoint",
+            json!({"answer": "x"}),
+            -32002,
+            "no checkpoint is pending",
+        ),
+        (
+            "pendingCheckpoint",
+            json!({"x": 1}),
+            -32602,
+            "takes no parameters",
+        ),
     ];
     for (method, params, code, needle) in cases {
         let id = rpc.start_call(method, params.clone());
@@ -229,6 +409,51 @@ fn bad_input_on_every_method_gets_an_error_and_the_server_keeps_serving() {
     let (result, rest) = rpc.close();
     result.unwrap();
     assert!(rest.iter().all(|m| m.get("method").is_some()), "{rest:?}");
+}
+
+#[test]
+fn an_over_long_line_is_skipped_with_an_error() {
+    let p = Project::new();
+    let (spawner, _release) = FakeSpawner::new();
+    let server = metash_host::serve::RpcServer::from_service(metash_host::serve::Service::new(
+        p.host(),
+        spawner,
+    ))
+    .with_max_line_bytes(1000);
+    let mut rpc = Rpc::with_server(server);
+    let big = "x".repeat(5000);
+    rpc.send_raw(&format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"logProgress","params":{{"message":"{big}"}}}}"#
+    ));
+    let r = rpc.next_reply();
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    assert_eq!(r["error"]["data"]["kind"], "too_large");
+    // The rest of that line was skipped: the next line is a request of its own.
+    assert_eq!(
+        rpc.ok("getState", json!({"key": "status"})),
+        json!("planning")
+    );
+    let log = p.log();
+    assert!(
+        log.iter().all(|r| r["kind"] != "progress"),
+        "nothing was logged"
+    );
+}
+
+#[test]
+fn a_panicking_handler_is_an_internal_error_and_serving_goes_on() {
+    let p = Project::new();
+    let (mut rpc, _release) = fake_rpc(&p);
+    let e = rpc.err(
+        "spawnAgent",
+        json!({"agent_name": "panic", "user_message": "x"}),
+    );
+    assert_eq!(e["code"], -32603, "{e}");
+    assert_eq!(e["data"]["kind"], "internal");
+    assert_eq!(
+        rpc.ok("getState", json!({"key": "status"})),
+        json!("planning")
+    );
 }
 
 #[test]
@@ -298,7 +523,10 @@ fn concurrent_requests_each_get_their_own_response() {
     let ids: Vec<(u64, i64)> = (0..40)
         .map(|i| {
             (
-                rpc.start_call("updateState", json!({"key": format!("variables.k{i}"), "value": i})),
+                rpc.start_call(
+                    "updateState",
+                    json!({"key": format!("variables.k{i}"), "value": i}),
+                ),
                 i,
             )
         })

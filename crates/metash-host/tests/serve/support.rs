@@ -35,11 +35,20 @@ impl Project {
     }
 
     pub fn host(&self) -> Arc<Host> {
+        self.host_with_env(&[])
+    }
+
+    /// A host whose agents see `env` (e.g. the API key variable a role names).
+    pub fn host_with_env(&self, env: &[(&str, &str)]) -> Arc<Host> {
         Arc::new(
             Host::open(
                 self.path(),
                 HostOptions {
                     terminal: Terminal::Silent,
+                    env: env
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
                     ..HostOptions::default()
                 },
             )
@@ -47,9 +56,24 @@ impl Project {
         )
     }
 
+    /// A model-backed role `name` (metash's own Anthropic client) against `base_url`; its key is
+    /// read from `METASH_TEST_KEY`.
+    pub fn model_role(&self, name: &str, base_url: &str) {
+        std::fs::write(
+            self.path().join(".meta/config.toml"),
+            format!(
+                "[roles.{name}]\nfrontend = \"anthropic-api\"\nmodel_fast = \"claude-haiku-4-5\"\n\
+                 model_smart = \"claude-sonnet-4-5\"\nbase_url = \"{base_url}\"\n\
+                 api_key_env = \"METASH_TEST_KEY\"\nmax_tokens = 256\n"
+            ),
+        )
+        .unwrap();
+    }
+
     /// The kinds (and agents) of every record in the store's log.
     pub fn log(&self) -> Vec<Value> {
-        let text = std::fs::read_to_string(self.path().join(".meta/events.jsonl")).unwrap_or_default();
+        let text =
+            std::fs::read_to_string(self.path().join(".meta/events.jsonl")).unwrap_or_default();
         text.lines()
             .filter_map(|l| serde_json::from_str(l).ok())
             .collect()
@@ -57,7 +81,8 @@ impl Project {
 }
 
 /// Stands in for the host's spawner where a test is about the protocol, not about agents:
-/// `echo` answers with its message, `slow` waits until released, anything else is unknown.
+/// `echo` answers with its message, `slow` waits until released, `panic` panics (a bug), anything
+/// else is unknown.
 pub struct FakeSpawner {
     release: Mutex<Option<Receiver<()>>>,
 }
@@ -81,6 +106,7 @@ impl Spawner for FakeSpawner {
                 "{}|{}|{:?}",
                 req.system_prompt, req.user_message, req.options.max_tokens
             ),
+            "panic" => panic!("a bug in the spawner"),
             "slow" => {
                 let rx = self.release.lock().unwrap().take().unwrap();
                 rx.recv_timeout(Duration::from_secs(60)).unwrap();
@@ -123,7 +149,8 @@ impl Rpc {
     pub fn with_server(server: RpcServer) -> Self {
         let (server_in, to_server) = std::io::pipe().unwrap();
         let (from_server, server_out) = std::io::pipe().unwrap();
-        let handle = std::thread::spawn(move || server.serve(BufReader::new(server_in), server_out));
+        let handle =
+            std::thread::spawn(move || server.serve(BufReader::new(server_in), server_out));
         let (tx, rx) = channel();
         std::thread::spawn(move || read_lines(from_server, tx));
         Self {
@@ -153,8 +180,11 @@ impl Rpc {
 
     /// The response (whole message) to `id`, keeping notifications in `events`.
     pub fn response(&mut self, id: u64) -> Value {
-        self.next_matching(|m| m.get("id") == Some(&json!(id)), Duration::from_secs(120))
-            .unwrap_or_else(|| panic!("no response to request {id}"))
+        self.next_matching(
+            |m| m.get("id") == Some(&json!(id)),
+            Duration::from_secs(120),
+        )
+        .unwrap_or_else(|| panic!("no response to request {id}"))
     }
 
     pub fn call(&mut self, method: &str, params: Value) -> Value {
@@ -282,6 +312,57 @@ pub fn python3() -> Option<PathBuf> {
     found
 }
 
+pub fn tools_dir() -> PathBuf {
+    std::env::var_os("METASH_TOOLS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.tools"))
+}
+
+/// The `metash` binary of this build (`cargo test --workspace` builds it next to the test
+/// binaries), or `METASH_BIN`.
+pub fn metash_bin() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("METASH_BIN") {
+        return Some(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let candidate = exe.parent()?.parent()?.join("metash");
+    if !candidate.is_file() {
+        return None;
+    }
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    if modified(&candidate) < modified(&exe) {
+        eprintln!(
+            "note: {} is older than this test binary; `cargo test --workspace` (or cargo build -p metash) rebuilds it",
+            candidate.display()
+        );
+    }
+    Some(candidate)
+}
+
+/// Pids of live processes whose command line (args joined by spaces) contains `needle`.
+pub fn live_processes(needle: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let zombie = stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z'));
+        if !zombie
+            && String::from_utf8_lossy(&cmd)
+                .replace('\0', " ")
+                .contains(needle)
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
 pub fn client_script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/rpc_client.py")
 }
@@ -291,7 +372,6 @@ pub fn client_script() -> PathBuf {
 #[derive(Debug, Clone)]
 pub struct Captured {
     pub method: String,
-    pub path: String,
     pub body: Vec<u8>,
 }
 
@@ -356,7 +436,6 @@ fn serve_conn(
         }
         let mut parts = first.split_whitespace();
         let method = parts.next().unwrap_or("").to_string();
-        let path = parts.next().unwrap_or("").to_string();
         let mut len = 0usize;
         let mut chunked = false;
         loop {
@@ -394,7 +473,7 @@ fn serve_conn(
             body = vec![0; len];
             reader.read_exact(&mut body)?;
         }
-        let captured = Captured { method, path, body };
+        let captured = Captured { method, body };
         reqs.lock().unwrap().push(captured.clone());
         if captured.method != "POST" {
             let resp = if captured.method == "HEAD" {
@@ -468,4 +547,51 @@ pub fn sse_tool_use(id: &str, name: &str, input: &Value) -> String {
     );
     frame(&mut s, json!({"type":"message_stop"}));
     s
+}
+
+// ---- a WASM agent that writes protocol lines ----
+
+impl Project {
+    /// Registers a WASM agent `id` that writes `lines` (agent-protocol messages) and exits.
+    pub fn wasm_agent(&self, id: &str, lines: &[&str]) {
+        let wat = self.path().join(format!("{id}.wat"));
+        std::fs::write(&wat, wat_module(lines)).unwrap();
+        let dir = self.path().join(".meta/agents").join(id);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("manifest.toml"),
+            format!(
+                "schema_version = \"0.1\"\nname = \"{id}\"\nversion = \"0.1.0\"\nentry = {wat:?}\n\
+                 sandbox = \"wasm\"\ncapabilities = []\nresources.mem = \"64Mi\"\n"
+            ),
+        )
+        .unwrap();
+    }
+}
+
+/// An agent-protocol message: `json` (an object) with the protocol's `schema_version`.
+pub fn agent_msg(json: &str) -> String {
+    format!("{{\"schema_version\":\"0.1\",{}", &json[1..])
+}
+
+/// A WASI preview-1 command module writing each of `lines` to stdout.
+fn wat_module(lines: &[&str]) -> String {
+    let mut data = String::new();
+    let mut calls = String::new();
+    let mut offset = 64u32;
+    for line in lines {
+        let bytes = format!("{line}\n");
+        let escaped: String = bytes.bytes().map(|b| format!("\\{b:02x}")).collect();
+        data.push_str(&format!("(data (i32.const {offset}) \"{escaped}\")\n"));
+        calls.push_str(&format!(
+            "(i32.store (i32.const 0) (i32.const {offset})) (i32.store (i32.const 4) (i32.const {len}))\n\
+             (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))\n",
+            len = bytes.len()
+        ));
+        offset += bytes.len() as u32 + 8;
+    }
+    format!(
+        "(module\n (import \"wasi_snapshot_preview1\" \"fd_write\" (func $fd_write (param i32 i32 i32 i32) (result i32)))\n\
+         (memory (export \"memory\") 1)\n{data}(func (export \"_start\")\n{calls})\n)\n"
+    )
 }

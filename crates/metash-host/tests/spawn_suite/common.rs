@@ -84,8 +84,15 @@ pub fn live_processes(needle: &str) -> Vec<i32> {
         };
         let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let zombie = stat.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z'));
-        if !zombie && String::from_utf8_lossy(&cmd).replace('\0', " ").contains(needle) {
+        let zombie = stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z'));
+        if !zombie
+            && String::from_utf8_lossy(&cmd)
+                .replace('\0', " ")
+                .contains(needle)
+        {
             out.push(pid);
         }
     }
@@ -119,4 +126,19 @@ pub fn wat_agent(lines: &[&str], spin: bool) -> String {
 
 pub fn msg(json: &str) -> String {
     format!("{{\"schema_version\":\"0.1\",{}", &json[1..])
+}
+
+/// No lock held (a 100 ms-timeout write goes through) and no per-spawn directory left behind.
+pub fn assert_clean(ws: &Path) {
+    let store = metash_store::Store::open(ws)
+        .unwrap()
+        .with_lock_timeout(std::time::Duration::from_millis(100));
+    store
+        .update_state("variables.cleanup_probe", serde_json::json!(true))
+        .unwrap();
+    let spawns = ws.join(".meta/spawns");
+    let left: Vec<_> = std::fs::read_dir(&spawns)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "spawn directories left behind: {left:?}");
 }

@@ -38,17 +38,28 @@ fn spawn(h: &Host, msg: &str, opts: SpawnOptions) -> metash_protocol::AgentRespo
 /// own system prompt and message, never an earlier spawn's.
 #[test]
 fn model_role_success_is_isolated_and_measured() {
-    let provider = Provider::start(vec![Reply::text("first answer"), Reply::text("second answer")]);
+    let provider = Provider::start(vec![
+        Reply::text("first answer"),
+        Reply::text("second answer"),
+    ]);
     let p = role_project(&provider, "");
     let h = host(&p);
-    let r = spawn(&h, "orchestrator secret plan: step one", SpawnOptions::default());
+    let r = spawn(
+        &h,
+        "orchestrator secret plan: step one",
+        SpawnOptions::default(),
+    );
     assert_eq!(r.status, AgentStatus::Success, "{r:?}");
     assert_eq!(r.data, "first answer");
     assert_eq!(r.metadata.tokens_used, 11 + 7);
     let r2 = spawn(
         &h,
         "write about autumn",
-        SpawnOptions { model_hint: Some(metash_protocol::ModelHint::Fast), max_tokens: Some(32), ..SpawnOptions::default() },
+        SpawnOptions {
+            model_hint: Some(metash_protocol::ModelHint::Fast),
+            max_tokens: Some(32),
+            ..SpawnOptions::default()
+        },
     );
     assert_eq!(r2.data, "second answer");
     let bodies = provider.bodies();
@@ -56,9 +67,15 @@ fn model_role_success_is_isolated_and_measured() {
     let second = &bodies[1];
     let messages = second["messages"].as_array().unwrap();
     assert_eq!(messages.len(), 1, "the sub-agent got history: {second}");
-    assert!(!second.to_string().contains("orchestrator secret plan"), "{second}");
+    assert!(
+        !second.to_string().contains("orchestrator secret plan"),
+        "{second}"
+    );
     assert!(second.to_string().contains("write about autumn"));
-    assert!(second["system"].to_string().contains("You write haiku."), "{second}");
+    assert!(
+        second["system"].to_string().contains("You write haiku."),
+        "{second}"
+    );
     assert_eq!(second["model"], "fast-model");
     assert_eq!(second["max_tokens"], 32, "max_tokens goes to the API");
     assert_eq!(bodies[0]["model"], "smart-model");
@@ -73,9 +90,17 @@ fn model_role_timeout_cancels_the_request() {
     let p = role_project(&provider, "");
     let h = host(&p);
     let t = Instant::now();
-    let r = spawn(&h, "hi", SpawnOptions { timeout_seconds: Some(0.7), ..SpawnOptions::default() });
+    let r = spawn(
+        &h,
+        "hi",
+        SpawnOptions {
+            timeout_seconds: Some(0.7),
+            ..SpawnOptions::default()
+        },
+    );
     assert_eq!(r.status, AgentStatus::Timeout, "{r:?}");
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    super::common::assert_clean(p.path());
 }
 
 #[test]
@@ -87,7 +112,14 @@ fn answer_cut_at_max_tokens_is_an_error() {
         stop: "max_tokens",
     }]);
     let p = role_project(&provider, "");
-    let r = spawn(&host(&p), "hi", SpawnOptions { max_tokens: Some(3), ..SpawnOptions::default() });
+    let r = spawn(
+        &host(&p),
+        "hi",
+        SpawnOptions {
+            max_tokens: Some(3),
+            ..SpawnOptions::default()
+        },
+    );
     assert_eq!(r.status, AgentStatus::Error);
     assert!(r.data.contains("max_tokens (3) reached"), "{}", r.data);
     assert_eq!(r.metadata.tokens_used, 8);
@@ -97,9 +129,18 @@ fn answer_cut_at_max_tokens_is_an_error() {
 fn missing_key_stops_before_any_request() {
     let provider = Provider::start(vec![Reply::text("x")]);
     let p = role_project(&provider, "");
-    let h = Host::open(p.path(), HostOptions { terminal: Terminal::Silent, ..HostOptions::default() }).unwrap();
+    let h = Host::open(
+        p.path(),
+        HostOptions {
+            terminal: Terminal::Silent,
+            ..HostOptions::default()
+        },
+    )
+    .unwrap();
     if std::env::var_os("METASH_TEST_KEY").is_some() {
-        eprintln!("SKIP missing_key_stops_before_any_request: METASH_TEST_KEY is set in this environment");
+        eprintln!(
+            "SKIP missing_key_stops_before_any_request: METASH_TEST_KEY is set in this environment"
+        );
         return;
     }
     let err = h.preflight().unwrap_err();
@@ -117,18 +158,37 @@ fn budget_stops_at_a_checkpoint_and_spends_nothing() {
     let provider = Provider::start(vec![Reply::text("ok")]);
     let p = role_project(&provider, "[budget]\nmax_tokens = 90\n");
     let h = host(&p);
-    assert_eq!(spawn(&h, "one", SpawnOptions::default()).status, AgentStatus::Success); // 18 used
-    // 18 used + 64 reserved = 82 <= 90: allowed. Then 36 + 64 > 90: not.
-    assert_eq!(spawn(&h, "two", SpawnOptions::default()).status, AgentStatus::Success);
+    assert_eq!(
+        spawn(&h, "one", SpawnOptions::default()).status,
+        AgentStatus::Success
+    ); // 18 used
+       // 18 used + 64 reserved = 82 <= 90: allowed. Then 36 + 64 > 90: not.
+    assert_eq!(
+        spawn(&h, "two", SpawnOptions::default()).status,
+        AgentStatus::Success
+    );
     let r = spawn(&h, "three", SpawnOptions::default());
     assert_eq!(r.status, AgentStatus::Checkpoint, "{r:?}");
     assert!(r.data.contains("run budget"), "{}", r.data);
-    assert_eq!(provider.bodies().len(), 2, "nothing was sent past the budget");
-    assert_eq!(metash_host::budget::used(h.store()).unwrap().tokens_used, 36);
+    assert_eq!(
+        provider.bodies().len(),
+        2,
+        "nothing was sent past the budget"
+    );
+    assert_eq!(
+        metash_host::budget::used(h.store()).unwrap().tokens_used,
+        36
+    );
     h.answer_checkpoint(None, "continue").unwrap();
-    assert_eq!(spawn(&h, "three", SpawnOptions::default()).status, AgentStatus::Success);
+    assert_eq!(
+        spawn(&h, "three", SpawnOptions::default()).status,
+        AgentStatus::Success
+    );
     assert_eq!(provider.bodies().len(), 3);
-    assert_eq!(spawn(&h, "four", SpawnOptions::default()).status, AgentStatus::Checkpoint);
+    assert_eq!(
+        spawn(&h, "four", SpawnOptions::default()).status,
+        AgentStatus::Checkpoint
+    );
     assert_eq!(provider.bodies().len(), 3);
 }
 
@@ -142,6 +202,9 @@ fn model_role_checkpoint() {
     let r = spawn(&h, "hi", SpawnOptions::default());
     assert_eq!(r.status, AgentStatus::Checkpoint, "{r:?}");
     let pending = h.pending_checkpoint().unwrap().unwrap();
-    assert_eq!(pending.signal.reason, metash_protocol::CheckpointReason::HumanVerify);
+    assert_eq!(
+        pending.signal.reason,
+        metash_protocol::CheckpointReason::HumanVerify
+    );
     assert_eq!(pending.agent, "writer");
 }

@@ -15,7 +15,11 @@ fn project() -> Option<Project> {
     Some(p)
 }
 
-fn spawn(host: &metash_host::Host, message: &str, timeout: Option<f64>) -> metash_protocol::AgentResponse {
+fn spawn(
+    host: &metash_host::Host,
+    message: &str,
+    timeout: Option<f64>,
+) -> metash_protocol::AgentResponse {
     let mut req = SpawnRequest::new("native-a", "be brief", message);
     req.options = SpawnOptions {
         timeout_seconds: timeout,
@@ -62,18 +66,27 @@ fn native_timeout_kills_the_tree_and_returns_partial_output() {
     let r = spawn(&host, "hang", Some(1.0));
     assert_eq!(r.status, AgentStatus::Timeout, "{r:?}");
     assert!(r.data.contains("partial"), "{}", r.data);
-    assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
     std::thread::sleep(Duration::from_millis(250));
     assert!(
         live_processes(&native_agent_exe().display().to_string()).is_empty(),
         "the agent survived its timeout"
     );
-    assert!(live_processes("sleep 300").is_empty(), "the grandchild survived");
+    assert!(
+        live_processes("sleep 300").is_empty(),
+        "the grandchild survived"
+    );
     // No lock left behind: a short-timeout update goes through at once.
     let store = metash_store::Store::open(p.path())
         .unwrap()
         .with_lock_timeout(Duration::from_millis(100));
-    store.update_state("variables.after", serde_json::json!(1)).unwrap();
+    store
+        .update_state("variables.after", serde_json::json!(1))
+        .unwrap();
 }
 
 /// An agent's session state_update goes through update_state; outside `variables.*` it is refused.
@@ -83,7 +96,10 @@ fn agent_state_updates_go_through_the_same_path() {
     let host = p.host(&["native"]);
     let r = spawn(&host, "state variables.seen 7", None);
     assert_eq!(r.status, AgentStatus::Success, "{r:?}");
-    assert_eq!(host.get_state("variables.seen").unwrap(), serde_json::json!(7));
+    assert_eq!(
+        host.get_state("variables.seen").unwrap(),
+        serde_json::json!(7)
+    );
     let recs = host.store().log().read_all().unwrap();
     let upd = recs
         .iter()
@@ -91,6 +107,9 @@ fn agent_state_updates_go_through_the_same_path() {
         .unwrap();
     assert_eq!(upd.agent.as_deref(), Some("native-a"));
     spawn(&host, "state status \"halted\"", None);
-    assert_eq!(host.get_state("status").unwrap(), serde_json::json!("planning"));
+    assert_eq!(
+        host.get_state("status").unwrap(),
+        serde_json::json!("planning")
+    );
     assert!(p.log_kinds().iter().any(|k| k == "denied"));
 }

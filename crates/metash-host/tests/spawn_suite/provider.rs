@@ -11,14 +11,24 @@ use serde_json::{json, Value};
 #[derive(Clone)]
 pub enum Reply {
     /// Streams `text` with this usage and stop reason.
-    Text { text: String, input_tokens: u64, output_tokens: u64, stop: &'static str },
+    Text {
+        text: String,
+        input_tokens: u64,
+        output_tokens: u64,
+        stop: &'static str,
+    },
     /// Waits before answering at all.
     Slow(Duration),
 }
 
 impl Reply {
     pub fn text(t: &str) -> Self {
-        Self::Text { text: t.into(), input_tokens: 11, output_tokens: 7, stop: "end_turn" }
+        Self::Text {
+            text: t.into(),
+            input_tokens: 11,
+            output_tokens: 7,
+            stop: "end_turn",
+        }
     }
 }
 
@@ -93,13 +103,33 @@ fn serve(stream: TcpStream, reqs: &Mutex<Vec<Value>>, replies: &[Reply]) {
                 std::thread::sleep(d);
                 return;
             }
-            Reply::Text { text, input_tokens, output_tokens, stop } => {
+            Reply::Text {
+                text,
+                input_tokens,
+                output_tokens,
+                stop,
+            } => {
                 let events = [
-                    ("message_start", json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"test-model","content":[],"stop_reason":null,"usage":{"input_tokens":input_tokens,"output_tokens":1}}})),
-                    ("content_block_start", json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})),
-                    ("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":text}})),
-                    ("content_block_stop", json!({"type":"content_block_stop","index":0})),
-                    ("message_delta", json!({"type":"message_delta","delta":{"stop_reason":stop},"usage":{"output_tokens":output_tokens}})),
+                    (
+                        "message_start",
+                        json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"test-model","content":[],"stop_reason":null,"usage":{"input_tokens":input_tokens,"output_tokens":1}}}),
+                    ),
+                    (
+                        "content_block_start",
+                        json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+                    ),
+                    (
+                        "content_block_delta",
+                        json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":text}}),
+                    ),
+                    (
+                        "content_block_stop",
+                        json!({"type":"content_block_stop","index":0}),
+                    ),
+                    (
+                        "message_delta",
+                        json!({"type":"message_delta","delta":{"stop_reason":stop},"usage":{"output_tokens":output_tokens}}),
+                    ),
                     ("message_stop", json!({"type":"message_stop"})),
                 ];
                 let mut sse = String::new();
@@ -110,7 +140,11 @@ fn serve(stream: TcpStream, reqs: &Mutex<Vec<Value>>, replies: &[Reply]) {
                     "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n",
                     sse.len()
                 );
-                if out.write_all(head.as_bytes()).and_then(|_| out.write_all(sse.as_bytes())).is_err() {
+                if out
+                    .write_all(head.as_bytes())
+                    .and_then(|_| out.write_all(sse.as_bytes()))
+                    .is_err()
+                {
                     return;
                 }
             }

@@ -25,7 +25,9 @@ fn spawn(host: &metash_host::Host, timeout: Option<f64>) -> metash_protocol::Age
 
 #[test]
 fn wasm_success() {
-    let out = msg(r#"{"type":"output","agent_id":"wasm-a","chunk_id":"c1","content_type":"text/plain","data":"from wasm"}"#);
+    let out = msg(
+        r#"{"type":"output","agent_id":"wasm-a","chunk_id":"c1","content_type":"text/plain","data":"from wasm"}"#,
+    );
     let done = msg(r#"{"type":"done"}"#);
     let (_p, host) = with_wasm(&[&out, &done], false);
     let r = spawn(&host, None);
@@ -45,24 +47,32 @@ fn wasm_error() {
 
 #[test]
 fn wasm_timeout_returns_partial_output() {
-    let out = msg(r#"{"type":"output","agent_id":"wasm-a","chunk_id":"c1","content_type":"text/plain","data":"half"}"#);
+    let out = msg(
+        r#"{"type":"output","agent_id":"wasm-a","chunk_id":"c1","content_type":"text/plain","data":"half"}"#,
+    );
     let (_p, host) = with_wasm(&[&out], true);
     let t = Instant::now();
     let r = spawn(&host, Some(0.5));
     assert_eq!(r.status, AgentStatus::Timeout, "{r:?}");
     assert!(t.elapsed() < Duration::from_secs(5));
     assert_eq!(r.data, "half");
+    super::common::assert_clean(_p.path());
 }
 
 #[test]
 fn wasm_checkpoint_is_persisted_before_it_is_returned() {
-    let cp = msg(r#"{"type":"checkpoint","reason":"decision_required","message":"Which auth provider?","options":["Auth0","Supabase"],"resume_id":"step_2_auth_decision"}"#);
+    let cp = msg(
+        r#"{"type":"checkpoint","reason":"decision_required","message":"Which auth provider?","options":["Auth0","Supabase"],"resume_id":"step_2_auth_decision"}"#,
+    );
     let (p, host) = with_wasm(&[&cp], false);
     let r = spawn(&host, None);
     assert_eq!(r.status, AgentStatus::Checkpoint);
     let signal: metash_protocol::CheckpointSignal = serde_json::from_str(&r.data).unwrap();
     assert_eq!(signal.options, vec!["Auth0", "Supabase"]);
-    let state = metash_store::Store::open(p.path()).unwrap().state().unwrap();
+    let state = metash_store::Store::open(p.path())
+        .unwrap()
+        .state()
+        .unwrap();
     let pending = state.pending_checkpoint.unwrap();
     assert_eq!(pending.id, "step_2_auth_decision");
     assert_eq!(pending.agent, "wasm-a");
@@ -75,5 +85,8 @@ fn unknown_agent_is_a_clear_error() {
         .spawn_agent(&SpawnRequest::new("nobody", "", "hi"))
         .unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("unknown agent `nobody`") && msg.contains("wasm-a"), "{msg}");
+    assert!(
+        msg.contains("unknown agent `nobody`") && msg.contains("wasm-a"),
+        "{msg}"
+    );
 }

@@ -116,6 +116,7 @@ pub struct Spawned {
     pub task: Option<String>,
     pub user_message: String,
     pub resume: Option<Value>,
+    pub workdir: Option<PathBuf>,
     pub start: Instant,
     pub end: Instant,
 }
@@ -215,6 +216,7 @@ impl Spawner for Sim {
             task: req.task_id.clone(),
             user_message: req.user_message.clone(),
             resume,
+            workdir: req.workdir.clone(),
             start,
             end: Instant::now(),
         });

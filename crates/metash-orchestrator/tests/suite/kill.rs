@@ -85,7 +85,9 @@ fn summary(p: &Project) -> (Value, Vec<(String, usize)>, String) {
 fn sigkill_at_random_points_then_continue() {
     let reference = Project::new("");
     reference.decide("english");
+    let started = std::time::Instant::now();
     assert!(matches!(run_to_end(&reference), RunOutcome::Complete { .. }));
+    let reference_ms = started.elapsed().as_millis();
     let want = summary(&reference);
 
     let p = Project::new("");
@@ -108,14 +110,29 @@ fn sigkill_at_random_points_then_continue() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(20 + rng.next(250)));
+        // Kill after a random amount of progress (1 to 6 new log events), then a random few ms:
+        // the kills land all along the run, not only in the child's startup.
+        let events = p.path().join(".meta/events.jsonl");
+        let lines = || std::fs::read_to_string(&events).map(|t| t.lines().count()).unwrap_or(0);
+        let target = lines() + 1 + rng.next(6) as usize;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while lines() < target
+            && child.try_wait().unwrap().is_none()
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(rng.next(8)));
         if child.try_wait().unwrap().is_none() {
             interrupted += 1;
         }
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
     }
-    eprintln!("{interrupted} of 20 kills interrupted a live run");
+    eprintln!(
+        "{interrupted} of 20 kills interrupted a live run (an uninterrupted run takes {reference_ms} ms); log: {} events",
+        p.store().log().read_all().unwrap().len()
+    );
     assert!(interrupted >= 10, "most kills must land mid-run ({interrupted})");
     assert!(matches!(run_to_end(&p), RunOutcome::Complete { .. }));
     let got = summary(&p);

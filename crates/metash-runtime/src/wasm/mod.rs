@@ -324,6 +324,11 @@ impl WasmAgent {
         loop {
             if Instant::now() >= give_up {
                 halt.store(true, Ordering::SeqCst);
+                if let Some(st) = end {
+                    // It finished its invocation but then blocked in a host call: the answer
+                    // stands, the instance is abandoned.
+                    return Ok(tracker.finish(st));
+                }
                 sink.record(
                     kinds::TIMEOUT,
                     Some(&spec.id),

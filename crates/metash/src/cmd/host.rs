@@ -200,7 +200,11 @@ pub fn checkpoint(h: &Host, r: &AgentResponse, ask: bool, json: bool) -> Result<
         serde_json::from_str(&r.data).context("the checkpoint signal is not valid JSON")?;
     let id = signal.resume_id.clone().unwrap_or_default();
     let mut err = std::io::stderr().lock();
-    writeln!(err, "\ncheckpoint `{id}` ({:?}): {}", signal.reason, signal.message)?;
+    writeln!(
+        err,
+        "\ncheckpoint `{id}` ({:?}): {}",
+        signal.reason, signal.message
+    )?;
     for (i, o) in signal.options.iter().enumerate() {
         writeln!(err, "  {}. {o}", i + 1)?;
     }

@@ -93,20 +93,32 @@ fn run_loop(args: RunArgs, ctx: &Ctx) -> Result<ExitCode> {
     let (code, value) = match &outcome {
         RunOutcome::Complete { phases_completed } => {
             eprintln!("metash: the project is complete ({phases_completed} phase(s) completed in this run)");
-            (ExitCode::SUCCESS, serde_json::json!({"outcome": "complete", "phasesCompleted": phases_completed}))
+            (
+                ExitCode::SUCCESS,
+                serde_json::json!({"outcome": "complete", "phasesCompleted": phases_completed}),
+            )
         }
         RunOutcome::PhaseLimit { phases_completed } => {
             eprintln!("metash: stopped after {phases_completed} phase(s) (--max-phases); `metash run` continues");
-            (ExitCode::SUCCESS, serde_json::json!({"outcome": "phase_limit", "phasesCompleted": phases_completed}))
+            (
+                ExitCode::SUCCESS,
+                serde_json::json!({"outcome": "phase_limit", "phasesCompleted": phases_completed}),
+            )
         }
         RunOutcome::Checkpoint(p) => {
-            eprintln!("metash: checkpoint `{}` from {} ({:?}):", p.id, p.agent, p.signal.reason);
+            eprintln!(
+                "metash: checkpoint `{}` from {} ({:?}):",
+                p.id, p.agent, p.signal.reason
+            );
             eprintln!("  {}", p.signal.message);
             for (i, o) in p.signal.options.iter().enumerate() {
                 eprintln!("  {}. {o}", i + 1);
             }
             eprintln!("answer with: metash run --answer VALUE");
-            (ExitCode::from(CHECKPOINT), serde_json::json!({"outcome": "checkpoint", "checkpoint": p}))
+            (
+                ExitCode::from(CHECKPOINT),
+                serde_json::json!({"outcome": "checkpoint", "checkpoint": p}),
+            )
         }
         RunOutcome::Halted(h) => {
             eprintln!("metash: halted ({}): {}", h.reason, h.message);
@@ -114,7 +126,10 @@ fn run_loop(args: RunArgs, ctx: &Ctx) -> Result<ExitCode> {
                 eprintln!("  task {} ({}): {}", f.id, f.title, f.why.join("; "));
             }
             eprintln!("fix the cause, then `metash run --retry` (or `metash rollback TASK`)");
-            (ExitCode::from(HALTED), serde_json::json!({"outcome": "halted", "halt": h}))
+            (
+                ExitCode::from(HALTED),
+                serde_json::json!({"outcome": "halted", "halt": h}),
+            )
         }
     };
     if args.json {
@@ -137,7 +152,10 @@ fn status(ctx: &Ctx, json: bool) -> Result<ExitCode> {
 
 fn table(r: &StatusReport) -> String {
     let mut out = String::new();
-    let status = serde_json::to_value(r.status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+    let status = serde_json::to_value(r.status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
     out.push_str(&format!(
         "phase {}  status {}  gaps {}/{}  revision {}\n",
         r.current_phase, status, r.gap_count, r.max_gap_retries, r.revision
@@ -153,9 +171,15 @@ fn table(r: &StatusReport) -> String {
         out.push_str("no tasks planned yet\n");
     } else {
         let w = r.tasks.iter().map(|t| t.id.len()).max().unwrap_or(2).max(2);
-        out.push_str(&format!("{:<w$}  {:>5}  {:<8}  {:<18}  {:>7}  {}\n", "ID", "PHASE", "STATUS", "STATE", "COMMITS", "TITLE"));
+        out.push_str(&format!(
+            "{:<w$}  {:>5}  {:<8}  {:<18}  {:>7}  {}\n",
+            "ID", "PHASE", "STATUS", "STATE", "COMMITS", "TITLE"
+        ));
         for t in &r.tasks {
-            let st = serde_json::to_value(t.status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+            let st = serde_json::to_value(t.status)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
             let state = if t.running {
                 "running".to_string()
             } else if t.merged {
@@ -169,7 +193,12 @@ fn table(r: &StatusReport) -> String {
             };
             out.push_str(&format!(
                 "{:<w$}  {:>5}  {:<8}  {:<18}  {:>7}  {}\n",
-                t.id, t.phase, st, state, t.commits.len(), t.title
+                t.id,
+                t.phase,
+                st,
+                state,
+                t.commits.len(),
+                t.title
             ));
             for f in &t.findings {
                 out.push_str(&format!("{:<w$}  finding: {f}\n", ""));
@@ -177,7 +206,10 @@ fn table(r: &StatusReport) -> String {
         }
     }
     if let Some(p) = &r.pending_checkpoint {
-        out.push_str(&format!("checkpoint `{}` from {}: {}\n", p.id, p.agent, p.signal.message));
+        out.push_str(&format!(
+            "checkpoint `{}` from {}: {}\n",
+            p.id, p.agent, p.signal.message
+        ));
         if !p.signal.options.is_empty() {
             out.push_str(&format!("  options: {}\n", p.signal.options.join(", ")));
         }

@@ -17,12 +17,15 @@ use super::Ctx;
 
 #[derive(Debug, Subcommand)]
 pub enum ServeCommand {
-    /// Serve the host over JSON-RPC 2.0, one JSON object per line (methods spawnAgent,
-    /// updateState, getState, logProgress, answerCheckpoint; an `event` notification for every
-    /// durable event). See docs/host-rpc.md.
+    /// Serve the host over JSON-RPC 2.0 on stdin/stdout, one JSON object per line.
+    ///
+    /// Methods spawnAgent, updateState, getState, logProgress, answerCheckpoint,
+    /// pendingCheckpoint; an `event` notification for every durable event. See docs/host-rpc.md.
     Serve(ServeArgs),
-    /// Serve the host as an MCP server over stdio (tools spawn_agent, update_state, get_state,
-    /// log_progress, answer_checkpoint), e.g. for `claude --mcp-config`.
+    /// Serve the host as an MCP server over stdio, e.g. for `claude --mcp-config`.
+    ///
+    /// Tools spawn_agent, update_state, get_state, log_progress, answer_checkpoint. See
+    /// docs/host-rpc.md.
     Mcp(HostArgs),
 }
 
@@ -72,8 +75,7 @@ pub fn run(cmd: ServeCommand, ctx: &Ctx) -> Result<ExitCode> {
 }
 
 fn open(ctx: &Ctx, args: &HostArgs) -> Result<Arc<Host>> {
-    let workspace =
-        std::fs::canonicalize(&ctx.workspace).unwrap_or_else(|_| ctx.workspace.clone());
+    let workspace = std::fs::canonicalize(&ctx.workspace).unwrap_or_else(|_| ctx.workspace.clone());
     let options = HostOptions {
         terminal: if args.quiet {
             Terminal::Silent

@@ -171,9 +171,9 @@ pub fn run(cmd: StoreCommand, ctx: &Ctx) -> Result<ExitCode> {
 
 fn init(ctx: &Ctx, context: Option<PathBuf>, json: bool) -> Result<ExitCode> {
     let text = match &context {
-        Some(p) => Some(
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
-        ),
+        Some(p) => {
+            Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
+        }
         None => None,
     };
     std::fs::create_dir_all(&ctx.workspace)
@@ -193,9 +193,8 @@ fn init(ctx: &Ctx, context: Option<PathBuf>, json: bool) -> Result<ExitCode> {
 }
 
 fn parse_json(value: &str) -> Result<Value> {
-    serde_json::from_str(value).with_context(|| {
-        format!("`{value}` is not a JSON value (quote strings: '\"text\"')")
-    })
+    serde_json::from_str(value)
+        .with_context(|| format!("`{value}` is not a JSON value (quote strings: '\"text\"')"))
 }
 
 fn state(ctx: &Ctx, cmd: StateCmd) -> Result<ExitCode> {
@@ -213,8 +212,8 @@ fn state(ctx: &Ctx, cmd: StateCmd) -> Result<ExitCode> {
             json,
         } => {
             let value = parse_json(&value)?;
-            let store =
-                Store::open(&ctx.workspace)?.with_lock_timeout(Duration::from_millis(lock_timeout_ms));
+            let store = Store::open(&ctx.workspace)?
+                .with_lock_timeout(Duration::from_millis(lock_timeout_ms));
             let revision = store.update_state_as(None, &key, value, expect_revision)?;
             if json {
                 println!("{}", serde_json::json!({ "revision": revision }));
@@ -255,7 +254,11 @@ fn log(ctx: &Ctx, cmd: LogCmd) -> Result<ExitCode> {
                     writeln!(out, "{}", serde_json::to_string(&r)?)?;
                 } else {
                     let agent = r.agent.as_deref().unwrap_or("-");
-                    writeln!(out, "{:>6}  {}  {:<14} {:<12} {}", r.seq, r.ts, r.kind, agent, r.data)?;
+                    writeln!(
+                        out,
+                        "{:>6}  {}  {:<14} {:<12} {}",
+                        r.seq, r.ts, r.kind, agent, r.data
+                    )?;
                 }
             }
         }
@@ -283,7 +286,8 @@ fn log(ctx: &Ctx, cmd: LogCmd) -> Result<ExitCode> {
         LogCmd::Export { output } => {
             let mut sink: Box<dyn Write> = match &output {
                 Some(p) => Box::new(std::io::BufWriter::new(
-                    std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+                    std::fs::File::create(p)
+                        .with_context(|| format!("creating {}", p.display()))?,
                 )),
                 None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
             };
