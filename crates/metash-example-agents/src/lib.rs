@@ -42,7 +42,10 @@ pub fn request(prompt: &str) -> Option<Value> {
 }
 
 fn language(req: &Value, resume: Option<&Value>) -> Option<String> {
-    if let Some(answer) = resume.and_then(|r| r.get("user_input")).and_then(Value::as_str) {
+    if let Some(answer) = resume
+        .and_then(|r| r.get("user_input"))
+        .and_then(Value::as_str)
+    {
         return Some(answer.to_ascii_lowercase());
     }
     req.get("decisions")?
@@ -124,7 +127,10 @@ pub fn executor(prompt: &str, resume: Option<&Value>, workspace: &Path) -> Reply
     let (file, content) = match id.as_str() {
         "hello" => ("hello.txt".to_string(), format!("{hello}\n")),
         // The first draft forgets the final `!`: the verifier catches it.
-        "bye" if !fixing => ("bye.txt".to_string(), format!("{}\n", bye.trim_end_matches('!').trim_end())),
+        "bye" if !fixing => (
+            "bye.txt".to_string(),
+            format!("{}\n", bye.trim_end_matches('!').trim_end()),
+        ),
         "bye" => ("bye.txt".to_string(), format!("{bye}\n")),
         "readme" => (
             "README.md".to_string(),
@@ -173,7 +179,11 @@ pub fn verifier(prompt: &str, resume: Option<&Value>, workspace: &Path) -> Reply
     let mut expect = |file: &str, want: &str| {
         let got = read(workspace, file);
         if got.trim() != want.trim() {
-            findings.push(format!("{file}: expected {:?}, found {:?}", want.trim(), got.trim()));
+            findings.push(format!(
+                "{file}: expected {:?}, found {:?}",
+                want.trim(),
+                got.trim()
+            ));
         }
     };
     match id.as_str() {
@@ -181,7 +191,10 @@ pub fn verifier(prompt: &str, resume: Option<&Value>, workspace: &Path) -> Reply
         "bye" => {
             let got = read(workspace, "bye.txt");
             if !got.trim_end().ends_with('!') {
-                findings.push(format!("bye.txt: the farewell must end with '!' (found {:?})", got.trim()));
+                findings.push(format!(
+                    "bye.txt: the farewell must end with '!' (found {:?})",
+                    got.trim()
+                ));
             } else {
                 expect("bye.txt", bye);
             }
@@ -196,7 +209,10 @@ pub fn verifier(prompt: &str, resume: Option<&Value>, workspace: &Path) -> Reply
         }
         "shout" => expect("shout.txt", &hello.to_uppercase()),
         other => {
-            if read(workspace, &format!("tasks/{other}.txt")).trim().is_empty() {
+            if read(workspace, &format!("tasks/{other}.txt"))
+                .trim()
+                .is_empty()
+            {
                 findings.push(format!("tasks/{other}.txt is missing or empty"));
             }
         }
@@ -208,7 +224,11 @@ pub fn verifier(prompt: &str, resume: Option<&Value>, workspace: &Path) -> Reply
 pub fn serve(handler: fn(&str, Option<&Value>, &Path) -> Reply) -> std::io::Result<()> {
     metash_agent::run(|session, input| {
         let ctx = session.context().clone();
-        let resume = ctx.config.get("resume_data").filter(|v| !v.is_null()).cloned();
+        let resume = ctx
+            .config
+            .get("resume_data")
+            .filter(|v| !v.is_null())
+            .cloned();
         let ws = ctx.workspace.clone().unwrap_or_else(|| ".".into());
         match handler(&input.prompt, resume.as_ref(), Path::new(&ws)) {
             Reply::Output(text) => session

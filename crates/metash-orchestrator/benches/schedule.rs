@@ -82,7 +82,8 @@ impl Spawner for Agents {
             "executor" => {
                 let id = req.task_id.clone().unwrap_or_default();
                 std::thread::sleep((self.sleep)(&id));
-                json!({"summary": "ok", "files": [{"path": format!("{id}.txt"), "content": id}]}).to_string()
+                json!({"summary": "ok", "files": [{"path": format!("{id}.txt"), "content": id}]})
+                    .to_string()
             }
             _ => r#"{"pass": true}"#.to_string(),
         };
@@ -137,7 +138,9 @@ fn executing_span(dir: &Path) -> Duration {
     let store = metash_store::Store::open(dir).unwrap();
     let recs = store.log().read_all().unwrap();
     let ts = |r: &metash_protocol::LogRecord| {
-        chrono::DateTime::parse_from_rfc3339(&r.ts).unwrap().timestamp_micros()
+        chrono::DateTime::parse_from_rfc3339(&r.ts)
+            .unwrap()
+            .timestamp_micros()
     };
     let is_status = |r: &metash_protocol::LogRecord, s: &str| {
         if r.kind != "state_update" {
@@ -149,8 +152,16 @@ fn executing_span(dir: &Path) -> Duration {
                 .as_array()
                 .is_some_and(|us| us.iter().any(hit))
     };
-    let start = recs.iter().find(|r| is_status(r, "executing")).map(ts).unwrap();
-    let end = recs.iter().find(|r| is_status(r, "verifying")).map(ts).unwrap();
+    let start = recs
+        .iter()
+        .find(|r| is_status(r, "executing"))
+        .map(ts)
+        .unwrap();
+    let end = recs
+        .iter()
+        .find(|r| is_status(r, "verifying"))
+        .map(ts)
+        .unwrap();
     Duration::from_micros((end - start) as u64)
 }
 
@@ -166,7 +177,10 @@ fn main() {
     );
 
     // 1b. The full loop with instant agents: host time per task.
-    let n = std::env::var("BENCH_LOOP_TASKS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+    let n = std::env::var("BENCH_LOOP_TASKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
     let tasks = dag(n);
     let agents = Agents {
         plan: json!({"tasks": tasks.iter().map(|t| json!({"id": t.id, "title": t.title, "dependencies": t.dependencies})).collect::<Vec<_>>()}).to_string(),

@@ -100,11 +100,16 @@ impl Book {
     }
 
     pub fn running(&self) -> impl Iterator<Item = (&String, &Running)> {
-        self.running.iter().filter_map(|(k, v)| v.as_ref().map(|r| (k, r)))
+        self.running
+            .iter()
+            .filter_map(|(k, v)| v.as_ref().map(|r| (k, r)))
     }
 
     pub fn findings(&self, id: &str) -> &[String] {
-        self.findings.get(id).and_then(Option::as_deref).unwrap_or(&[])
+        self.findings
+            .get(id)
+            .and_then(Option::as_deref)
+            .unwrap_or(&[])
     }
 
     pub fn is_verified(&self, id: &str) -> bool {

@@ -96,9 +96,13 @@ impl OrchestratorConfig {
         if config.jobs == 0 {
             return Err(bad("[orchestrator]: jobs must be at least 1".into()));
         }
-        if config.max_gap_retries == 0 || config.max_plan_attempts == 0 || config.max_task_attempts == 0
+        if config.max_gap_retries == 0
+            || config.max_plan_attempts == 0
+            || config.max_task_attempts == 0
         {
-            return Err(bad("[orchestrator]: the max_* limits must be at least 1".into()));
+            return Err(bad(
+                "[orchestrator]: the max_* limits must be at least 1".into()
+            ));
         }
         for (key, name) in [
             ("planner", &config.planner),
@@ -130,9 +134,10 @@ mod tests {
 
     #[test]
     fn typo_in_our_section_is_an_error() {
-        let err = OrchestratorConfig::parse("[orchestrator]\nmax_gap_retry = 2\n", Path::new("c.toml"))
-            .unwrap_err()
-            .to_string();
+        let err =
+            OrchestratorConfig::parse("[orchestrator]\nmax_gap_retry = 2\n", Path::new("c.toml"))
+                .unwrap_err()
+                .to_string();
         assert!(err.contains("max_gap_retry"), "{err}");
     }
 

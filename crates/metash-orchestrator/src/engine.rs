@@ -36,9 +36,13 @@ pub struct RunOptions {
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunOutcome {
     /// The planner found nothing left to do.
-    Complete { phases_completed: u32 },
+    Complete {
+        phases_completed: u32,
+    },
     /// `max_phases` phases completed.
-    PhaseLimit { phases_completed: u32 },
+    PhaseLimit {
+        phases_completed: u32,
+    },
     /// Someone must answer (`metash run --answer VALUE`).
     Checkpoint(PendingCheckpoint),
     Halted(Halt),
@@ -113,7 +117,9 @@ impl<'a> Orchestrator<'a> {
     }
 
     pub(crate) fn update(&self, updates: Vec<(String, Value)>) -> Result<u64> {
-        Ok(self.store().update_many(Some(ORCHESTRATOR_AGENT), updates, None)?)
+        Ok(self
+            .store()
+            .update_many(Some(ORCHESTRATOR_AGENT), updates, None)?)
     }
 
     /// Refuses before anything is spent when a role is unknown or a model-backed role lacks its
@@ -122,7 +128,11 @@ impl<'a> Orchestrator<'a> {
     /// # Errors
     /// [`OrchestratorError::Host`] naming the role and what is missing.
     pub fn preflight(&self) -> Result<()> {
-        for name in [&self.config.planner, &self.config.executor, &self.config.verifier] {
+        for name in [
+            &self.config.planner,
+            &self.config.executor,
+            &self.config.verifier,
+        ] {
             if let Some(role) = self.host.config().roles.get(name.as_str()) {
                 self.host.preflight_role(name, role)?;
             }
@@ -200,7 +210,10 @@ impl<'a> Orchestrator<'a> {
         };
         let resume = self.host.answer_checkpoint(None, value)?;
         self.progress(
-            &format!("checkpoint `{}` answered: {}", resume.checkpoint_id, resume.user_input),
+            &format!(
+                "checkpoint `{}` answered: {}",
+                resume.checkpoint_id, resume.user_input
+            ),
             LogLevel::Info,
         );
         if pending.agent == ORCHESTRATOR_AGENT {
@@ -260,7 +273,10 @@ impl<'a> Orchestrator<'a> {
         if state.status != SessionStatus::Halted {
             return Ok(());
         }
-        if Book::of(&state).halt.is_some_and(|h| h.reason == "complete") {
+        if Book::of(&state)
+            .halt
+            .is_some_and(|h| h.reason == "complete")
+        {
             return Ok(());
         }
         self.update(vec![
@@ -284,7 +300,10 @@ impl<'a> Orchestrator<'a> {
         self.progress(&halt.message, level);
         self.update(vec![
             ("status".into(), json!(SessionStatus::Halted)),
-            book::set(&["halt"], serde_json::to_value(&halt).unwrap_or(Value::Null)),
+            book::set(
+                &["halt"],
+                serde_json::to_value(&halt).unwrap_or(Value::Null),
+            ),
         ])?;
         Ok(if halt.reason == "complete" {
             Step::Continue
@@ -412,4 +431,3 @@ impl<'a> Orchestrator<'a> {
         Ok(Step::Stop(RunOutcome::Checkpoint(pending)))
     }
 }
-

@@ -17,7 +17,9 @@ use std::collections::HashSet;
 use std::path::{Component, Path, PathBuf};
 use std::sync::mpsc;
 
-use metash_protocol::{AgentStatus, LogLevel, PendingCheckpoint, SessionState, SessionStatus, TaskStatus};
+use metash_protocol::{
+    AgentStatus, LogLevel, PendingCheckpoint, SessionState, SessionStatus, TaskStatus,
+};
 use serde_json::{json, Value};
 
 use crate::book::{self, Book, FailedTask, Halt, ResumeFor};
@@ -42,7 +44,11 @@ impl Orchestrator<'_> {
     pub(crate) fn execute_phase(&self, state: &SessionState) -> Result<Step> {
         let phase = state.current_phase;
         let nodes = Self::nodes(state);
-        let tasks = state.plan.as_ref().map(|p| p.tasks.as_slice()).unwrap_or(&[]);
+        let tasks = state
+            .plan
+            .as_ref()
+            .map(|p| p.tasks.as_slice())
+            .unwrap_or(&[]);
         let done: HashSet<&str> = tasks
             .iter()
             .filter(|t| t.status == TaskStatus::Complete)
@@ -57,7 +63,11 @@ impl Orchestrator<'_> {
             return Ok(Step::Continue);
         }
         self.progress(
-            &format!("phase {phase}: executing {} task(s), {} at a time", to_run.len(), self.jobs),
+            &format!(
+                "phase {phase}: executing {} task(s), {} at a time",
+                to_run.len(),
+                self.jobs
+            ),
             LogLevel::Info,
         );
         let mut sched = Scheduler::new(&to_run, &done);
@@ -71,7 +81,8 @@ impl Orchestrator<'_> {
             let (tx, rx) = mpsc::channel::<(String, Result<Attempt>)>();
             // The task whose checkpoint was answered runs first and alone, so the answer the host
             // hands to the next spawn reaches it.
-            let mut exclusive: Option<String> = first.as_deref().and_then(|id| sched.take_if_ready(id));
+            let mut exclusive: Option<String> =
+                first.as_deref().and_then(|id| sched.take_if_ready(id));
             if let Some(id) = exclusive.clone() {
                 let tx = tx.clone();
                 scope.spawn(move || {
@@ -109,7 +120,10 @@ impl Orchestrator<'_> {
                             .unwrap_or(u32::MAX);
                         if attempts < self.config.max_task_attempts {
                             self.progress(
-                                &format!("task {id} failed (attempt {attempts}): {}; retrying", clip(&why)),
+                                &format!(
+                                    "task {id} failed (attempt {attempts}): {}; retrying",
+                                    clip(&why)
+                                ),
                                 LogLevel::Warn,
                             );
                             sched.retry(&id);
@@ -191,7 +205,10 @@ impl Orchestrator<'_> {
             ),
             book::set(&["attempts", id], json!(attempt)),
         ])?;
-        self.progress(&format!("task {id}: executing (attempt {attempt})"), LogLevel::Info);
+        self.progress(
+            &format!("task {id}: executing (attempt {attempt})"),
+            LogLevel::Info,
+        );
         let response = self.spawn(
             Role::Executor,
             &Focus {
@@ -239,7 +256,11 @@ impl Orchestrator<'_> {
                 Ok(Attempt::Complete)
             }
             AgentStatus::Error | AgentStatus::Timeout => {
-                let why = format!("executor {:?}: {}", response.status, clip(&response.data)).to_lowercase();
+                let why = format!(
+                    "executor {}: {}",
+                    crate::planning::status_word(response.status),
+                    clip(&response.data)
+                );
                 self.fail_attempt(id, &wt, &head, why)
             }
             AgentStatus::Checkpoint => {
@@ -268,7 +289,10 @@ impl Orchestrator<'_> {
         self.update(vec![
             book::task_set(id, "status", json!(TaskStatus::Failed)),
             book::set(&["running", id], book::null()),
-            book::set(&["findings", id], json!([format!("the previous attempt failed: {why}")])),
+            book::set(
+                &["findings", id],
+                json!([format!("the previous attempt failed: {why}")]),
+            ),
         ])?;
         Ok(Attempt::Failed(why))
     }
@@ -295,12 +319,16 @@ impl Orchestrator<'_> {
             _ => "HEAD".to_string(),
         };
         let wt = worktree_of(&workspace, id);
-        if !self.git.ensure_worktree(&wt, &branch_of(id), &base)? {
+        let created = self.git.ensure_worktree(&wt, &branch_of(id), &base)?;
+        if !created {
             // Reused: drop whatever a failed or killed attempt left behind.
             self.git.reset_to(&wt, "HEAD")?;
         }
         for dep in &unmerged {
-            if !self.git.branch_exists(dep)? || self.git.is_ancestor(&wt, dep, "HEAD")? {
+            if (created && *dep == base)
+                || !self.git.branch_exists(dep)?
+                || self.git.is_ancestor(&wt, dep, "HEAD")?
+            {
                 continue;
             }
             let msg = format!("metash: bring {dep} into task {id}");
@@ -338,7 +366,11 @@ pub(crate) fn title_of(state: &SessionState, id: &str) -> String {
 
 /// Index of the first task that is not complete, counting `id` as complete.
 fn next_task_idx(state: &SessionState, id: &str) -> usize {
-    let tasks = state.plan.as_ref().map(|p| p.tasks.as_slice()).unwrap_or(&[]);
+    let tasks = state
+        .plan
+        .as_ref()
+        .map(|p| p.tasks.as_slice())
+        .unwrap_or(&[]);
     tasks
         .iter()
         .position(|t| t.id != id && t.status != TaskStatus::Complete)
@@ -379,7 +411,9 @@ fn apply_files(wt: &Path, data: &str) -> std::result::Result<(), String> {
             && rel.components().all(|c| matches!(c, Component::Normal(_)))
             && !matches!(rel.components().next(), Some(Component::Normal(first)) if first == ".git" || first == ".meta");
         if !ok {
-            return Err(format!("file path `{path}` must be relative, inside the worktree, outside .git and .meta"));
+            return Err(format!(
+                "file path `{path}` must be relative, inside the worktree, outside .git and .meta"
+            ));
         }
         let target = wt.join(rel);
         if let Some(parent) = target.parent() {

@@ -76,7 +76,14 @@ impl Git {
         Command::new("git")
             .arg("-C")
             .arg(dir)
-            .args(["-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null"])
+            .args([
+                "-c",
+                "commit.gpgsign=false",
+                "-c",
+                "core.hooksPath=/dev/null",
+            ])
+            // No background `git maintenance`/`gc` after every commit of the loop.
+            .args(["-c", "maintenance.auto=false", "-c", "gc.auto=0"])
             .args(args)
             .env("GIT_TERMINAL_PROMPT", "0")
             .env("GIT_EDITOR", "true")
@@ -162,7 +169,19 @@ impl Git {
         }
     }
 
+    /// Whether `refs/heads/<branch>` exists. Looks for the loose ref file first (the loop asks this
+    /// several times per task, and a git process costs milliseconds); asks git when the ref may be
+    /// packed or the repository is laid out differently.
     pub fn branch_exists(&self, branch: &str) -> Result<bool> {
+        let git_dir = self.root.join(".git");
+        if git_dir.is_dir() {
+            if git_dir.join("refs/heads").join(branch).is_file() {
+                return Ok(true);
+            }
+            if !git_dir.join("packed-refs").exists() && !git_dir.join("reftable").exists() {
+                return Ok(false);
+            }
+        }
         Ok(self
             .resolve(&self.root, &format!("refs/heads/{branch}"))?
             .is_some())
@@ -183,7 +202,10 @@ impl Git {
             if this.branch_exists(branch)? {
                 this.run(&this.root, &["worktree", "add", "--force", &p, branch])
             } else {
-                this.run(&this.root, &["worktree", "add", "--force", "-b", branch, &p, base])
+                this.run(
+                    &this.root,
+                    &["worktree", "add", "--force", "-b", branch, &p, base],
+                )
             }
         };
         if add(self).is_err() {
@@ -194,18 +216,37 @@ impl Git {
         Ok(true)
     }
 
-    /// Removes the worktree and its branch (their commits stay reachable from wherever they were
-    /// merged).
-    pub fn remove_worktree(&self, path: &Path, branch: &str) -> Result<()> {
+    /// Removes the worktree, and its branch when given (their commits stay reachable from wherever
+    /// they were merged).
+    pub fn remove_worktree(&self, path: &Path, branch: Option<&str>) -> Result<()> {
         if path.exists() {
             let p = path.to_string_lossy();
-            if self.run(&self.root, &["worktree", "remove", "--force", &p]).is_err() {
+            if self
+                .run(&self.root, &["worktree", "remove", "--force", &p])
+                .is_err()
+            {
                 let _ = std::fs::remove_dir_all(path);
                 self.run(&self.root, &["worktree", "prune"])?;
             }
         }
-        if self.branch_exists(branch)? {
-            self.run(&self.root, &["branch", "-D", "-q", branch])?;
+        if let Some(branch) = branch {
+            self.delete_branches(&[branch.to_string()])?;
+        }
+        Ok(())
+    }
+
+    /// Deletes those of `branches` that exist, with one git process.
+    pub fn delete_branches(&self, branches: &[String]) -> Result<()> {
+        let mut args = vec!["branch", "-D", "-q"];
+        let mut any = false;
+        for b in branches {
+            if self.branch_exists(b)? {
+                args.push(b);
+                any = true;
+            }
+        }
+        if any {
+            self.run(&self.root, &args)?;
         }
         Ok(())
     }
@@ -221,8 +262,23 @@ impl Git {
         Ok(())
     }
 
+    /// Whether a merge is in progress in `dir` (its git dir holds `MERGE_HEAD`). A file check, not
+    /// a git process: the loop asks this for every attempt.
     pub fn merge_in_progress(&self, dir: &Path) -> Result<bool> {
-        Ok(self.resolve(dir, "MERGE_HEAD")?.is_some())
+        let dot_git = dir.join(".git");
+        let git_dir = if dot_git.is_dir() {
+            dot_git
+        } else {
+            match std::fs::read_to_string(&dot_git) {
+                // A worktree: `.git` is a file `gitdir: <path>`.
+                Ok(text) => match text.trim().strip_prefix("gitdir:") {
+                    Some(p) => dir.join(p.trim()),
+                    None => return Ok(self.resolve(dir, "MERGE_HEAD")?.is_some()),
+                },
+                Err(_) => return Ok(self.resolve(dir, "MERGE_HEAD")?.is_some()),
+            }
+        };
+        Ok(git_dir.join("MERGE_HEAD").exists())
     }
 
     /// `git merge-base --is-ancestor a b`.
@@ -238,7 +294,8 @@ impl Git {
     /// Merges `rev` into the branch checked out in `dir` (always a merge commit, so a task's work
     /// stays one unit in history). A conflict leaves the merge in progress for a person.
     pub fn merge(&self, dir: &Path, rev: &str, message: &str) -> Result<Merge> {
-        let out = self.run_committing(dir, &["merge", "--no-ff", "--no-edit", "-m", message, rev])?;
+        let out =
+            self.run_committing(dir, &["merge", "--no-ff", "--no-edit", "-m", message, rev])?;
         if out.status.success() {
             return Ok(Merge::Clean);
         }
@@ -251,7 +308,11 @@ impl Git {
 
     fn conflicted(&self, dir: &Path) -> Result<Vec<String>> {
         let text = self.run(dir, &["diff", "--name-only", "--diff-filter=U"])?;
-        Ok(text.lines().map(str::to_string).filter(|l| !l.is_empty()).collect())
+        Ok(text
+            .lines()
+            .map(str::to_string)
+            .filter(|l| !l.is_empty())
+            .collect())
     }
 
     /// Commits every change in `dir` except `.meta/`; `None` when there was nothing to commit.

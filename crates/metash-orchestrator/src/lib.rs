@@ -26,7 +26,9 @@ mod verify;
 
 pub use book::{Book, Halt};
 pub use config::OrchestratorConfig;
-pub use engine::{branch_of, worktree_of, Orchestrator, RunOptions, RunOutcome, ORCHESTRATOR_AGENT};
+pub use engine::{
+    branch_of, worktree_of, Orchestrator, RunOptions, RunOutcome, ORCHESTRATOR_AGENT,
+};
 pub use error::{OrchestratorError, Result};
 pub use rollback::{RollbackPlan, RolledBack};
 pub use status::{report, StatusReport, TaskRow};

@@ -46,56 +46,55 @@ impl Orchestrator<'_> {
             );
         }
         for id in order {
-            let Some(node) = nodes.iter().find(|n| n.id == id) else { continue };
+            let Some(node) = nodes.iter().find(|n| n.id == id) else {
+                continue;
+            };
             if node.phase > phase || book.merged_at(&id).is_some() {
                 continue;
             }
             let branch = branch_of(&id);
-            let merged = if !self.git.branch_exists(&branch)? {
-                true // no branch left: nothing of it is outside HEAD
-            } else if self.git.is_ancestor(&root, &branch, "HEAD")? {
-                true
-            } else {
+            // No branch left: nothing of it is outside HEAD. A branch already contained in HEAD
+            // merges as "Already up to date", making no commit: merging is idempotent.
+            if self.git.branch_exists(&branch)? {
                 let msg = format!("metash: merge task {id}: {}", node.title);
-                match self.git.merge(&root, &branch, &msg)? {
-                    Merge::Clean => true,
-                    Merge::Conflict { files } => {
-                        return self.raise_own(
-                            format!(
-                                "Merging task {id} ({}) conflicts in {}. Resolve the conflicts in {}, \
-                                 commit the merge, then run `metash run --answer done` (or \
-                                 `--answer abort` to give up and halt).",
-                                node.title,
-                                files.join(", "),
-                                root.display()
-                            ),
-                            vec!["done".into(), "abort".into()],
-                            ResumeFor {
-                                role: "merge".into(),
-                                task: Some(id.clone()),
-                            },
-                        );
-                    }
+                if let Merge::Conflict { files } = self.git.merge(&root, &branch, &msg)? {
+                    return self.raise_own(
+                        format!(
+                            "Merging task {id} ({}) conflicts in {}. Resolve the conflicts in {}, \
+                             commit the merge, then run `metash run --answer done` (or \
+                             `--answer abort` to give up and halt).",
+                            node.title,
+                            files.join(", "),
+                            root.display()
+                        ),
+                        vec!["done".into(), "abort".into()],
+                        ResumeFor {
+                            role: "merge".into(),
+                            task: Some(id.clone()),
+                        },
+                    );
                 }
-            };
-            if merged {
-                let head = self.git.head(&root)?;
-                self.update(vec![
-                    book::set(&["merged", &id], json!(head)),
-                    book::set(&["resumeFor"], book::null()),
-                ])?;
-                self.progress(&format!("task {id}: merged"), LogLevel::Info);
             }
+            let head = self.git.head(&root)?;
+            self.update(vec![
+                book::set(&["merged", &id], json!(head)),
+                book::set(&["resumeFor"], book::null()),
+            ])?;
+            self.progress(&format!("task {id}: merged"), LogLevel::Info);
         }
         // Worktrees and branches of merged tasks are no longer needed: their commits are in HEAD.
         let state = self.store().state()?;
         let book = Book::of(&state);
-        for n in Self::nodes(&state) {
-            if n.phase <= phase && book.merged_at(&n.id).is_some() {
-                self.git
-                    .remove_worktree(&worktree_of(&root, &n.id), &branch_of(&n.id))?;
-            }
+        let merged: Vec<String> = Self::nodes(&state)
+            .into_iter()
+            .filter(|n| n.phase <= phase && book.merged_at(&n.id).is_some())
+            .map(|n| n.id)
+            .collect();
+        for id in &merged {
+            self.git.remove_worktree(&worktree_of(&root, id), None)?;
         }
+        let branches: Vec<String> = merged.iter().map(|id| branch_of(id)).collect();
+        self.git.delete_branches(&branches)?;
         self.complete_phase(phase)
     }
 }

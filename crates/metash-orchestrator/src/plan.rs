@@ -159,7 +159,11 @@ fn check_id(id: &str) -> Result<(), String> {
 /// A cycle as a path of ids (first id repeated at the end), if there is one. Iterative DFS with
 /// colours so a 1,000-task chain cannot overflow the stack.
 pub fn find_cycle(tasks: &[TaskNode]) -> Option<Vec<String>> {
-    let index: HashMap<&str, usize> = tasks.iter().enumerate().map(|(i, t)| (t.id.as_str(), i)).collect();
+    let index: HashMap<&str, usize> = tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.id.as_str(), i))
+        .collect();
     let deps: Vec<Vec<usize>> = tasks
         .iter()
         .map(|t| {
@@ -216,7 +220,11 @@ pub fn find_cycle(tasks: &[TaskNode]) -> Option<Vec<String>> {
 /// Dependencies first; ties keep plan order. Assumes no cycle (validated plans have none).
 pub fn topo_order(tasks: &[TaskNode]) -> Vec<String> {
     let mut remaining: BTreeMap<usize, usize> = BTreeMap::new();
-    let index: HashMap<&str, usize> = tasks.iter().enumerate().map(|(i, t)| (t.id.as_str(), i)).collect();
+    let index: HashMap<&str, usize> = tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.id.as_str(), i))
+        .collect();
     let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); tasks.len()];
     for (i, t) in tasks.iter().enumerate() {
         let known: Vec<usize> = t
@@ -229,8 +237,11 @@ pub fn topo_order(tasks: &[TaskNode]) -> Vec<String> {
             dependents[d].push(i);
         }
     }
-    let mut ready: std::collections::BTreeSet<usize> =
-        remaining.iter().filter(|(_, n)| **n == 0).map(|(i, _)| *i).collect();
+    let mut ready: std::collections::BTreeSet<usize> = remaining
+        .iter()
+        .filter(|(_, n)| **n == 0)
+        .map(|(i, _)| *i)
+        .collect();
     let mut out = Vec::with_capacity(tasks.len());
     while let Some(i) = ready.pop_first() {
         out.push(tasks[i].id.clone());

@@ -26,7 +26,11 @@ pub(crate) enum PhaseState {
 pub(crate) fn phase_state(state: &SessionState, nodes: &[TaskNode]) -> PhaseState {
     let book = Book::of(state);
     let phase = state.current_phase;
-    let tasks = state.plan.as_ref().map(|p| p.tasks.as_slice()).unwrap_or(&[]);
+    let tasks = state
+        .plan
+        .as_ref()
+        .map(|p| p.tasks.as_slice())
+        .unwrap_or(&[]);
     let upto: Vec<_> = tasks
         .iter()
         .filter(|t| book.phase_of(&t.id, phase) <= phase)
@@ -98,8 +102,8 @@ impl Orchestrator<'_> {
                 return Ok(Step::Stop(RunOutcome::Checkpoint(p)));
             }
             AgentStatus::Error | AgentStatus::Timeout => Err(format!(
-                "the planner did not answer ({:?}): {}",
-                response.status,
+                "the planner did not answer ({}): {}",
+                status_word(response.status),
                 clip(&response.data)
             )),
             AgentStatus::Success => plan::parse_reply(&response.data).and_then(|reply| {
@@ -133,7 +137,9 @@ impl Orchestrator<'_> {
                 reason: "complete".into(),
                 phase,
                 failed: vec![],
-                message: format!("the planner has nothing left to do at phase {phase}: the project is complete"),
+                message: format!(
+                    "the planner has nothing left to do at phase {phase}: the project is complete"
+                ),
             });
         }
         let mut tasks: Vec<serde_json::Value> = state
@@ -148,7 +154,13 @@ impl Orchestrator<'_> {
             updates.push(book::set(&["phases", &n.id], json!(n.phase)));
         }
         let idx = state.plan.as_ref().map(|p| p.current_task_idx).unwrap_or(0);
-        updates.insert(0, ("plan".into(), json!({"tasks": tasks, "currentTaskIdx": idx})));
+        updates.insert(
+            0,
+            (
+                "plan".into(),
+                json!({"tasks": tasks, "currentTaskIdx": idx}),
+            ),
+        );
         updates.push(book::set(&["planAttempts"], json!(0)));
         updates.push(book::set(&["lastRejection"], book::null()));
         updates.push(book::set(&["resumeFor"], book::null()));
@@ -189,4 +201,14 @@ pub(crate) fn clip(s: &str) -> String {
         out.push('…');
     }
     out
+}
+
+/// `error`, `timeout`, ... as the wire spells them.
+pub(crate) fn status_word(status: AgentStatus) -> &'static str {
+    match status {
+        AgentStatus::Success => "success",
+        AgentStatus::Error => "error",
+        AgentStatus::Timeout => "timeout",
+        AgentStatus::Checkpoint => "checkpoint",
+    }
 }

@@ -72,7 +72,11 @@ pub fn user_message(
     focus: &Focus<'_>,
 ) -> String {
     let phase = state.current_phase;
-    let tasks = state.plan.as_ref().map(|p| p.tasks.as_slice()).unwrap_or(&[]);
+    let tasks = state
+        .plan
+        .as_ref()
+        .map(|p| p.tasks.as_slice())
+        .unwrap_or(&[]);
     let task = focus.task.and_then(|id| tasks.iter().find(|t| t.id == id));
     let mut out = String::new();
     let doing = match (role, task) {
@@ -129,7 +133,10 @@ pub fn user_message(
         }
     }
     if role == Role::Executor && !focus.findings.is_empty() {
-        let _ = writeln!(out, "## The verifier rejected the last attempt; fix these findings\n");
+        let _ = writeln!(
+            out,
+            "## The verifier rejected the last attempt; fix these findings\n"
+        );
         for f in focus.findings {
             let _ = writeln!(out, "- {f}");
         }
@@ -155,7 +162,11 @@ fn state_word(state: &SessionState) -> &'static str {
 
 fn request_json(role: Role, state: &SessionState, book: &Book, focus: &Focus<'_>) -> Value {
     let phase = state.current_phase;
-    let tasks = state.plan.as_ref().map(|p| p.tasks.as_slice()).unwrap_or(&[]);
+    let tasks = state
+        .plan
+        .as_ref()
+        .map(|p| p.tasks.as_slice())
+        .unwrap_or(&[]);
     let plan: Vec<Value> = tasks
         .iter()
         .map(|t| {

@@ -26,7 +26,9 @@ pub fn extract_json(data: &str) -> Result<Value, String> {
         }
     }
     let preview: String = text.chars().take(120).collect();
-    Err(format!("the reply holds no JSON (it starts with {preview:?})"))
+    Err(format!(
+        "the reply holds no JSON (it starts with {preview:?})"
+    ))
 }
 
 /// The body of the last ```` ``` ```` fenced block (any info string).
@@ -55,7 +57,10 @@ mod tests {
             extract_json("Here is the plan:\n```json\n{\"a\":2}\n```\nDone.").unwrap()["a"],
             2
         );
-        assert_eq!(extract_json("sure! {\"a\":3} hope it helps").unwrap()["a"], 3);
+        assert_eq!(
+            extract_json("sure! {\"a\":3} hope it helps").unwrap()["a"],
+            3
+        );
         assert!(extract_json("no json here").is_err());
     }
 }

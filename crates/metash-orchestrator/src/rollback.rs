@@ -45,13 +45,19 @@ impl Orchestrator<'_> {
         if !nodes.iter().any(|n| n.id == task) {
             return Err(OrchestratorError::UnknownTask(task.to_string()));
         }
-        let tasks = state.plan.as_ref().map(|p| p.tasks.as_slice()).unwrap_or(&[]);
+        let tasks = state
+            .plan
+            .as_ref()
+            .map(|p| p.tasks.as_slice())
+            .unwrap_or(&[]);
         let dependents = plan::dependents_of(&nodes, task)
             .into_iter()
             .filter(|d| {
-                tasks
-                    .iter()
-                    .any(|t| &t.id == d && (t.status != TaskStatus::Pending || t.commits.as_ref().is_some_and(|c| !c.is_empty())))
+                tasks.iter().any(|t| {
+                    &t.id == d
+                        && (t.status != TaskStatus::Pending
+                            || t.commits.as_ref().is_some_and(|c| !c.is_empty()))
+                })
             })
             .collect();
         Ok(RollbackPlan {
@@ -117,7 +123,8 @@ impl Orchestrator<'_> {
                     }
                 }
             }
-            self.git.remove_worktree(&worktree_of(&root, &id), &branch_of(&id))?;
+            self.git
+                .remove_worktree(&worktree_of(&root, &id), Some(&branch_of(&id)))?;
             self.update(vec![
                 book::task_set(&id, "status", json!(TaskStatus::Pending)),
                 book::task_set(&id, "commits", json!([])),

@@ -24,8 +24,11 @@ impl Scheduler {
     /// show up in [`Scheduler::blocked`].
     pub fn new(to_run: &[&TaskNode], done: &HashSet<&str>) -> Self {
         let order: Vec<String> = to_run.iter().map(|t| t.id.clone()).collect();
-        let index: HashMap<String, usize> =
-            order.iter().enumerate().map(|(i, id)| (id.clone(), i)).collect();
+        let index: HashMap<String, usize> = order
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.clone(), i))
+            .collect();
         let mut dependents = vec![Vec::new(); order.len()];
         let mut waiting = HashMap::new();
         let mut ready = BTreeSet::new();
@@ -146,7 +149,12 @@ mod tests {
 
     #[test]
     fn diamond_runs_in_dependency_order_with_parallel_middle() {
-        let tasks = [node("a", &[]), node("b", &["a"]), node("c", &["a"]), node("d", &["b", "c"])];
+        let tasks = [
+            node("a", &[]),
+            node("b", &["a"]),
+            node("c", &["a"]),
+            node("d", &["b", "c"]),
+        ];
         let refs: Vec<&TaskNode> = tasks.iter().collect();
         let mut s = Scheduler::new(&refs, &HashSet::new());
         assert_eq!(s.next_ready().as_deref(), Some("a"));

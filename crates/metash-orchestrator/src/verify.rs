@@ -3,14 +3,19 @@
 //! `max_gap_retries` the phase halts with a report naming each failed task and why. When every
 //! task passes, the branches are merged (see `merge.rs`) and the phase completes.
 
-use metash_protocol::{AgentStatus, LogLevel, PendingCheckpoint, SessionState, SessionStatus, TaskStatus};
+use metash_protocol::{
+    AgentStatus, LogLevel, PendingCheckpoint, SessionState, SessionStatus, TaskStatus,
+};
 use serde_json::{json, Value};
 
 use crate::book::{self, Book, FailedTask, Halt, ResumeFor};
 use crate::engine::{worktree_of, Orchestrator, RunOutcome, Step};
 use crate::error::Result;
 use crate::execute::title_of;
-use crate::planning::clip;
+use crate::planning::{clip, status_word};
+
+/// Spawns of the verifier per check when it errors or times out.
+const VERIFIER_TRIES: usize = 3;
 use crate::prompts::{Focus, Role};
 use crate::reply::extract_json;
 
@@ -30,13 +35,19 @@ pub fn parse_verdict(data: &str) -> std::result::Result<Verdict, String> {
     let v = extract_json(data)?;
     let pass = match (v.get("pass"), v.get("verdict")) {
         (Some(Value::Bool(b)), _) => *b,
-        (_, Some(Value::String(s))) => matches!(s.to_ascii_lowercase().as_str(), "pass" | "passed" | "ok"),
+        (_, Some(Value::String(s))) => {
+            matches!(s.to_ascii_lowercase().as_str(), "pass" | "passed" | "ok")
+        }
         _ => return Err("the verdict needs `\"pass\": true|false`".into()),
     };
     let findings = match v.get("findings") {
         Some(Value::Array(items)) => items
             .iter()
-            .map(|i| i.as_str().map(str::to_string).unwrap_or_else(|| i.to_string()))
+            .map(|i| {
+                i.as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| i.to_string())
+            })
             .collect(),
         Some(Value::String(s)) if !s.is_empty() => vec![s.clone()],
         _ => vec![],
@@ -54,7 +65,11 @@ impl Orchestrator<'_> {
     pub(crate) fn verify_phase(&self, state: &SessionState) -> Result<Step> {
         let phase = state.current_phase;
         let book = Book::of(state);
-        let tasks = state.plan.as_ref().map(|p| p.tasks.as_slice()).unwrap_or(&[]);
+        let tasks = state
+            .plan
+            .as_ref()
+            .map(|p| p.tasks.as_slice())
+            .unwrap_or(&[]);
         if tasks
             .iter()
             .any(|t| book.phase_of(&t.id, phase) <= phase && t.status != TaskStatus::Complete)
@@ -75,7 +90,10 @@ impl Orchestrator<'_> {
             .and_then(|r| r.task.clone())
             .filter(|f| todo.contains(f));
         if !todo.is_empty() {
-            self.progress(&format!("phase {phase}: verifying {} task(s)", todo.len()), LogLevel::Info);
+            self.progress(
+                &format!("phase {phase}: verifying {} task(s)", todo.len()),
+                LogLevel::Info,
+            );
         }
         // Waves in dependency order: a task is checked once its dependencies passed. When one
         // fails, its dependents are not judged on work that is about to change: they go back to
@@ -86,9 +104,10 @@ impl Orchestrator<'_> {
         let mut alone = first;
         while !left.is_empty() {
             let blocked_by_failure = |id: &String| {
-                nodes.iter().find(|n| &n.id == id).is_some_and(|n| {
-                    n.dependencies.iter().any(|d| rejected.contains(d))
-                })
+                nodes
+                    .iter()
+                    .find(|n| &n.id == id)
+                    .is_some_and(|n| n.dependencies.iter().any(|d| rejected.contains(d)))
             };
             let (stale, rest): (Vec<String>, Vec<String>) =
                 left.into_iter().partition(|id| blocked_by_failure(id));
@@ -99,7 +118,9 @@ impl Orchestrator<'_> {
                     book::set(&["verified", id], json!(false)),
                 ])?;
                 self.progress(
-                    &format!("task {id}: a dependency failed verification; it will be redone on the fix"),
+                    &format!(
+                        "task {id}: a dependency failed verification; it will be redone on the fix"
+                    ),
                     LogLevel::Info,
                 );
             }
@@ -125,7 +146,9 @@ impl Orchestrator<'_> {
             let results = self.parallel(&wave, first_alone, |id| self.check(id))?;
             for (id, r) in &results {
                 match r {
-                    Checked::Checkpoint(p) => return Ok(Step::Stop(RunOutcome::Checkpoint(p.clone()))),
+                    Checked::Checkpoint(p) => {
+                        return Ok(Step::Stop(RunOutcome::Checkpoint(p.clone())))
+                    }
                     Checked::Fail => {
                         failed = true;
                         rejected.push(id.clone());
@@ -239,15 +262,38 @@ impl Orchestrator<'_> {
         let summary = book.summaries.get(id).cloned().flatten();
         let wt = worktree_of(&self.workspace(), id);
         let workdir = wt.join(".git").exists().then_some(wt);
-        let response = self.spawn(
-            Role::Verifier,
-            &Focus {
-                task: Some(id),
-                summary: summary.as_deref(),
-                ..Focus::default()
-            },
-            workdir,
-        )?;
+        // A verifier that fails to run says nothing about the task: try it again (a few times)
+        // before counting the failure as a gap.
+        let mut response = None;
+        for _ in 0..VERIFIER_TRIES {
+            let r = self.spawn(
+                Role::Verifier,
+                &Focus {
+                    task: Some(id),
+                    summary: summary.as_deref(),
+                    ..Focus::default()
+                },
+                workdir.clone(),
+            )?;
+            let retry = matches!(r.status, AgentStatus::Error | AgentStatus::Timeout);
+            if retry {
+                self.progress(
+                    &format!(
+                        "task {id}: the verifier did not run ({}): {}",
+                        status_word(r.status),
+                        clip(&r.data)
+                    ),
+                    LogLevel::Warn,
+                );
+            }
+            response = Some(r);
+            if !retry {
+                break;
+            }
+        }
+        let Some(response) = response else {
+            return Ok(Checked::Fail);
+        };
         let verdict = match response.status {
             AgentStatus::Checkpoint => {
                 let p = self.on_checkpoint(
@@ -267,11 +313,10 @@ impl Orchestrator<'_> {
             AgentStatus::Error | AgentStatus::Timeout => Verdict {
                 pass: false,
                 findings: vec![format!(
-                    "the verifier could not check the task ({:?}): {}",
-                    response.status,
+                    "the verifier could not check the task ({}, {VERIFIER_TRIES} tries): {}",
+                    status_word(response.status),
                     clip(&response.data)
-                )
-                .to_lowercase()],
+                )],
             },
         };
         if verdict.pass {
@@ -290,16 +335,17 @@ impl Orchestrator<'_> {
         };
         // gapCount is read and raised under the store lock: parallel verifiers never lose a count.
         let mut gap = 0;
-        self.store().transact(Some(crate::engine::ORCHESTRATOR_AGENT), |s| {
-            gap = s.gap_count + 1;
-            Ok(vec![
-                ("gapCount".into(), json!(gap)),
-                book::task_set(id, "status", json!("failed")),
-                book::set(&["verified", id], json!(false)),
-                book::set(&["findings", id], json!(findings)),
-                book::set(&["resumeFor"], book::null()),
-            ])
-        })?;
+        self.store()
+            .transact(Some(crate::engine::ORCHESTRATOR_AGENT), |s| {
+                gap = s.gap_count + 1;
+                Ok(vec![
+                    ("gapCount".into(), json!(gap)),
+                    book::task_set(id, "status", json!("failed")),
+                    book::set(&["verified", id], json!(false)),
+                    book::set(&["findings", id], json!(findings)),
+                    book::set(&["resumeFor"], book::null()),
+                ])
+            })?;
         self.progress(
             &format!(
                 "task {id} ({}): verification failed (gapCount {gap}): {}",

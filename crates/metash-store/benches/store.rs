@@ -6,7 +6,7 @@
 //! - event appends/s, single (one fsync each) and batched (100 per fsync)
 //! - state rebuild events/s over a 100,000-event log
 //!
-//! Each figure is the median of 3 runs. Set `METASH_BENCH_DIR` to measure another disk.
+//! Figures are medians over interleaved rounds. Set `METASH_BENCH_DIR` to measure another disk.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -116,19 +116,40 @@ fn main() {
     let dir = tempfile::tempdir_in(&base).unwrap();
     let dir = dir.path();
 
-    let b = median((0..3).map(|_| baseline(dir, 2000 / scale)).collect());
-    let u1 = median((0..3).map(|_| update_state(dir, 1, 1000 / scale)).collect());
-    let u8 = median((0..3).map(|_| update_state(dir, 8, 250 / scale)).collect());
-    let a1 = median((0..3).map(|_| appends(dir, 2000 / scale, 1)).collect());
-    let a100 = median((0..3).map(|_| appends(dir, 100_000 / scale, 100)).collect());
+    // Rounds interleave the baseline with what is compared to it, and each ratio is taken within
+    // its round, so load from elsewhere on the machine hits both sides alike.
+    let rounds = 5;
+    let (mut bs, mut u1s, mut u8s, mut a1s, mut a100s) = (vec![], vec![], vec![], vec![], vec![]);
+    let (mut r1, mut r8, mut ra1, mut ra100) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..rounds {
+        let b = baseline(dir, 400 / scale);
+        let u1 = update_state(dir, 1, 300 / scale);
+        let u8 = update_state(dir, 8, 40 / scale);
+        let a1 = appends(dir, 400 / scale, 1);
+        let a100 = appends(dir, 20_000 / scale, 100);
+        r1.push(u1 / b);
+        r8.push(u8 / b);
+        ra1.push(a1 / b);
+        ra100.push(a100 / b);
+        bs.push(b);
+        u1s.push(u1);
+        u8s.push(u8);
+        a1s.push(a1);
+        a100s.push(a100);
+    }
+    let (b, u1, u8, a1, a100) = (median(bs), median(u1s), median(u8s), median(a1s), median(a100s));
+    let (r1, r8, ra1, ra100) = (median(r1), median(r8), median(ra1), median(ra100));
     let (r, n) = rebuild(dir, 100_000 / scale);
 
-    println!("metash-store benchmark (disk under {}; medians of 3 runs)", base.display());
+    println!(
+        "metash-store benchmark (disk under {}; medians of {rounds} interleaved rounds, ratios per round)",
+        base.display()
+    );
     println!("  baseline temp-write+fsync+rename   {b:>12.0} ops/s   1.00x");
-    println!("  update_state, 1 writer             {u1:>12.0} ops/s   {:.2}x baseline", u1 / b);
-    println!("  update_state, 8 writers            {u8:>12.0} ops/s   {:.2}x baseline", u8 / b);
-    println!("  event append, single (1 fsync each){a1:>12.0} ev/s    {:.2}x baseline", a1 / b);
-    println!("  event append, batched (100/fsync)  {a100:>12.0} ev/s    {:.2}x baseline", a100 / b);
+    println!("  update_state, 1 writer             {u1:>12.0} ops/s   {r1:.2}x baseline");
+    println!("  update_state, 8 writers            {u8:>12.0} ops/s   {r8:.2}x baseline");
+    println!("  event append, single (1 fsync each){a1:>12.0} ev/s    {ra1:.2}x baseline");
+    println!("  event append, batched (100/fsync)  {a100:>12.0} ev/s    {ra100:.2}x baseline");
     println!("  state rebuild over {n} events  {r:>12.0} ev/s");
     if quick {
         println!("  (quick mode: run `cargo bench -p metash-store` for full-size figures)");

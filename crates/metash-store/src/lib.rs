@@ -309,21 +309,10 @@ impl Store {
         let bytes = session::to_bytes(&state)?;
         let path = self.session_path();
         let log_len = self.log.byte_len()?;
-        // The log append and the new session.json are fsynced concurrently: the filesystem's
-        // journal folds the two flushes into one commit. The rename comes only after both, so
-        // session.json never shows an update the log does not hold.
-        let (appended, prepared) = std::thread::scope(|s| {
-            let prep = s.spawn(|| atomic::prepare(&path, &bytes));
-            let appended = self.log.append(&tail, &[event]);
-            let prepared = prep
-                .join()
-                .unwrap_or_else(|_| Err(StoreError::Rejected("session writer panicked".into())));
-            (appended, prepared)
-        });
-        appended?;
-        // No directory fsync: a rename lost to a power cut leaves the previous session.json,
-        // whose revision tells recovery to refold this (durable) event from the log.
-        if let Err(e) = prepared.and_then(|p| p.commit(false)) {
+        // The event first (the truth), then the view. If the view cannot be written the event is
+        // taken back, so a failed update never reappears at the next recovery.
+        self.log.append(&tail, &[event])?;
+        if let Err(e) = atomic::write_atomic(&path, &bytes) {
             self.log.truncate_to(log_len)?;
             return Err(e);
         }

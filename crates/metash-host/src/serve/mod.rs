@@ -8,6 +8,7 @@ pub mod params;
 pub mod rpc;
 mod service;
 
+pub use mcp::McpServer;
 pub use params::ParamError;
 pub use rpc::RpcServer;
 pub use service::{CallError, Service};

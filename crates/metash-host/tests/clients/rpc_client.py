@@ -59,7 +59,12 @@ class Client:
             line = raw.decode("utf-8").strip()
             if not line:
                 continue
-            msg = json.loads(line)
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                print(f"FAIL the server wrote a line that is not JSON: {line[:200]!r}", file=sys.stderr)
+                FAILURES.append("non-JSON output")
+                continue
             if isinstance(msg, list):
                 self.unmatched.put(msg)
             elif "method" in msg and "id" not in msg:

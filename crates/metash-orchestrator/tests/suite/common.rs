@@ -24,12 +24,23 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "commit.gpgsign=false"])
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@localhost",
+            "-c",
+            "commit.gpgsign=false",
+        ])
         .args(args)
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .output()
         .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -39,7 +50,10 @@ impl Project {
     pub fn new(config: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         git(dir.path(), &["init", "-q"]);
-        git(dir.path(), &["commit", "-q", "--allow-empty", "-m", "empty"]);
+        git(
+            dir.path(),
+            &["commit", "-q", "--allow-empty", "-m", "empty"],
+        );
         Store::init(dir.path(), Some(CONTEXT)).unwrap();
         std::fs::write(
             dir.path().join(".meta/config.toml"),
@@ -97,7 +111,13 @@ impl Project {
             if let Some(k) = r.data.get("key").and_then(Value::as_str) {
                 out.push((r.ts.clone(), k.to_string(), r.data["value"].clone()));
             }
-            for u in r.data.get("updates").and_then(Value::as_array).into_iter().flatten() {
+            for u in r
+                .data
+                .get("updates")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 out.push((
                     r.ts.clone(),
                     u["key"].as_str().unwrap_or_default().to_string(),
@@ -127,6 +147,11 @@ pub struct Sim {
     pub executor_sleep: Duration,
     pub planner_script: Mutex<VecDeque<String>>,
     pub verifier_fails: Vec<String>,
+    /// Every executor writes `shared.txt` (holding its task id) and every verdict passes: parallel
+    /// tasks that conflict.
+    pub same_file: bool,
+    /// The first executor attempt at these tasks leaves a half-written file and times out.
+    pub timeout_first: Vec<String>,
     pub spawns: Mutex<Vec<Spawned>>,
 }
 
@@ -137,6 +162,8 @@ impl Sim {
             executor_sleep: Duration::ZERO,
             planner_script: Mutex::new(VecDeque::new()),
             verifier_fails: vec![],
+            same_file: false,
+            timeout_first: vec![],
             spawns: Mutex::new(vec![]),
         }
     }
@@ -148,6 +175,8 @@ impl Sim {
             executor_sleep: Duration::ZERO,
             planner_script: Mutex::new(VecDeque::new()),
             verifier_fails: vec![],
+            same_file: false,
+            timeout_first: vec![],
             spawns: Mutex::new(vec![]),
         }
     }
@@ -171,12 +200,47 @@ impl Spawner for Sim {
         // As the host does: the answered checkpoint goes to this spawn, once.
         let resume = metash_host::checkpoint::take_resume(&self.store, &req.agent_name)?
             .map(|r| serde_json::to_value(r).unwrap());
-        let ws: PathBuf = req.workdir.clone().unwrap_or_else(|| self.store.workspace().to_path_buf());
+        let ws: PathBuf = req
+            .workdir
+            .clone()
+            .unwrap_or_else(|| self.store.workspace().to_path_buf());
         let reply = match req.agent_name.as_str() {
             "planner" => match self.planner_script.lock().unwrap().pop_front() {
                 Some(text) => Reply::Output(text),
                 None => metash_example_agents::planner(&req.user_message, resume.as_ref()),
             },
+            "executor" if self.same_file => {
+                let id = req.task_id.clone().unwrap_or_default();
+                std::fs::write(ws.join("shared.txt"), format!("{id}\n")).unwrap();
+                Reply::Output("{\"summary\": \"wrote shared.txt\"}".into())
+            }
+            "verifier" if self.same_file => Reply::Output("{\"pass\": true}".into()),
+            "executor"
+                if req
+                    .task_id
+                    .as_ref()
+                    .is_some_and(|t| self.timeout_first.contains(t))
+                    && !self
+                        .spawns
+                        .lock()
+                        .unwrap()
+                        .iter()
+                        .any(|s| s.task == req.task_id && s.agent == "executor") =>
+            {
+                std::fs::write(ws.join("half-written.txt"), "partial").unwrap();
+                std::fs::write(ws.join("hello.txt"), "Hel").unwrap();
+                let out = response(AgentStatus::Timeout, "partial output".into());
+                self.spawns.lock().unwrap().push(Spawned {
+                    agent: req.agent_name.clone(),
+                    task: req.task_id.clone(),
+                    user_message: req.user_message.clone(),
+                    resume,
+                    workdir: req.workdir.clone(),
+                    start,
+                    end: Instant::now(),
+                });
+                return Ok(out);
+            }
             "executor" => {
                 std::thread::sleep(self.executor_sleep);
                 metash_example_agents::executor(&req.user_message, resume.as_ref(), &ws)
@@ -230,7 +294,12 @@ pub fn statuses(state: &Value) -> Vec<(String, String)> {
         .as_array()
         .into_iter()
         .flatten()
-        .map(|t| (t["id"].as_str().unwrap().to_string(), t["status"].as_str().unwrap().to_string()))
+        .map(|t| {
+            (
+                t["id"].as_str().unwrap().to_string(),
+                t["status"].as_str().unwrap().to_string(),
+            )
+        })
         .collect()
 }
 

@@ -2,55 +2,99 @@
 //! completes, no task's work is applied twice, and the final state equals an uninterrupted run's.
 //!
 //! The run under test is this test binary re-executed (`kill_child`, ignored unless asked for) so
-//! it can be killed like a real `metash run`, with the example agents in-process.
+//! it can be killed like a real `metash run`: once with the example agents in-process (fast, many
+//! fine-grained kill points), once with the real host spawning the WASM example agents (what
+//! `metash run` does in the example project).
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use metash_host::{Host, HostOptions, Terminal};
 use metash_orchestrator::{Orchestrator, RunOptions, RunOutcome};
 use serde_json::Value;
 
 use super::common::{commits_of, git, statuses, Project, Sim};
 
-const CHILD_ENV: &str = "METASH_ORCH_KILL_CHILD";
+const CHILD_DIR: &str = "METASH_ORCH_KILL_CHILD";
+const CHILD_POLICY: &str = "METASH_ORCH_KILL_POLICY";
 
-fn sim_for(p: &Project) -> Sim {
-    let mut sim = Sim::new(p);
-    sim.executor_sleep = Duration::from_millis(40);
-    sim
+/// A project to run: in-process agents (`policy` none) or the WASM example (`policy` set).
+struct Target {
+    dir: tempfile::TempDir,
+    policy: Option<PathBuf>,
 }
 
-fn run_to_end(p: &Project) -> RunOutcome {
-    let sim = sim_for(p);
-    let host = p.host();
-    let mut orch = Orchestrator::new(&host, &sim).unwrap();
-    orch.run(&RunOptions {
+impl Target {
+    fn sim() -> Self {
+        let p = Project::new("");
+        p.decide("english");
+        Self {
+            dir: p.dir,
+            policy: None,
+        }
+    }
+
+    fn wasm() -> Self {
+        let (dir, policy) = super::wasm_example::example_project();
+        let t = Self {
+            dir,
+            policy: Some(policy),
+        };
+        // The planner's question is answered up front, as a decision.
+        metash_store::Store::open(t.path())
+            .unwrap()
+            .update_state(
+                "variables.metash.decisions",
+                serde_json::json!([{"id": "greeting-language", "question": "language?", "answer": "english"}]),
+            )
+            .unwrap();
+        t
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// One run, as `metash run --jobs 2` does it.
+fn run_once(dir: &Path, policy: Option<&Path>) -> RunOutcome {
+    let options = RunOptions {
         jobs: Some(2),
         ..RunOptions::default()
-    })
-    .unwrap()
+    };
+    match policy {
+        Some(policy) => {
+            let host = super::wasm_example::host(dir, policy);
+            let mut orch = Orchestrator::new(&host, &host).unwrap();
+            orch.run(&options).unwrap()
+        }
+        None => {
+            let host = Host::open(
+                dir,
+                HostOptions {
+                    terminal: Terminal::Silent,
+                    ..HostOptions::default()
+                },
+            )
+            .unwrap();
+            let mut sim = Sim::new_at(&host);
+            sim.executor_sleep = Duration::from_millis(40);
+            let mut orch = Orchestrator::new(&host, &sim).unwrap();
+            orch.run(&options).unwrap()
+        }
+    }
 }
 
-/// The child: one `metash run` on the project named by the environment.
+/// The child: one run on the project named by the environment.
 #[test]
-#[ignore = "run by sigkill_at_random_points_then_continue"]
+#[ignore = "run by the sigkill tests"]
 fn kill_child() {
-    let Some(dir) = std::env::var_os(CHILD_ENV) else { return };
-    let host = metash_host::Host::open(
-        std::path::Path::new(&dir),
-        metash_host::HostOptions {
-            terminal: metash_host::Terminal::Silent,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let mut sim = Sim::new_at(&host);
-    sim.executor_sleep = Duration::from_millis(40);
-    let mut orch = Orchestrator::new(&host, &sim).unwrap();
-    let _ = orch.run(&RunOptions {
-        jobs: Some(2),
-        ..RunOptions::default()
-    });
+    let Some(dir) = std::env::var_os(CHILD_DIR) else {
+        return;
+    };
+    let policy = std::env::var_os(CHILD_POLICY).map(PathBuf::from);
+    run_once(Path::new(&dir), policy.as_deref());
 }
 
 /// A tiny xorshift, seeded from the clock (printed, so a failure can be replayed).
@@ -64,8 +108,12 @@ impl Rng {
     }
 }
 
-fn summary(p: &Project) -> (Value, Vec<(String, usize)>, String) {
-    let state = p.state();
+fn state(dir: &Path) -> Value {
+    metash_store::Store::open(dir).unwrap().get("").unwrap()
+}
+
+fn summary(dir: &Path) -> (Value, Vec<(String, usize)>, String) {
+    let state = state(dir);
     let counts = statuses(&state)
         .into_iter()
         .map(|(id, _)| {
@@ -73,7 +121,7 @@ fn summary(p: &Project) -> (Value, Vec<(String, usize)>, String) {
             (id, n)
         })
         .collect();
-    let tree = git(p.path(), &["rev-parse", "HEAD^{tree}"]);
+    let tree = git(dir, &["rev-parse", "HEAD^{tree}"]);
     let keep = serde_json::json!({
         "status": state["status"], "currentPhase": state["currentPhase"], "gapCount": state["gapCount"],
         "statuses": statuses(&state), "halt": state["variables"]["metash"]["halt"]["reason"],
@@ -81,17 +129,25 @@ fn summary(p: &Project) -> (Value, Vec<(String, usize)>, String) {
     (keep, counts, tree)
 }
 
-#[test]
-fn sigkill_at_random_points_then_continue() {
-    let reference = Project::new("");
-    reference.decide("english");
-    let started = std::time::Instant::now();
-    assert!(matches!(run_to_end(&reference), RunOutcome::Complete { .. }));
+fn kill_20_times_then_continue(make: fn() -> Target) {
+    let reference = make();
+    let started = Instant::now();
+    let outcome = run_once(reference.path(), reference.policy.as_deref());
+    assert!(
+        matches!(outcome, RunOutcome::Complete { .. }),
+        "{outcome:?}"
+    );
     let reference_ms = started.elapsed().as_millis();
-    let want = summary(&reference);
+    let want = summary(reference.path());
+    // Kill points spread over the whole run: each child may make up to 1/12 of the reference
+    // run's log progress before it is killed (20 kills cover most of a run).
+    let reference_events = std::fs::read_to_string(reference.path().join(".meta/events.jsonl"))
+        .unwrap()
+        .lines()
+        .count();
+    let step = (reference_events as u64 / 12).max(6);
 
-    let p = Project::new("");
-    p.decide("english");
+    let t = make();
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -100,26 +156,34 @@ fn sigkill_at_random_points_then_continue() {
     eprintln!("kill test seed {seed}");
     let mut rng = Rng(seed);
     let exe = std::env::current_exe().unwrap();
+    let events = t.path().join(".meta/events.jsonl");
+    let lines = || {
+        std::fs::read_to_string(&events)
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    };
     let mut interrupted = 0;
     for _ in 0..20 {
-        let mut child = Command::new(&exe)
-            .args(["--exact", "suite::kill::kill_child", "--ignored", "--test-threads=1"])
-            .env(CHILD_ENV, p.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        // Kill after a random amount of progress (1 to 6 new log events), then a random few ms:
-        // the kills land all along the run, not only in the child's startup.
-        let events = p.path().join(".meta/events.jsonl");
-        let lines = || std::fs::read_to_string(&events).map(|t| t.lines().count()).unwrap_or(0);
-        let target = lines() + 1 + rng.next(6) as usize;
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while lines() < target
-            && child.try_wait().unwrap().is_none()
-            && std::time::Instant::now() < deadline
-        {
+        let mut cmd = Command::new(&exe);
+        cmd.args([
+            "--exact",
+            "suite::kill::kill_child",
+            "--ignored",
+            "--test-threads=1",
+        ])
+        .env(CHILD_DIR, t.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        if let Some(p) = &t.policy {
+            cmd.env(CHILD_POLICY, p);
+        }
+        let mut child = cmd.spawn().unwrap();
+        // Kill after a random amount of progress (new log events), then a random few ms: the
+        // kills land all along the run, not only in the child's startup.
+        let target = lines() + 1 + rng.next(step) as usize;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while lines() < target && child.try_wait().unwrap().is_none() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
         std::thread::sleep(Duration::from_millis(rng.next(8)));
@@ -130,30 +194,46 @@ fn sigkill_at_random_points_then_continue() {
         child.wait().unwrap();
     }
     eprintln!(
-        "{interrupted} of 20 kills interrupted a live run (an uninterrupted run takes {reference_ms} ms); log: {} events",
-        p.store().log().read_all().unwrap().len()
+        "{interrupted} of 20 kills interrupted a live run (an uninterrupted run takes {reference_ms} ms, \
+         {reference_events} events); log after the kills: {} events",
+        lines()
     );
-    assert!(interrupted >= 10, "most kills must land mid-run ({interrupted})");
-    assert!(matches!(run_to_end(&p), RunOutcome::Complete { .. }));
-    let got = summary(&p);
+    assert!(
+        interrupted >= 10,
+        "most kills must land mid-run ({interrupted})"
+    );
+    let outcome = run_once(t.path(), t.policy.as_deref());
+    assert!(
+        matches!(outcome, RunOutcome::Complete { .. }),
+        "{outcome:?}"
+    );
+    let got = summary(t.path());
     assert_eq!(got.0, want.0, "final state");
     assert_eq!(got.1, want.1, "commits per task (no task applied twice)");
     assert_eq!(got.2, want.2, "the project's files");
     // Every recorded commit is in HEAD exactly once, and HEAD holds no task commit that is not
     // recorded.
-    let state = p.state();
-    let log = git(p.path(), &["log", "--no-merges", "--format=%H %s", "HEAD"]);
+    let state = state(t.path());
+    let log = git(t.path(), &["log", "--no-merges", "--format=%H %s", "HEAD"]);
     for (id, _) in statuses(&state) {
-        let recorded = commits_of(&state, &id);
-        let in_head: Vec<&str> = log
+        let mut recorded = commits_of(&state, &id);
+        recorded.sort();
+        let mut in_head: Vec<String> = log
             .lines()
             .filter(|l| l.contains(&format!("metash: task {id}:")))
-            .map(|l| l.split(' ').next().unwrap())
+            .map(|l| l.split(' ').next().unwrap().to_string())
             .collect();
-        let mut a = recorded.clone();
-        a.sort();
-        let mut b: Vec<String> = in_head.iter().map(|s| s.to_string()).collect();
-        b.sort();
-        assert_eq!(a, b, "task {id}");
+        in_head.sort();
+        assert_eq!(recorded, in_head, "task {id}");
     }
+}
+
+#[test]
+fn sigkill_at_random_points_then_continue() {
+    kill_20_times_then_continue(Target::sim);
+}
+
+#[test]
+fn sigkill_the_real_host_with_wasm_agents_then_continue() {
+    kill_20_times_then_continue(Target::wasm);
 }

@@ -23,7 +23,10 @@ fn checkpoint_answer_then_two_phases_to_completion() {
     assert_eq!(p.state()["pendingCheckpoint"]["id"], "greeting-language");
     // Running again without an answer stops at the same checkpoint, spawning nothing.
     let before = sim.spawned().len();
-    assert!(matches!(run(&p, &sim, RunOptions::default()), RunOutcome::Checkpoint(_)));
+    assert!(matches!(
+        run(&p, &sim, RunOptions::default()),
+        RunOutcome::Checkpoint(_)
+    ));
     assert_eq!(sim.spawned().len(), before);
 
     let outcome = run(
@@ -34,20 +37,31 @@ fn checkpoint_answer_then_two_phases_to_completion() {
             ..RunOptions::default()
         },
     );
-    assert_eq!(outcome, RunOutcome::Complete { phases_completed: 2 });
+    assert_eq!(
+        outcome,
+        RunOutcome::Complete {
+            phases_completed: 2
+        }
+    );
 
     // The answer reached the planner's next spawn, once.
     let spawns = sim.spawned();
     let with_resume: Vec<_> = spawns.iter().filter(|s| s.resume.is_some()).collect();
     assert_eq!(with_resume.len(), 1);
     assert_eq!(with_resume[0].agent, "planner");
-    assert_eq!(with_resume[0].resume.as_ref().unwrap()["user_input"], "french");
+    assert_eq!(
+        with_resume[0].resume.as_ref().unwrap()["user_input"],
+        "french"
+    );
 
     let state = p.state();
     assert_eq!(state["status"], "halted");
     assert_eq!(state["variables"]["metash"]["halt"]["reason"], "complete");
     assert_eq!(state["currentPhase"], 3);
-    assert_eq!(state["gapCount"], 0, "gapCount resets when a phase completes");
+    assert_eq!(
+        state["gapCount"], 0,
+        "gapCount resets when a phase completes"
+    );
     assert!(statuses(&state).iter().all(|(_, s)| s == "complete"));
     // bye failed its first verification: two commits; hello one; shout one.
     assert_eq!(commits_of(&state, "hello").len(), 1);
@@ -69,7 +83,11 @@ fn checkpoint_answer_then_two_phases_to_completion() {
         .filter(|s| s.agent == "executor" && s.task.as_deref() == Some("bye"))
         .nth(1)
         .unwrap();
-    assert!(retry.user_message.contains("must end with '!'"), "{}", retry.user_message);
+    assert!(
+        retry.user_message.contains("must end with '!'"),
+        "{}",
+        retry.user_message
+    );
 
     // The log tells the story: the status transitions and the gap.
     let updates = p.state_updates();
@@ -85,7 +103,10 @@ fn checkpoint_answer_then_two_phases_to_completion() {
     // Worktrees and task branches are gone once merged.
     assert!(git(p.path(), &["branch", "--list", "metash/*"]).is_empty());
     // Decisions are kept for later prompts.
-    assert_eq!(state["variables"]["metash"]["decisions"][0]["answer"], "french");
+    assert_eq!(
+        state["variables"]["metash"]["decisions"][0]["answer"],
+        "french"
+    );
 }
 
 #[test]
@@ -114,9 +135,19 @@ fn gap_limit_halts_with_a_report_and_retry_resets() {
         .count();
     assert_eq!(hello_runs, 2);
     // readme depends on hello: it was never judged on hello's rejected work.
-    assert_eq!(super::common::statuses(&state).iter().find(|(i, _)| i == "readme").unwrap().1, "pending");
+    assert_eq!(
+        super::common::statuses(&state)
+            .iter()
+            .find(|(i, _)| i == "readme")
+            .unwrap()
+            .1,
+        "pending"
+    );
     // A halted session stays halted...
-    assert!(matches!(run(&p, &sim, RunOptions::default()), RunOutcome::Halted(_)));
+    assert!(matches!(
+        run(&p, &sim, RunOptions::default()),
+        RunOutcome::Halted(_)
+    ));
     // ...until retried (here with a verifier that now passes).
     let sim2 = Sim::new(&p);
     let outcome = run(
@@ -128,7 +159,12 @@ fn gap_limit_halts_with_a_report_and_retry_resets() {
             ..RunOptions::default()
         },
     );
-    assert_eq!(outcome, RunOutcome::PhaseLimit { phases_completed: 1 });
+    assert_eq!(
+        outcome,
+        RunOutcome::PhaseLimit {
+            phases_completed: 1
+        }
+    );
     assert_eq!(p.state()["gapCount"], 0);
 }
 
@@ -139,7 +175,9 @@ fn rollback_reverts_a_task_and_its_dependents_then_run_redoes_them() {
     let sim = Sim::new(&p);
     assert_eq!(
         run(&p, &sim, RunOptions::default()),
-        RunOutcome::Complete { phases_completed: 2 }
+        RunOutcome::Complete {
+            phases_completed: 2
+        }
     );
     let host = p.host();
     let orch = Orchestrator::new(&host, &sim).unwrap();
@@ -174,10 +212,65 @@ fn rollback_reverts_a_task_and_its_dependents_then_run_redoes_them() {
     let sim2 = Sim::new(&p);
     assert_eq!(
         run(&p, &sim2, RunOptions::default()),
-        RunOutcome::Complete { phases_completed: 2 }
+        RunOutcome::Complete {
+            phases_completed: 2
+        }
     );
     assert_eq!(p.file_at_head("hello.txt"), "Hello, world!");
     assert_eq!(p.file_at_head("shout.txt"), "HELLO, WORLD!");
-    let planner_calls = sim2.spawned().iter().filter(|s| s.agent == "planner").count();
+    let planner_calls = sim2
+        .spawned()
+        .iter()
+        .filter(|s| s.agent == "planner")
+        .count();
     assert_eq!(planner_calls, 1, "only to find phase 3 empty");
+}
+
+#[test]
+fn a_timed_out_task_is_reset_to_its_last_commit_and_retried() {
+    let p = Project::new("");
+    p.decide("english");
+    let mut sim = Sim::new(&p);
+    sim.timeout_first = vec!["hello".into()];
+    let outcome = run(
+        &p,
+        &sim,
+        RunOptions {
+            max_phases: Some(1),
+            ..RunOptions::default()
+        },
+    );
+    assert_eq!(
+        outcome,
+        RunOutcome::PhaseLimit {
+            phases_completed: 1
+        }
+    );
+    let state = p.state();
+    // One commit: the timed-out attempt's half-written files were thrown away, not committed.
+    assert_eq!(commits_of(&state, "hello").len(), 1);
+    assert_eq!(p.file_at_head("hello.txt"), "Hello, world!");
+    let files = git(p.path(), &["ls-tree", "-r", "--name-only", "HEAD"]);
+    assert!(!files.contains("half-written.txt"), "{files}");
+    // The log shows the failure, then the success.
+    let hello_status: Vec<String> = p
+        .state_updates()
+        .into_iter()
+        .filter(|(_, k, _)| k == "plan.tasks.hello.status")
+        .map(|(_, _, v)| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(&hello_status[..2], ["failed", "complete"]);
+    let retry = sim
+        .spawned()
+        .into_iter()
+        .filter(|s| s.agent == "executor" && s.task.as_deref() == Some("hello"))
+        .nth(1)
+        .unwrap();
+    assert!(
+        retry
+            .user_message
+            .contains("the previous attempt failed: executor timeout"),
+        "{}",
+        retry.user_message
+    );
 }

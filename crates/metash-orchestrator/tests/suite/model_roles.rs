@@ -29,7 +29,11 @@ fn roles_config(base_url: &str, orchestrator: &str) -> String {
 
 fn project(base_url: &str, orchestrator: &str) -> Project {
     let p = Project::new("");
-    std::fs::write(p.path().join(".meta/config.toml"), roles_config(base_url, orchestrator)).unwrap();
+    std::fs::write(
+        p.path().join(".meta/config.toml"),
+        roles_config(base_url, orchestrator),
+    )
+    .unwrap();
     p
 }
 
@@ -68,7 +72,11 @@ fn script(fail_a: usize) -> impl Fn(&Value) -> String + Send + Sync + 'static {
             }
             return "{\"tasks\": [], \"done\": true}".into();
         }
-        let task = if t.contains("Task a: Write a.txt") { "a" } else { "b" };
+        let task = if t.contains("Task a: Write a.txt") {
+            "a"
+        } else {
+            "b"
+        };
         if t.contains("You are an executor") {
             let fixed = t.contains("fix these findings");
             let content = if fixed { "alpha, fixed\n" } else { "alpha\n" };
@@ -94,10 +102,19 @@ fn model_roles_plan_edit_fail_then_pass_and_rollback() {
     let h = host(p.path(), true);
     let mut orch = Orchestrator::new(&h, &h).unwrap();
     let outcome = orch.run(&RunOptions::default()).unwrap();
-    assert_eq!(outcome, RunOutcome::Complete { phases_completed: 1 });
+    assert_eq!(
+        outcome,
+        RunOutcome::Complete {
+            phases_completed: 1
+        }
+    );
     let state = p.state();
     assert!(statuses(&state).iter().all(|(_, s)| s == "complete"));
-    assert_eq!(commits_of(&state, "a").len(), 2, "first attempt, then the fix");
+    assert_eq!(
+        commits_of(&state, "a").len(),
+        2,
+        "first attempt, then the fix"
+    );
     assert_eq!(commits_of(&state, "b").len(), 1);
     assert_eq!(p.file_at_head("a.txt"), "alpha, fixed");
     assert_eq!(p.file_at_head("b.txt"), "beta");
@@ -121,17 +138,27 @@ fn model_roles_plan_edit_fail_then_pass_and_rollback() {
     assert!(executor_a[1].contains("say it is fixed"));
     // The budget the host charged is shown by status.
     let report = metash_orchestrator::report(h.store()).unwrap();
-    let tokens = report.budget.as_ref().and_then(|b| b["tokens_used"].as_u64()).unwrap_or(0);
+    let tokens = report
+        .budget
+        .as_ref()
+        .and_then(|b| b["tokens_used"].as_u64())
+        .unwrap_or(0);
     assert!(tokens >= 30 * bodies.len() as u64, "{:?}", report.budget);
 
     // Rollback of `a` takes `b` with it.
     let plan = orch.rollback_plan("a").unwrap();
     assert_eq!(plan.dependents, vec!["b".to_string()]);
     let done = orch.rollback(&plan, true).unwrap();
-    assert_eq!(done.iter().map(|d| d.task.as_str()).collect::<Vec<_>>(), vec!["b", "a"]);
+    assert_eq!(
+        done.iter().map(|d| d.task.as_str()).collect::<Vec<_>>(),
+        vec!["b", "a"]
+    );
     assert_eq!(done[1].reverts.len(), 2);
     let files = git(p.path(), &["ls-tree", "--name-only", "HEAD"]);
-    assert!(!files.contains("a.txt") && !files.contains("b.txt"), "{files}");
+    assert!(
+        !files.contains("a.txt") && !files.contains("b.txt"),
+        "{files}"
+    );
     let state = p.state();
     assert!(statuses(&state).iter().all(|(_, s)| s == "pending"));
     assert_eq!(state["status"], "planning");
@@ -149,7 +176,10 @@ fn model_roles_halt_at_max_gap_retries() {
     assert_eq!(halt.reason, "gap_limit");
     assert_eq!(halt.failed.len(), 1);
     assert_eq!(halt.failed[0].id, "a");
-    assert_eq!(halt.failed[0].why, vec!["a.txt: say it is fixed".to_string()]);
+    assert_eq!(
+        halt.failed[0].why,
+        vec!["a.txt: say it is fixed".to_string()]
+    );
     let state = p.state();
     assert_eq!(state["gapCount"], 2);
     assert_eq!(state["status"], "halted");
@@ -161,7 +191,10 @@ fn model_roles_halt_at_max_gap_retries() {
         .filter(|t| t.contains("You are the verifier") && t.contains("Task b:"))
         .count();
     assert_eq!(verifier_b, 0);
-    assert_eq!(statuses(&state)[1], ("b".to_string(), "pending".to_string()));
+    assert_eq!(
+        statuses(&state)[1],
+        ("b".to_string(), "pending".to_string())
+    );
 }
 
 #[test]

@@ -16,8 +16,12 @@ fn t(id: &str, deps: &[&str]) -> PlannedTask {
 
 #[test]
 fn validation_names_the_broken_rule() {
-    let cycle = plan::validate(&[], &[t("a", &["c"]), t("b", &["a"]), t("c", &["b"])], 1).unwrap_err();
-    assert!(cycle.contains("cycle") && cycle.contains("a") && cycle.contains("c"), "{cycle}");
+    let cycle =
+        plan::validate(&[], &[t("a", &["c"]), t("b", &["a"]), t("c", &["b"])], 1).unwrap_err();
+    assert!(
+        cycle.contains("cycle") && cycle.contains("a") && cycle.contains("c"),
+        "{cycle}"
+    );
     let unknown = plan::validate(&[], &[t("a", &["zz"])], 1).unwrap_err();
     assert!(unknown.contains("unknown task `zz`"), "{unknown}");
     let dup = plan::validate(&[], &[t("a", &[]), t("a", &[])], 1).unwrap_err();

@@ -20,20 +20,66 @@ fn repo_root() -> PathBuf {
 /// directory.
 fn wasm_agents() -> PathBuf {
     let root = repo_root();
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "-q", "--release", "-p", "metash-example-agents", "--target", "wasm32-wasip1"])
-        .current_dir(&root)
-        .status()
-        .unwrap();
-    assert!(status.success(), "building the example agents for wasm32-wasip1 (rustup target add wasm32-wasip1)");
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
-    target.join("wasm32-wasip1").join("release")
+    let dir = target.join("wasm32-wasip1").join("release");
+    if fresh(&dir, &root) {
+        return dir; // no need to wait for the build lock other cargo processes hold
+    }
+    let status = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "-q",
+            "--release",
+            "-p",
+            "metash-example-agents",
+            "--target",
+            "wasm32-wasip1",
+        ])
+        .current_dir(&root)
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "building the example agents for wasm32-wasip1 (rustup target add wasm32-wasip1)"
+    );
+    dir
+}
+
+/// The three modules exist and are newer than every source file they are built from.
+fn fresh(dir: &Path, root: &Path) -> bool {
+    fn newest(path: &Path) -> std::time::SystemTime {
+        let mut t = std::time::UNIX_EPOCH;
+        for e in std::fs::read_dir(path).into_iter().flatten().flatten() {
+            let p = e.path();
+            let m = if p.is_dir() {
+                newest(&p)
+            } else {
+                e.metadata().and_then(|m| m.modified()).unwrap_or(t)
+            };
+            t = t.max(m);
+        }
+        t
+    }
+    let sources = [
+        "crates/metash-example-agents",
+        "crates/metash-agent",
+        "crates/metash-protocol",
+    ]
+    .iter()
+    .map(|c| newest(&root.join(c)))
+    .max()
+    .unwrap_or(std::time::UNIX_EPOCH);
+    ["planner", "executor", "verifier"].iter().all(|a| {
+        std::fs::metadata(dir.join(format!("{a}.wasm")))
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t > sources)
+    })
 }
 
 /// What `examples/greetings/run.sh` does before `metash run`.
-fn example_project() -> (tempfile::TempDir, PathBuf) {
+pub(super) fn example_project() -> (tempfile::TempDir, PathBuf) {
     let wasm = wasm_agents();
     let example = repo_root().join("examples/greetings");
     let dir = tempfile::tempdir().unwrap();
@@ -46,8 +92,16 @@ fn example_project() -> (tempfile::TempDir, PathBuf) {
     for agent in ["planner", "executor", "verifier"] {
         let d = p.join(".meta/agents").join(agent);
         std::fs::create_dir_all(&d).unwrap();
-        std::fs::copy(example.join("agents").join(agent).join("manifest.toml"), d.join("manifest.toml")).unwrap();
-        std::fs::copy(wasm.join(format!("{agent}.wasm")), d.join(format!("{agent}.wasm"))).unwrap();
+        std::fs::copy(
+            example.join("agents").join(agent).join("manifest.toml"),
+            d.join("manifest.toml"),
+        )
+        .unwrap();
+        std::fs::copy(
+            wasm.join(format!("{agent}.wasm")),
+            d.join(format!("{agent}.wasm")),
+        )
+        .unwrap();
     }
     // Consent, non-interactively: the executor may read and write its worktree, the verifier read.
     let policy = dir.path().join("policy.toml");
@@ -62,7 +116,7 @@ fn example_project() -> (tempfile::TempDir, PathBuf) {
     (dir, policy)
 }
 
-fn host(p: &Path, policy: &Path) -> Host {
+pub(super) fn host(p: &Path, policy: &Path) -> Host {
     Host::open(
         p,
         HostOptions {
@@ -84,7 +138,10 @@ fn example_project_runs_from_init_to_completion_with_wasm_agents() {
         let RunOutcome::Checkpoint(cp) = orch.run(&RunOptions::default()).unwrap() else {
             panic!("the planner asks which language first");
         };
-        assert_eq!(cp.signal.options, vec!["english".to_string(), "french".to_string()]);
+        assert_eq!(
+            cp.signal.options,
+            vec!["english".to_string(), "french".to_string()]
+        );
     }
     let h = host(p, &policy);
     let mut orch = Orchestrator::new(&h, &h).unwrap();
@@ -95,7 +152,12 @@ fn example_project_runs_from_init_to_completion_with_wasm_agents() {
             ..RunOptions::default()
         })
         .unwrap();
-    assert_eq!(outcome, RunOutcome::PhaseLimit { phases_completed: 1 });
+    assert_eq!(
+        outcome,
+        RunOutcome::PhaseLimit {
+            phases_completed: 1
+        }
+    );
 
     let state: Value = h.store().get("").unwrap();
     let st = statuses(&state);
@@ -119,18 +181,31 @@ fn example_project_runs_from_init_to_completion_with_wasm_agents() {
     // The log: spawns of each role through the host, the checkpoint, the answer delivered once
     // to the planner's next spawn, and the gap.
     let records = h.store().log().read_all().unwrap();
-    let spawns: Vec<&metash_protocol::LogRecord> = records.iter().filter(|r| r.kind == "spawn").collect();
+    let spawns: Vec<&metash_protocol::LogRecord> =
+        records.iter().filter(|r| r.kind == "spawn").collect();
     for role in ["planner", "executor", "verifier"] {
-        assert!(spawns.iter().any(|r| r.agent.as_deref() == Some(role)), "{role} spawned");
+        assert!(
+            spawns.iter().any(|r| r.agent.as_deref() == Some(role)),
+            "{role} spawned"
+        );
     }
-    let resumed: Vec<_> = spawns.iter().filter(|r| !r.data["resume_data"].is_null()).collect();
+    let resumed: Vec<_> = spawns
+        .iter()
+        .filter(|r| !r.data["resume_data"].is_null())
+        .collect();
     assert_eq!(resumed.len(), 1);
     assert_eq!(resumed[0].agent.as_deref(), Some("planner"));
     assert_eq!(resumed[0].data["resume_data"]["user_input"], "french");
-    assert!(records.iter().any(|r| r.kind == "state_update"
-        && r.data.to_string().contains("\"gapCount\"")));
+    assert!(records
+        .iter()
+        .any(|r| r.kind == "state_update" && r.data.to_string().contains("\"gapCount\"")));
     // Then the rest: phase 2 and completion.
     let outcome = orch.run(&RunOptions::default()).unwrap();
-    assert_eq!(outcome, RunOutcome::Complete { phases_completed: 1 });
+    assert_eq!(
+        outcome,
+        RunOutcome::Complete {
+            phases_completed: 1
+        }
+    );
     assert_eq!(show("shout.txt"), "BONJOUR, LE MONDE !");
 }

@@ -84,12 +84,23 @@ fn open_host(ctx: &Ctx, policy: Option<PathBuf>) -> Result<Host> {
 fn run_loop(args: RunArgs, ctx: &Ctx) -> Result<ExitCode> {
     let host = open_host(ctx, args.policy)?;
     let mut orch = Orchestrator::new(&host, &host)?;
-    let outcome = orch.run(&RunOptions {
+    let mut options = RunOptions {
         jobs: args.jobs,
         max_phases: args.max_phases,
         answer: args.answer,
         retry: args.retry,
-    })?;
+    };
+    let mut outcome = orch.run(&options)?;
+    // At a terminal, a checkpoint is asked and answered in place; scripts get exit code 4.
+    while let RunOutcome::Checkpoint(p) = &outcome {
+        if args.json || !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+            break;
+        }
+        let Some(answer) = ask(p)? else { break };
+        options.answer = Some(answer);
+        options.retry = false;
+        outcome = orch.run(&options)?;
+    }
     let (code, value) = match &outcome {
         RunOutcome::Complete { phases_completed } => {
             eprintln!("metash: the project is complete ({phases_completed} phase(s) completed in this run)");
@@ -136,6 +147,23 @@ fn run_loop(args: RunArgs, ctx: &Ctx) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&value)?);
     }
     Ok(code)
+}
+
+/// Shows the checkpoint and reads an answer; `None` when the person leaves it for later.
+fn ask(p: &metash_protocol::PendingCheckpoint) -> Result<Option<String>> {
+    eprintln!(
+        "checkpoint `{}` from {}: {}",
+        p.id, p.agent, p.signal.message
+    );
+    for (i, o) in p.signal.options.iter().enumerate() {
+        eprintln!("  {}. {o}", i + 1);
+    }
+    eprint!("answer (empty to stop here): ");
+    std::io::stderr().flush().ok();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    let line = line.trim();
+    Ok((!line.is_empty()).then(|| line.to_string()))
 }
 
 fn status(ctx: &Ctx, json: bool) -> Result<ExitCode> {
