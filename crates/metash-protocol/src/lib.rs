@@ -27,4 +27,6 @@ pub use host::{
 };
 pub use log::LogRecord;
 pub use manifest::{Manifest, SandboxKind, MANIFEST_SCHEMA_VERSIONS};
-pub use session::{PendingCheckpoint, Plan, SessionState, SessionStatus, Task, TaskStatus, SESSION_SCHEMA_VERSION};
+pub use session::{
+    PendingCheckpoint, Plan, SessionState, SessionStatus, Task, TaskStatus, SESSION_SCHEMA_VERSION,
+};

@@ -67,7 +67,13 @@ fn appends(dir: &Path, n: u64, batch: u64) -> f64 {
     let t = Instant::now();
     for b in 0..n / batch {
         let events: Vec<_> = (0..batch)
-            .map(|i| NewEvent::new("output", Some("bench"), json!({"chunk": b * batch + i, "data": "some output text"})))
+            .map(|i| {
+                NewEvent::new(
+                    "output",
+                    Some("bench"),
+                    json!({"chunk": b * batch + i, "data": "some output text"}),
+                )
+            })
             .collect();
         store.append_batch(&events).unwrap();
     }
@@ -80,15 +86,28 @@ fn rebuild(dir: &Path, n: u64) -> (f64, u64) {
     // Write the log directly, 1,000 state events per fsync: generating it through update_state
     // would measure update_state again.
     let log = EventLog::new(ws.path().join(".meta/events.jsonl"));
-    let keys = ["variables.counter", "gapCount", "currentPhase", "variables.notes.last"];
+    let keys = [
+        "variables.counter",
+        "gapCount",
+        "currentPhase",
+        "variables.notes.last",
+    ];
     let mut written = 1;
     while written < n {
         let tail = log.tail().unwrap();
         let events: Vec<_> = (0..1000.min(n - written))
             .map(|i| {
                 let k = keys[(i % 4) as usize];
-                let v = if k == "variables.notes.last" { json!(format!("note {i}")) } else { json!(i % 100) };
-                NewEvent::new("state_update", None, json!({"key": k, "value": v, "scope": "session"}))
+                let v = if k == "variables.notes.last" {
+                    json!(format!("note {i}"))
+                } else {
+                    json!(i % 100)
+                };
+                NewEvent::new(
+                    "state_update",
+                    None,
+                    json!({"key": k, "value": v, "scope": "session"}),
+                )
             })
             .collect();
         written += events.len() as u64;
@@ -111,7 +130,9 @@ fn main() {
     let scale = if quick { 20 } else { 1 };
     let base = std::env::var_os("METASH_BENCH_DIR")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target")
+        });
     std::fs::create_dir_all(&base).unwrap();
     let dir = tempfile::tempdir_in(&base).unwrap();
     let dir = dir.path();
@@ -137,7 +158,13 @@ fn main() {
         a1s.push(a1);
         a100s.push(a100);
     }
-    let (b, u1, u8, a1, a100) = (median(bs), median(u1s), median(u8s), median(a1s), median(a100s));
+    let (b, u1, u8, a1, a100) = (
+        median(bs),
+        median(u1s),
+        median(u8s),
+        median(a1s),
+        median(a100s),
+    );
     let (r1, r8, ra1, ra100) = (median(r1), median(r8), median(ra1), median(ra100));
     let (r, n) = rebuild(dir, 100_000 / scale);
 

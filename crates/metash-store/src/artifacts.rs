@@ -89,9 +89,11 @@ impl Artifacts<'_> {
                 std::fs::remove_file(path).at(path)?;
                 total -= len;
                 report.removed_bytes += len;
-                report
-                    .removed
-                    .push(path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
+                report.removed.push(
+                    path.file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
+                );
             } else {
                 report.kept += 1;
                 report.kept_bytes += len;

@@ -45,7 +45,9 @@ pub fn apply(state: &mut Value, key: &str, value: Value) -> Result<()> {
         match node {
             Value::Object(map) => {
                 if i == last {
-                    if !in_variables && !map.contains_key(*seg) && !OPTIONAL.contains(&(&shape, seg))
+                    if !in_variables
+                        && !map.contains_key(*seg)
+                        && !OPTIONAL.contains(&(&shape, seg))
                     {
                         return Err(unknown(format!("`{seg}` is not a field here")));
                     }

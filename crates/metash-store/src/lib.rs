@@ -99,11 +99,11 @@ impl Store {
         };
         store.write_json(&store.meta.join("store.json"), &meta)?;
         let mut state = SessionState::new(uuid::Uuid::new_v4().to_string());
-        let data = serde_json::to_value(&state)
-            .map_err(|e| StoreError::Rejected(e.to_string()))?;
-        let rec = store
-            .log
-            .append(&store.log.tail()?, &[NewEvent::new(kinds::SESSION_INIT, None, data)])?;
+        let data = serde_json::to_value(&state).map_err(|e| StoreError::Rejected(e.to_string()))?;
+        let rec = store.log.append(
+            &store.log.tail()?,
+            &[NewEvent::new(kinds::SESSION_INIT, None, data)],
+        )?;
         state.revision = rec.first().map(|r| r.seq).unwrap_or(1);
         session::save(&store.session_path(), &state)?;
         Ok(store)
@@ -168,12 +168,14 @@ impl Store {
     }
 
     fn check_context(&self) -> Result<()> {
-        let meta: StoreMeta = serde_json::from_value(self.read_json(&self.meta.join("store.json"))?)
-            .map_err(|e| StoreError::BadFile {
-                path: self.meta.join("store.json"),
-                line: 1,
-                message: e.to_string(),
-            })?;
+        let meta: StoreMeta = serde_json::from_value(
+            self.read_json(&self.meta.join("store.json"))?,
+        )
+        .map_err(|e| StoreError::BadFile {
+            path: self.meta.join("store.json"),
+            line: 1,
+            message: e.to_string(),
+        })?;
         let path = self.context_path();
         let bytes = std::fs::read(&path).at(&path)?;
         let found = context::sha256_hex(&bytes);
@@ -198,15 +200,17 @@ impl Store {
 
     /// One value of the session by key path (`""` for all of it).
     pub fn get(&self, key: &str) -> Result<Value> {
-        let state = serde_json::to_value(self.state()?)
-            .map_err(|e| StoreError::Rejected(e.to_string()))?;
+        let state =
+            serde_json::to_value(self.state()?).map_err(|e| StoreError::Rejected(e.to_string()))?;
         if key.is_empty() {
             return Ok(state);
         }
-        keypath::get(&state, key).cloned().ok_or_else(|| StoreError::UnknownKey {
-            key: key.to_string(),
-            reason: "not set".into(),
-        })
+        keypath::get(&state, key)
+            .cloned()
+            .ok_or_else(|| StoreError::UnknownKey {
+                key: key.to_string(),
+                reason: "not set".into(),
+            })
     }
 
     /// seed 000's `update_state`: sets one key path atomically and durably. Returns the new
@@ -229,7 +233,9 @@ impl Store {
         value: Value,
         expected_revision: Option<u64>,
     ) -> Result<u64> {
-        self.commit_state(agent, expected_revision, |_| Ok(vec![(key.to_string(), value)]))
+        self.commit_state(agent, expected_revision, |_| {
+            Ok(vec![(key.to_string(), value)])
+        })
     }
 
     /// An atomic read-modify-write of one key: `f` gets the current value (if set) under the lock
@@ -364,9 +370,10 @@ impl Store {
         let path = self.session_path();
         if let Ok(bytes) = std::fs::read(&path) {
             if session::parse(&path, &bytes).is_err() {
-                let backup = self
-                    .meta
-                    .join(format!("session.json.bad-{}", chrono::Utc::now().format("%Y%m%dT%H%M%S%.6f")));
+                let backup = self.meta.join(format!(
+                    "session.json.bad-{}",
+                    chrono::Utc::now().format("%Y%m%dT%H%M%S%.6f")
+                ));
                 atomic::write_atomic(&backup, &bytes)?;
             }
         }
@@ -505,8 +512,8 @@ impl Store {
             let mut repaired = keypath::validate(doc, "")?;
             repaired.revision = revision;
             session::save(&self.session_path(), &repaired)?;
-            doc = serde_json::to_value(&repaired)
-                .map_err(|e| StoreError::Rejected(e.to_string()))?;
+            doc =
+                serde_json::to_value(&repaired).map_err(|e| StoreError::Rejected(e.to_string()))?;
         }
         Ok((doc, tail))
     }

@@ -175,7 +175,10 @@ impl EventLog {
     /// failed: they were never acknowledged, and leaving them would apply them at the next
     /// recovery although the caller was told the update failed. Only under the lock.
     pub(crate) fn truncate_to(&self, len: u64) -> Result<()> {
-        let f = OpenOptions::new().write(true).open(&self.path).at(&self.path)?;
+        let f = OpenOptions::new()
+            .write(true)
+            .open(&self.path)
+            .at(&self.path)?;
         f.set_len(len).at(&self.path)?;
         f.sync_data().at(&self.path)
     }

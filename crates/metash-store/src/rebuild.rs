@@ -48,7 +48,8 @@ pub fn from_log(log: &EventLog, until: u64) -> Result<SessionState> {
     let mut doc = Value::Null;
     let mut revision = 0;
     log.for_each(|rec| {
-        if rec.seq <= until && (rec.kind == kinds::SESSION_INIT || rec.kind == kinds::STATE_UPDATE) {
+        if rec.seq <= until && (rec.kind == kinds::SESSION_INIT || rec.kind == kinds::STATE_UPDATE)
+        {
             fold(&mut doc, &rec, log.path())?;
             revision = rec.seq;
         }
@@ -61,11 +62,12 @@ pub fn from_log(log: &EventLog, until: u64) -> Result<SessionState> {
             reason: "the log has no session_init event".into(),
         });
     }
-    let mut state: SessionState = serde_json::from_value(doc).map_err(|e| StoreError::BrokenLog {
-        path: log.path().to_path_buf(),
-        seq: revision,
-        reason: format!("folded state does not match the schema: {e}"),
-    })?;
+    let mut state: SessionState =
+        serde_json::from_value(doc).map_err(|e| StoreError::BrokenLog {
+            path: log.path().to_path_buf(),
+            seq: revision,
+            reason: format!("folded state does not match the schema: {e}"),
+        })?;
     state.revision = revision;
     Ok(state)
 }

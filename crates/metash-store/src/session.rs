@@ -21,8 +21,8 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<SessionState> {
         column,
         message,
     };
-    let state: SessionState =
-        serde_json::from_slice(bytes).map_err(|e| bad(e.line(), e.column(), without_position(&e)))?;
+    let state: SessionState = serde_json::from_slice(bytes)
+        .map_err(|e| bad(e.line(), e.column(), without_position(&e)))?;
     if state.schema_version != SESSION_SCHEMA_VERSION {
         return Err(bad(
             1,

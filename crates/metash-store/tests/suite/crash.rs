@@ -35,7 +35,12 @@ fn sigkill_at_200_random_moments_loses_no_acknowledged_update() {
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
         let mut out = String::new();
-        child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
         let acks: Vec<i64> = out
             .lines()
             .filter_map(|l| l.strip_prefix("ack ")?.parse().ok())
@@ -58,7 +63,11 @@ fn sigkill_at_200_random_moments_loses_no_acknowledged_update() {
         // Opened (which folds a crash's leftovers), the file equals the whole log's state.
         let state = handle.state().unwrap();
         assert_eq!(handle.rebuild().unwrap(), state, "round {round}");
-        let counter = state.variables.get("counter").and_then(Value::as_i64).unwrap_or(0);
+        let counter = state
+            .variables
+            .get("counter")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
         assert!(
             counter >= max_acked,
             "round {round}: acknowledged {max_acked} but the state holds {counter}"

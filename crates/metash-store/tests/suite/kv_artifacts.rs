@@ -8,14 +8,34 @@ use super::common::project;
 #[test]
 fn each_agent_sees_only_its_own_namespace() {
     let (_dir, store) = project();
-    store.kv("alice").unwrap().set("token_budget", json!(10)).unwrap();
-    store.kv("bob").unwrap().set("token_budget", json!(20)).unwrap();
-    assert_eq!(store.kv("alice").unwrap().get("token_budget").unwrap(), Some(json!(10)));
-    assert_eq!(store.kv("bob").unwrap().get("token_budget").unwrap(), Some(json!(20)));
+    store
+        .kv("alice")
+        .unwrap()
+        .set("token_budget", json!(10))
+        .unwrap();
+    store
+        .kv("bob")
+        .unwrap()
+        .set("token_budget", json!(20))
+        .unwrap();
+    assert_eq!(
+        store.kv("alice").unwrap().get("token_budget").unwrap(),
+        Some(json!(10))
+    );
+    assert_eq!(
+        store.kv("bob").unwrap().get("token_budget").unwrap(),
+        Some(json!(20))
+    );
     assert_eq!(store.kv("carol").unwrap().list().unwrap().len(), 0);
     store.kv("alice").unwrap().delete("token_budget").unwrap();
-    assert_eq!(store.kv("alice").unwrap().get("token_budget").unwrap(), None);
-    assert_eq!(store.kv("bob").unwrap().get("token_budget").unwrap(), Some(json!(20)));
+    assert_eq!(
+        store.kv("alice").unwrap().get("token_budget").unwrap(),
+        None
+    );
+    assert_eq!(
+        store.kv("bob").unwrap().get("token_budget").unwrap(),
+        Some(json!(20))
+    );
     // Writes are logged against the agent.
     let kv_events: Vec<_> = store
         .log()
@@ -32,16 +52,25 @@ fn each_agent_sees_only_its_own_namespace() {
 fn namespace_names_cannot_escape() {
     let (_dir, store) = project();
     for bad in ["../x", "a/b", ".hidden", ""] {
-        assert!(matches!(store.kv(bad), Err(StoreError::InvalidName { .. })), "{bad}");
+        assert!(
+            matches!(store.kv(bad), Err(StoreError::InvalidName { .. })),
+            "{bad}"
+        );
     }
 }
 
 #[test]
 fn scratchpad_is_shared() {
     let (dir, store) = project();
-    store.scratchpad().set("plan_notes", json!("use sqlite")).unwrap();
+    store
+        .scratchpad()
+        .set("plan_notes", json!("use sqlite"))
+        .unwrap();
     let other = metash_store::Store::open(dir.path()).unwrap();
-    assert_eq!(other.scratchpad().get("plan_notes").unwrap(), Some(json!("use sqlite")));
+    assert_eq!(
+        other.scratchpad().get("plan_notes").unwrap(),
+        Some(json!("use sqlite"))
+    );
 }
 
 #[test]
@@ -50,7 +79,12 @@ fn gc_removes_by_age_then_oldest_first_by_size() {
     let arts = store.artifacts();
     let now = SystemTime::now();
     let day = Duration::from_secs(86_400);
-    for (name, age_days, size) in [("old.txt", 40, 10), ("a.bin", 3, 400), ("b.bin", 2, 400), ("c.bin", 1, 400)] {
+    for (name, age_days, size) in [
+        ("old.txt", 40, 10),
+        ("a.bin", 3, 400),
+        ("b.bin", 2, 400),
+        ("c.bin", 1, 400),
+    ] {
         let p = arts.put(name, &vec![b'x'; size], Some("agent")).unwrap();
         let f = std::fs::File::options().write(true).open(&p).unwrap();
         f.set_modified(now - day * age_days).unwrap();
@@ -68,6 +102,12 @@ fn gc_removes_by_age_then_oldest_first_by_size() {
     assert_eq!(report.kept, 2);
     assert_eq!(report.kept_bytes, 800);
     assert!(!arts.dir().join("a.bin").exists() && arts.dir().join("c.bin").exists());
-    let gc = store.log().read_all().unwrap().into_iter().filter(|r| r.kind == "gc").count();
+    let gc = store
+        .log()
+        .read_all()
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.kind == "gc")
+        .count();
     assert_eq!(gc, 1);
 }

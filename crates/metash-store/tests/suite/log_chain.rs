@@ -16,7 +16,9 @@ fn lines(path: &std::path::Path) -> Vec<String> {
 #[test]
 fn appends_are_gapless_and_chained() {
     let (_dir, store) = project();
-    store.append("progress", None, json!({"message": "hi", "level": "info"})).unwrap();
+    store
+        .append("progress", None, json!({"message": "hi", "level": "info"}))
+        .unwrap();
     let batch: Vec<_> = (0..10)
         .map(|i| NewEvent::new("output", Some("agent-a"), json!({"i": i})))
         .collect();
@@ -36,7 +38,11 @@ fn appends_are_gapless_and_chained() {
 fn state_events_can_only_come_from_update_state() {
     let (_dir, store) = project();
     let err = store
-        .append("state_update", None, json!({"key": "status", "value": "halted"}))
+        .append(
+            "state_update",
+            None,
+            json!({"key": "status", "value": "halted"}),
+        )
         .unwrap_err();
     assert!(matches!(err, StoreError::Rejected(_)), "{err}");
 }
@@ -88,7 +94,10 @@ fn torn_tail_is_repaired_on_the_next_write() {
     let (dir, store) = project();
     store.update_state("variables.a", json!(1)).unwrap();
     let path = dir.path().join(".meta/events.jsonl");
-    let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
     f.write_all(b"{\"seq\":3,\"ts\":\"2026").unwrap();
     drop(f);
     assert_eq!(store.log().verify().unwrap(), 2);
@@ -101,10 +110,14 @@ fn torn_tail_is_repaired_on_the_next_write() {
 fn rebuild_ignores_other_events_and_matches_the_file() {
     let (_dir, store) = project();
     store.update_state("status", json!("executing")).unwrap();
-    store.append("lifecycle", Some("a"), json!({"to": "active"})).unwrap();
+    store
+        .append("lifecycle", Some("a"), json!({"to": "active"}))
+        .unwrap();
     store.kv("a").unwrap().set("k", json!(1)).unwrap();
     store.update_state("currentPhase", json!(2)).unwrap();
-    store.append("progress", None, json!({"message": "m"})).unwrap();
+    store
+        .append("progress", None, json!({"message": "m"}))
+        .unwrap();
     let state = store.state().unwrap();
     assert_eq!(state.revision, 5);
     assert_eq!(store.rebuild().unwrap(), state);

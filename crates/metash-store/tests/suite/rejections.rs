@@ -8,7 +8,11 @@ use super::common::{project, snapshot};
 fn refused(store: &Store, ws: &std::path::Path, key: &str, value: serde_json::Value) -> StoreError {
     let before = snapshot(ws);
     let err = store.update_state(key, value).unwrap_err();
-    assert_eq!(snapshot(ws), before, "{key}: files changed by a refused update");
+    assert_eq!(
+        snapshot(ws),
+        before,
+        "{key}: files changed by a refused update"
+    );
     err
 }
 
@@ -43,7 +47,15 @@ fn wrong_type() {
 #[test]
 fn unknown_key_paths() {
     let (dir, store) = project();
-    for key in ["nope", "plan.tasks.01.status", "status.inner", "", "variables..x", "revision", "sessionId"] {
+    for key in [
+        "nope",
+        "plan.tasks.01.status",
+        "status.inner",
+        "",
+        "variables..x",
+        "revision",
+        "sessionId",
+    ] {
         let err = refused(&store, dir.path(), key, json!(1));
         assert!(matches!(err, StoreError::UnknownKey { .. }), "{key}: {err}");
     }
@@ -53,9 +65,19 @@ fn unknown_key_paths() {
 fn task_that_does_not_exist_and_missing_dependency() {
     let (dir, store) = project();
     with_plan(&store);
-    let err = refused(&store, dir.path(), "plan.tasks.07.status", json!("complete"));
+    let err = refused(
+        &store,
+        dir.path(),
+        "plan.tasks.07.status",
+        json!("complete"),
+    );
     assert!(err.to_string().contains("no task with id `07`"), "{err}");
-    let err = refused(&store, dir.path(), "plan.tasks.01.dependencies", json!(["99"]));
+    let err = refused(
+        &store,
+        dir.path(),
+        "plan.tasks.01.dependencies",
+        json!(["99"]),
+    );
     assert!(err.to_string().contains("missing task `99`"), "{err}");
     let err = refused(
         &store,
@@ -79,7 +101,10 @@ fn changed_context_stops_every_command() {
     let err = refused(&store, dir.path(), "variables.x", json!(1));
     assert!(matches!(err, StoreError::ContextChanged { .. }), "{err}");
     assert!(err.to_string().contains("context.md changed"), "{err}");
-    assert!(matches!(Store::open(dir.path()), Err(StoreError::ContextChanged { .. })));
+    assert!(matches!(
+        Store::open(dir.path()),
+        Err(StoreError::ContextChanged { .. })
+    ));
 }
 
 #[test]
@@ -93,8 +118,14 @@ fn unparseable_session_file_is_never_overwritten() {
     std::fs::write(&path, &broken).unwrap();
     let err = refused(&store, dir.path(), "variables.x", json!(2));
     let msg = err.to_string();
-    assert!(matches!(err, StoreError::BadSessionFile { line, .. } if line > 1), "{msg}");
-    assert!(msg.contains("session.json") && msg.contains("metash state rebuild"), "{msg}");
+    assert!(
+        matches!(err, StoreError::BadSessionFile { line, .. } if line > 1),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("session.json") && msg.contains("metash state rebuild"),
+        "{msg}"
+    );
 
     // The way out: rebuild from the log, keeping the bad file aside.
     let state = store.rebuild_and_save().unwrap();
@@ -102,7 +133,11 @@ fn unparseable_session_file_is_never_overwritten() {
     let kept: Vec<_> = std::fs::read_dir(dir.path().join(".meta"))
         .unwrap()
         .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("session.json.bad-"))
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("session.json.bad-")
+        })
         .collect();
     assert_eq!(kept.len(), 1);
     assert_eq!(std::fs::read_to_string(kept[0].path()).unwrap(), broken);
@@ -118,8 +153,15 @@ fn session_file_that_does_not_match_the_schema_is_never_overwritten() {
     assert!(err.to_string().contains("sleeping"), "{err}");
     let line = good.lines().position(|l| l.contains("\"status\"")).unwrap() + 1;
     let msg = err.to_string();
-    assert!(msg.contains(&format!("session.json:{line}:")), "names line {line}: {msg}");
-    assert_eq!(msg.matches("line").count(), 0, "position given once, as file:line:col: {msg}");
+    assert!(
+        msg.contains(&format!("session.json:{line}:")),
+        "names line {line}: {msg}"
+    );
+    assert_eq!(
+        msg.matches("line").count(),
+        0,
+        "position given once, as file:line:col: {msg}"
+    );
 }
 
 /// A full disk: a 64 KiB tmpfs mounted for the test (skips, saying why, where mounting is not
@@ -159,9 +201,17 @@ fn full_disk_is_a_clear_error_and_loses_nothing() {
             Err(err) => {
                 assert!(matches!(err, StoreError::DiskFull { .. }), "{err}");
                 assert!(err.to_string().contains("disk full"), "{err}");
-                assert_eq!(snapshot(&mnt), before, "a failed write at {kib} KiB left something behind");
+                assert_eq!(
+                    snapshot(&mnt),
+                    before,
+                    "a failed write at {kib} KiB left something behind"
+                );
                 let reopened = Store::open(&mnt).unwrap();
-                assert_eq!(reopened.state().unwrap(), state_before, "recovery applied a failed write");
+                assert_eq!(
+                    reopened.state().unwrap(),
+                    state_before,
+                    "recovery applied a failed write"
+                );
                 assert_eq!(reopened.rebuild().unwrap(), state_before);
                 failures += 1;
                 if failures == 5 {

@@ -10,7 +10,12 @@ fn init_writes_context_session_and_first_event() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::init(dir.path(), None).unwrap();
     let ctx = store.context().unwrap();
-    for section in ["## Vision", "## Tech Stack", "## Architecture Constraints", "## Current Phase Focus"] {
+    for section in [
+        "## Vision",
+        "## Tech Stack",
+        "## Architecture Constraints",
+        "## Current Phase Focus",
+    ] {
         assert!(ctx.contains(section), "template lacks {section}");
     }
     let state = store.state().unwrap();
@@ -35,7 +40,9 @@ fn open_without_init_says_so() {
 #[test]
 fn dotted_paths_update_variables_tasks_and_commits() {
     let (_dir, store) = project();
-    store.update_state("variables.retry.count", json!(2)).unwrap();
+    store
+        .update_state("variables.retry.count", json!(2))
+        .unwrap();
     store
         .update_state(
             "plan",
@@ -45,15 +52,24 @@ fn dotted_paths_update_variables_tasks_and_commits() {
             ]}),
         )
         .unwrap();
-    store.update_state("plan.tasks.02.status", json!("failed")).unwrap();
-    store.update_state("plan.tasks.02.commits", json!(["abc"])).unwrap();
-    store.update_state("plan.tasks.02.commits.1", json!("def")).unwrap();
+    store
+        .update_state("plan.tasks.02.status", json!("failed"))
+        .unwrap();
+    store
+        .update_state("plan.tasks.02.commits", json!(["abc"]))
+        .unwrap();
+    store
+        .update_state("plan.tasks.02.commits.1", json!("def"))
+        .unwrap();
     let rev = store.update_state("gapCount", json!(1)).unwrap();
     let state = store.state().unwrap();
     assert_eq!(state.revision, rev);
     assert_eq!(store.get("variables.retry.count").unwrap(), json!(2));
     assert_eq!(store.get("plan.tasks.02.status").unwrap(), json!("failed"));
-    assert_eq!(store.get("plan.tasks.02.commits").unwrap(), json!(["abc", "def"]));
+    assert_eq!(
+        store.get("plan.tasks.02.commits").unwrap(),
+        json!(["abc", "def"])
+    );
     assert_eq!(state.gap_count, 1);
     // Every update is a state_update event, and the log alone gives the same state.
     assert_eq!(store.rebuild().unwrap(), state);
@@ -68,7 +84,10 @@ fn fenced_write_from_a_stale_revision_is_refused() {
     let err = store
         .update_state_as(None, "variables.x", json!(99), Some(seen))
         .unwrap_err();
-    assert!(matches!(err, StoreError::Fenced { expected, found } if expected == seen && found == seen + 1), "{err}");
+    assert!(
+        matches!(err, StoreError::Fenced { expected, found } if expected == seen && found == seen + 1),
+        "{err}"
+    );
     assert_eq!(snapshot(dir.path()), before);
     // With the current revision it goes through.
     store
@@ -103,14 +122,19 @@ fn lock_timeout_names_the_holder_and_changes_nothing() {
 
 #[test]
 fn default_lock_timeout_is_five_seconds() {
-    assert_eq!(metash_store::DEFAULT_LOCK_TIMEOUT, Duration::from_millis(5000));
+    assert_eq!(
+        metash_store::DEFAULT_LOCK_TIMEOUT,
+        Duration::from_millis(5000)
+    );
 }
 
 fn wait_for_line(child: &mut std::process::Child, want: &str) {
     use std::io::BufRead;
     let stdout = child.stdout.as_mut().unwrap();
     let mut line = String::new();
-    std::io::BufReader::new(stdout).read_line(&mut line).unwrap();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .unwrap();
     assert_eq!(line.trim(), want);
 }
 
@@ -141,7 +165,10 @@ fn update_many_is_one_event_and_all_or_nothing() {
     let err = store
         .update_many(
             None,
-            vec![("gapCount".into(), json!(5)), ("status".into(), json!("nope"))],
+            vec![
+                ("gapCount".into(), json!(5)),
+                ("status".into(), json!("nope")),
+            ],
             None,
         )
         .unwrap_err();
@@ -157,7 +184,9 @@ fn transact_sees_the_state_and_may_write_nothing() {
     assert_eq!(rev, rev0);
     assert_eq!(store.log().read_all().unwrap().len(), 1);
     store
-        .transact(None, |s| Ok(vec![("currentPhase".into(), json!(s.current_phase + 1))]))
+        .transact(None, |s| {
+            Ok(vec![("currentPhase".into(), json!(s.current_phase + 1))])
+        })
         .unwrap();
     assert_eq!(store.state().unwrap().current_phase, 2);
 }
