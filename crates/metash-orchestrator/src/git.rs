@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use crate::error::{OrchestratorError, Result};
 
@@ -17,6 +17,10 @@ const EXCLUDE_META: &str = ":(exclude).meta";
 pub struct Git {
     root: PathBuf,
     identity: OnceLock<Vec<String>>,
+    /// Held while worktrees are added, removed or pruned and branches deleted: git reads every
+    /// worktree's metadata for these, and a worktree being created concurrently makes it fail
+    /// (`failed to read .git/worktrees/<x>/commondir`).
+    worktrees: Mutex<()>,
 }
 
 /// The outcome of a merge or revert that may conflict.
@@ -31,6 +35,7 @@ impl Git {
         Self {
             root: root.to_path_buf(),
             identity: OnceLock::new(),
+            worktrees: Mutex::new(()),
         }
     }
 
@@ -197,6 +202,7 @@ impl Git {
             std::fs::create_dir_all(parent)
                 .map_err(|e| OrchestratorError::io(parent.display().to_string(), e))?;
         }
+        let _serial = self.worktrees.lock().unwrap_or_else(|e| e.into_inner());
         let p = path.to_string_lossy();
         let add = |this: &Self| -> Result<String> {
             if this.branch_exists(branch)? {
@@ -220,6 +226,7 @@ impl Git {
     /// they were merged).
     pub fn remove_worktree(&self, path: &Path, branch: Option<&str>) -> Result<()> {
         if path.exists() {
+            let _serial = self.worktrees.lock().unwrap_or_else(|e| e.into_inner());
             let p = path.to_string_lossy();
             if self
                 .run(&self.root, &["worktree", "remove", "--force", &p])
@@ -246,6 +253,7 @@ impl Git {
             }
         }
         if any {
+            let _serial = self.worktrees.lock().unwrap_or_else(|e| e.into_inner());
             self.run(&self.root, &args)?;
         }
         Ok(())
