@@ -66,11 +66,12 @@ pub fn native_agent_exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_metash-host-test-agent"))
 }
 
-/// Why native agents cannot run here, if they cannot (printed by the tests that skip).
+/// Why native agents cannot run here, if they cannot (printed by the tests that skip). Asks the
+/// kernel, as the runtime's sandbox does.
 pub fn native_unavailable() -> Option<String> {
-    let abi = std::fs::read_to_string("/sys/kernel/security/lsm").unwrap_or_default();
-    if !abi.contains("landlock") {
-        return Some("Landlock is not enabled in this kernel".into());
+    let abi = metash_runtime::native::isolate::landlock_abi();
+    if abi < 4 {
+        return Some(format!("Landlock ABI {abi} < 4: the native sandbox cannot be applied here"));
     }
     None
 }

@@ -113,3 +113,15 @@ fn agent_state_updates_go_through_the_same_path() {
     );
     assert!(p.log_kinds().iter().any(|k| k == "denied"));
 }
+
+#[test]
+fn native_agent_checkpoint() {
+    let Some(p) = project() else { return };
+    let host = p.host(&["native"]);
+    let r = spawn(&host, "checkpoint", None);
+    assert_eq!(r.status, AgentStatus::Checkpoint, "{r:?}");
+    let signal: metash_protocol::CheckpointSignal = serde_json::from_str(&r.data).unwrap();
+    assert_eq!(signal.message, "Pick one");
+    assert_eq!(signal.resume_id.as_deref(), Some("pick"));
+    assert_eq!(host.pending_checkpoint().unwrap().unwrap().agent, "native-a");
+}
