@@ -7,6 +7,7 @@
 //! | `running.<id>` | `{attempt, head, since}` while an executor works on the task; found at startup it means the run was killed mid-task: the task is failed and retryable, its worktree reset to `head` |
 //! | `attempts.<id>` | executor attempts so far (errors and timeouts count against `max_task_attempts`) |
 //! | `findings.<id>` | the verifier's last findings, sent with the next executor prompt |
+//! | `errors.<id>` | why the last executor attempt failed (error, timeout), for the next prompt |
 //! | `verified.<id>` | the verifier passed the task's current commits |
 //! | `summaries.<id>` | the executor's last summary, for the verifier |
 //! | `merged.<id>` | the commit the task's branch was merged into the project at |
@@ -33,6 +34,8 @@ pub struct Book {
     pub running: BTreeMap<String, Option<Running>>,
     pub attempts: BTreeMap<String, u32>,
     pub findings: BTreeMap<String, Option<Vec<String>>>,
+    /// Why the last executor attempt failed (error, timeout, interrupted run).
+    pub errors: BTreeMap<String, Option<String>>,
     pub verified: BTreeMap<String, bool>,
     pub merged: BTreeMap<String, Option<String>>,
     /// The executor's last summary, shown to the verifier.
@@ -110,6 +113,10 @@ impl Book {
             .get(id)
             .and_then(Option::as_deref)
             .unwrap_or(&[])
+    }
+
+    pub fn last_error(&self, id: &str) -> Option<&str> {
+        self.errors.get(id).and_then(Option::as_deref)
     }
 
     pub fn is_verified(&self, id: &str) -> bool {

@@ -140,6 +140,37 @@ impl<'a> Orchestrator<'a> {
         Ok(())
     }
 
+    /// Refuses when a role names neither a registered agent nor a model-backed role (for runs
+    /// where the host itself is the spawner, as in `metash run`).
+    ///
+    /// # Errors
+    /// [`OrchestratorError::Refused`] naming the role, the name and what is known.
+    pub fn check_roles_resolve(&self) -> Result<()> {
+        let registry = self.host.registry();
+        let roles = &self.host.config().roles;
+        for (role, name) in [
+            ("planner", &self.config.planner),
+            ("executor", &self.config.executor),
+            ("verifier", &self.config.verifier),
+        ] {
+            if roles.contains_key(name.as_str()) || registry.get(name).is_some() {
+                continue;
+            }
+            let mut known: Vec<String> = registry.agents().map(|a| a.id.clone()).collect();
+            known.extend(roles.keys().cloned());
+            return Err(OrchestratorError::Refused(format!(
+                "[orchestrator] {role} = \"{name}\" names no agent in .meta/agents/ and no model-backed \
+                 role in [roles] of .meta/config.toml (known: {})",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            )));
+        }
+        Ok(())
+    }
+
     /// Runs the loop until the project is complete, a checkpoint needs a person, the session
     /// halts, or `max_phases` phases are done.
     ///
@@ -253,6 +284,10 @@ impl<'a> Orchestrator<'a> {
                 book::task_set(id, "status", json!(TaskStatus::Failed)),
                 book::set(&["running", id], book::null()),
                 book::set(&["attempts", id], json!(running.attempt.saturating_sub(1))),
+                book::set(
+                    &["errors", id],
+                    json!("the run stopped while this task was running; its partial work was discarded"),
+                ),
             ])?;
             self.progress(
                 &format!("task {id} was running when the last run stopped; it will be retried"),

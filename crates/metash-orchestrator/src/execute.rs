@@ -198,6 +198,7 @@ impl Orchestrator<'_> {
         let book = Book::of(&state);
         let attempt = book.attempts.get(id).copied().unwrap_or(0) + 1;
         let findings = book.findings(id).to_vec();
+        let last_error = book.last_error(id).map(str::to_string);
         self.update(vec![
             book::set(
                 &["running", id],
@@ -215,6 +216,7 @@ impl Orchestrator<'_> {
                 task: Some(id),
                 findings: &findings,
                 attempt,
+                last_error: last_error.as_deref(),
                 ..Focus::default()
             },
             Some(wt.clone()),
@@ -242,6 +244,7 @@ impl Orchestrator<'_> {
                     ("plan.currentTaskIdx".into(), json!(next_idx)),
                     book::set(&["running", id], book::null()),
                     book::set(&["attempts", id], json!(0)),
+                    book::set(&["errors", id], book::null()),
                     book::set(&["verified", id], json!(false)),
                     book::set(&["summaries", id], json!(clip(&summary))),
                 ])?;
@@ -289,10 +292,7 @@ impl Orchestrator<'_> {
         self.update(vec![
             book::task_set(id, "status", json!(TaskStatus::Failed)),
             book::set(&["running", id], book::null()),
-            book::set(
-                &["findings", id],
-                json!([format!("the previous attempt failed: {why}")]),
-            ),
+            book::set(&["errors", id], json!(why)),
         ])?;
         Ok(Attempt::Failed(why))
     }

@@ -5,7 +5,8 @@
 //!
 //! The user message ends with a fenced JSON block, the **request**, holding the same facts for
 //! agents that parse rather than read (the example agents do):
-//! `{"metash_request": 1, "role", "phase", "plan": [...], "task"?, "findings"?, "decisions", "rejection"?}`.
+//! `{"metash_request": 1, "role", "phase", "plan": [...], "task"?, "findings"?, "last_error"?,
+//! "decisions", "rejection"?, "summary"?}`.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -61,6 +62,8 @@ pub struct Focus<'a> {
     pub attempt: u32,
     /// The executor's summary of the work under verification.
     pub summary: Option<&'a str>,
+    /// Why the executor's previous attempt failed.
+    pub last_error: Option<&'a str>,
 }
 
 /// The user message for `role`.
@@ -142,6 +145,11 @@ pub fn user_message(
         }
         out.push('\n');
     }
+    if role == Role::Executor {
+        if let Some(e) = focus.last_error {
+            let _ = writeln!(out, "## Your previous attempt failed\n\n{e}\n");
+        }
+    }
     let request = request_json(role, state, book, focus);
     let _ = write!(
         out,
@@ -197,6 +205,9 @@ fn request_json(role: Role, state: &SessionState, book: &Book, focus: &Focus<'_>
         }
         if let Some(s) = focus.summary {
             map.insert("summary".into(), json!(s));
+        }
+        if let Some(e) = focus.last_error {
+            map.insert("last_error".into(), json!(e));
         }
     }
     v

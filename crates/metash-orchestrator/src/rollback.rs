@@ -131,6 +131,7 @@ impl Orchestrator<'_> {
                 book::set(&["verified", &id], json!(false)),
                 book::set(&["merged", &id], book::null()),
                 book::set(&["findings", &id], book::null()),
+                book::set(&["errors", &id], book::null()),
                 book::set(&["attempts", &id], json!(0)),
                 book::set(&["running", &id], book::null()),
                 book::set(

@@ -45,6 +45,8 @@ pub struct TaskRow {
     pub attempts: u32,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 /// The report for the project of `store`.
@@ -73,6 +75,7 @@ pub fn report(store: &Store) -> Result<StatusReport> {
             running: book.running.get(&t.id).is_some_and(Option::is_some),
             attempts: book.attempts.get(&t.id).copied().unwrap_or(0),
             findings: book.findings(&t.id).to_vec(),
+            last_error: book.last_error(&t.id).map(str::to_string),
         })
         .collect();
     let budget = match store.read_doc("budget") {

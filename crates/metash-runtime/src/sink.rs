@@ -9,7 +9,9 @@ use serde_json::Value;
 
 /// Event kinds the runtime records. Stable strings: the log and the ledger view match on them.
 pub mod kinds {
-    pub const REGISTERED: &str = "agent_registered";
+    /// An instance entered the Registered state (not to be confused with the policy layer's
+    /// `agent_registered`, logged once per new or changed manifest).
+    pub const REGISTERED: &str = "agent_instance_registered";
     pub const STARTED: &str = "agent_started";
     pub const ACTIVE: &str = "agent_active";
     pub const SUSPENDED: &str = "agent_suspended";

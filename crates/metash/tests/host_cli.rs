@@ -113,7 +113,7 @@ fn spawn_prints_the_response_with_distinct_exit_codes() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown agent `nobody`"));
 
     let out = run(ws, &["spawn", "asker", "--message", "go"]);
-    assert_eq!(out.status.code(), Some(5));
+    assert_eq!(out.status.code(), Some(4));
     assert!(String::from_utf8_lossy(&out.stderr).contains("metash resume --answer"));
 }
 

@@ -71,7 +71,9 @@ pub fn native_agent_exe() -> PathBuf {
 pub fn native_unavailable() -> Option<String> {
     let abi = metash_runtime::native::isolate::landlock_abi();
     if abi < 4 {
-        return Some(format!("Landlock ABI {abi} < 4: the native sandbox cannot be applied here"));
+        return Some(format!(
+            "Landlock ABI {abi} < 4: the native sandbox cannot be applied here"
+        ));
     }
     None
 }

@@ -123,5 +123,8 @@ fn native_agent_checkpoint() {
     let signal: metash_protocol::CheckpointSignal = serde_json::from_str(&r.data).unwrap();
     assert_eq!(signal.message, "Pick one");
     assert_eq!(signal.resume_id.as_deref(), Some("pick"));
-    assert_eq!(host.pending_checkpoint().unwrap().unwrap().agent, "native-a");
+    assert_eq!(
+        host.pending_checkpoint().unwrap().unwrap().agent,
+        "native-a"
+    );
 }

@@ -269,8 +269,10 @@ fn a_timed_out_task_is_reset_to_its_last_commit_and_retried() {
     assert!(
         retry
             .user_message
-            .contains("the previous attempt failed: executor timeout"),
+            .contains("## Your previous attempt failed\n\nexecutor timeout: partial output"),
         "{}",
         retry.user_message
     );
+    // A failure of the executor is not a verifier finding.
+    assert!(!retry.user_message.contains("fix these findings"));
 }

@@ -216,3 +216,14 @@ fn a_model_role_without_its_key_stops_before_spending() {
         .count();
     assert_eq!(spawned, 0);
 }
+
+#[test]
+fn a_role_naming_nothing_is_refused_up_front() {
+    let provider = Provider::start(script(0));
+    let p = project(&provider.base_url, "executor = \"nobody\"");
+    let h = host(p.path(), true);
+    let orch = Orchestrator::new(&h, &h).unwrap();
+    let err = orch.check_roles_resolve().unwrap_err().to_string();
+    assert!(err.contains("executor = \"nobody\""), "{err}");
+    assert!(err.contains("planner"), "lists what is known: {err}");
+}

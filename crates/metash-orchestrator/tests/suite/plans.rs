@@ -76,3 +76,19 @@ fn a_planner_sending_bad_plans_gets_the_reasons_and_the_run_halts() {
     assert!(prompts[2].contains("unknown task `nope`"), "{}", prompts[2]);
     assert!(p.state()["plan"].is_null(), "no bad plan became state");
 }
+
+#[test]
+fn role_prompts_ship_with_the_crate_and_a_project_may_override_them() {
+    use metash_orchestrator::prompts::{system_prompt, Role};
+    let p = Project::new("");
+    assert!(system_prompt(p.path(), Role::Planner).starts_with("You are the planner"));
+    assert!(system_prompt(p.path(), Role::Verifier).contains("\"pass\""));
+    std::fs::create_dir_all(p.path().join(".meta/prompts")).unwrap();
+    std::fs::write(
+        p.path().join(".meta/prompts/executor.md"),
+        "Custom executor.",
+    )
+    .unwrap();
+    assert_eq!(system_prompt(p.path(), Role::Executor), "Custom executor.");
+    assert!(system_prompt(p.path(), Role::Planner).starts_with("You are the planner"));
+}

@@ -6,6 +6,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::fs;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::{Digest, Sha256};
 use wasmtime::{Engine, Module};
@@ -60,9 +61,28 @@ pub fn load_or_compile(
     let ser = module
         .serialize()
         .map_err(|e| RuntimeError::Wasm(format!("serialize: {e:#}")))?;
-    fs::create_dir_all(dir).map_err(io_err(format!("creating {}", dir.display())))?;
-    let tmp = dir.join(format!(".{hash}.{}.tmp", std::process::id()));
-    fs::write(&tmp, &ser).map_err(io_err(format!("writing {}", tmp.display())))?;
-    fs::rename(&tmp, &path).map_err(io_err(format!("renaming to {}", path.display())))?;
+    // The cache only saves time: a module that compiled runs even if it cannot be stored. Parallel
+    // first starts of one module each write their own temp file (unique per process *and* call);
+    // the renames race harmlessly, every one installing identical bytes.
+    let _ = store(dir, hash, &ser, &path);
     Ok((module, CacheHit::Compiled))
+}
+
+fn store(dir: &Path, hash: &str, ser: &[u8], path: &Path) -> Result<()> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    fs::create_dir_all(dir).map_err(io_err(format!("creating {}", dir.display())))?;
+    let tmp = dir.join(format!(
+        ".{hash}.{}.{}.tmp",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let written = fs::write(&tmp, ser)
+        .map_err(io_err(format!("writing {}", tmp.display())))
+        .and_then(|()| {
+            fs::rename(&tmp, path).map_err(io_err(format!("renaming to {}", path.display())))
+        });
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written
 }

@@ -154,3 +154,32 @@ fn module_cache_survives_a_new_runtime() {
     assert_eq!(c.start().unwrap()["module_cache"], "disk");
     assert_eq!(text(&run(&mut c, "go").1), "OK");
 }
+
+/// Several threads starting the same, not yet cached module at once all start (the compile cache
+/// used to race on one temp file name per process).
+#[test]
+fn parallel_first_starts_of_one_module_all_succeed() {
+    let h = Fixture::new();
+    for round in 0..8 {
+        // A distinct module each round, so every round is a first compile.
+        let echo = wat_echo();
+        let cut = echo.trim_end().rfind(')').unwrap();
+        let wat = format!("{} (global i32 (i32.const {round})))", &echo[..cut]);
+        let specs: Vec<_> = (0..6)
+            .map(|i| h.wasm(&format!("par{round}-{i}"), &wat, &[], None))
+            .collect();
+        std::thread::scope(|s| {
+            for spec in specs {
+                let h = &h;
+                s.spawn(move || {
+                    let mut a = h.start(spec);
+                    let (out, _) = run(&mut a, "go");
+                    assert_eq!(
+                        out.status.agent_status(),
+                        metash_protocol::AgentStatus::Success
+                    );
+                });
+            }
+        });
+    }
+}

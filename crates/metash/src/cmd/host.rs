@@ -75,7 +75,7 @@ pub enum Hint {
 #[derive(Debug, Subcommand)]
 pub enum HostCommand {
     /// Run one sub-agent (seed 000's spawn_agent) and print its AgentResponse.
-    /// Exit codes: 0 success, 3 error, 4 timeout, 5 checkpoint.
+    /// Exit codes: 0 success, 3 error, 4 checkpoint, 6 timeout.
     Spawn {
         /// A registered agent or a role of .meta/config.toml.
         agent: String,

@@ -1,20 +1,16 @@
 //! `run`, `status`, `rollback`: the orchestrator's loop (issue 8) from the shell.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use metash_host::{ConsentMode, Host, HostOptions};
 use metash_orchestrator::{Orchestrator, RunOptions, RunOutcome, StatusReport};
 
+use super::host::HostArgs;
 use super::Ctx;
 
-/// A checkpoint is waiting for an answer (`metash run --answer VALUE`).
-pub const CHECKPOINT: u8 = 4;
-/// The session halted (gap limit, rejected plans, a task that keeps failing).
-pub const HALTED: u8 = 5;
+use crate::exit::{CHECKPOINT, HALTED};
 
 #[derive(Debug, Subcommand)]
 pub enum OrchestratorCommand {
@@ -51,9 +47,8 @@ pub struct RunArgs {
     /// Continue a halted session: reset gapCount and attempt counters, retry the failed tasks.
     #[arg(long)]
     retry: bool,
-    /// Answer agents' consent requests from this policy file (docs/policy.md).
-    #[arg(long)]
-    policy: Option<PathBuf>,
+    #[command(flatten)]
+    host: HostArgs,
     /// Print the outcome as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -67,23 +62,12 @@ pub fn run(cmd: OrchestratorCommand, ctx: &Ctx) -> Result<ExitCode> {
     }
 }
 
-fn open_host(ctx: &Ctx, policy: Option<PathBuf>) -> Result<Host> {
-    let options = HostOptions {
-        consent: if std::io::stdin().is_terminal() {
-            ConsentMode::Interactive
-        } else {
-            ConsentMode::NonInteractive
-        },
-        policy_file: policy,
-        ..HostOptions::default()
-    };
-    Host::open(&ctx.workspace, options)
-        .with_context(|| format!("opening the project at {}", ctx.workspace.display()))
-}
-
 fn run_loop(args: RunArgs, ctx: &Ctx) -> Result<ExitCode> {
-    let host = open_host(ctx, args.policy)?;
+    let host = args.host.open(ctx)?;
     let mut orch = Orchestrator::new(&host, &host)?;
+    if args.answer.is_none() && host.pending_checkpoint()?.is_none() {
+        orch.check_roles_resolve()?;
+    }
     let mut options = RunOptions {
         jobs: args.jobs,
         max_phases: args.max_phases,
@@ -250,7 +234,13 @@ fn table(r: &StatusReport) -> String {
 }
 
 fn rollback(ctx: &Ctx, task: &str, yes: bool, json: bool) -> Result<ExitCode> {
-    let host = open_host(ctx, None)?;
+    // Rollback runs no agents: nobody to ask, nothing to allow.
+    let host = HostArgs {
+        yes_to: Vec::new(),
+        policy: None,
+        non_interactive: true,
+    }
+    .open(ctx)?;
     let orch = Orchestrator::new(&host, &host)?;
     let plan = orch.rollback_plan(task)?;
     let mut with_dependents = yes;
