@@ -2,5 +2,6 @@ mod checkpoints;
 mod common;
 mod model_role;
 mod native_agent;
+mod progress;
 mod provider;
 mod wasm_agent;

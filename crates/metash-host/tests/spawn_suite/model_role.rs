@@ -208,3 +208,27 @@ fn model_role_checkpoint() {
     );
     assert_eq!(pending.agent, "writer");
 }
+
+/// Usage is counted as the turn streams: a turn whose reported output passes the cap is stopped
+/// and ends in an error, even if the provider did not stop it.
+#[test]
+fn streamed_usage_past_max_tokens_ends_the_agent() {
+    let provider = Provider::start(vec![Reply::Text {
+        text: "a provider that ignores the cap".into(),
+        input_tokens: 5,
+        output_tokens: 50,
+        stop: "end_turn",
+    }]);
+    let p = role_project(&provider, "");
+    let r = spawn(
+        &host(&p),
+        "hi",
+        SpawnOptions {
+            max_tokens: Some(10),
+            ..SpawnOptions::default()
+        },
+    );
+    assert_eq!(r.status, AgentStatus::Error, "{r:?}");
+    assert!(r.data.contains("max_tokens exceeded"), "{}", r.data);
+    assert_eq!(r.metadata.tokens_used, 55);
+}
