@@ -10,17 +10,9 @@ pub fn project() -> (tempfile::TempDir, Store) {
     (dir, store)
 }
 
-/// The `store_writer` example, built by `cargo test` next to this test binary.
+/// The writer process (a bin target of this crate, built by cargo for its integration tests).
 pub fn writer_exe() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let debug = exe.parent().unwrap().parent().unwrap();
-    let path = debug.join("examples").join("store_writer");
-    assert!(
-        path.exists(),
-        "{} missing: run the tests through cargo test, which builds examples",
-        path.display()
-    );
-    path
+    PathBuf::from(env!("CARGO_BIN_EXE_metash-store-writer"))
 }
 
 pub fn spawn_writer(ws: &Path, args: &[&str]) -> Child {

@@ -1,8 +1,8 @@
 //! A writer process for the store's concurrency and crash tests (and a small demo of the API):
 //!
-//! - `store_writer WORKSPACE incr N`: N atomic increments of `variables.counter`
-//! - `store_writer WORKSPACE loop`: increments forever, printing `ack V` after each durable update
-//! - `store_writer WORKSPACE hold`: takes the store lock, prints `locked`, sleeps until killed
+//! - `metash-store-writer WORKSPACE incr N`: N atomic increments of `variables.counter`
+//! - `metash-store-writer WORKSPACE loop`: increments forever, printing `ack V` after each durable update
+//! - `metash-store-writer WORKSPACE hold`: takes the store lock, prints `locked`, sleeps until killed
 
 use std::io::Write;
 use std::path::Path;
@@ -23,7 +23,7 @@ fn incr(store: &Store) -> Result<i64, StoreError> {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let (Some(ws), Some(mode)) = (args.get(1), args.get(2)) else {
-        eprintln!("usage: store_writer WORKSPACE incr N|loop|hold");
+        eprintln!("usage: metash-store-writer WORKSPACE incr N|loop|hold");
         return ExitCode::from(2);
     };
     let store = match Store::open(Path::new(ws)) {
