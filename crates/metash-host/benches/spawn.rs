@@ -4,13 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/spawn_suite/provider.rs"]
-#[allow(dead_code)]
-mod provider;
-
-#[path = "../tests/spawn_suite/common.rs"]
-#[allow(dead_code)]
-mod common;
+use metash_testkit::anthropic::{sse_text, ModelServer};
+use metash_testkit::wasm::{agent_msg, wat_agent};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -83,21 +78,21 @@ fn main() {
     let ws = dir.path();
     metash_store::Store::init(ws, Some("# bench\n")).unwrap();
     let wat = ws.join("echo.wat");
-    let out = common::msg(
+    let out = agent_msg(
         r#"{"type":"output","agent_id":"a","chunk_id":"1","content_type":"text/plain","data":"hi"}"#,
     );
     std::fs::write(
         &wat,
-        common::wat_agent(&[&out, &common::msg(r#"{"type":"done"}"#)], false),
+        wat_agent(&[&out, &agent_msg(r#"{"type":"done"}"#)], false),
     )
     .unwrap();
     let native = Path::new(env!("CARGO_BIN_EXE_metash-host-test-agent"));
     register(ws, "wasm", "wasm", &wat);
     register(ws, "native", "native", native);
-    let provider = provider::Provider::start(vec![provider::Reply::text("hello")]);
+    let provider = ModelServer::start(|_| sse_text("hello"));
     std::fs::write(
         ws.join(".meta/config.toml"),
-        format!("[roles.model]\nfrontend = \"anthropic-api\"\nbase_url = \"{}\"\napi_key_env = \"BENCH_KEY\"\nmax_tokens = 64\n", provider.base_url),
+        format!("[roles.model]\nfrontend = \"anthropic-api\"\nbase_url = \"{}\"\napi_key_env = \"BENCH_KEY\"\nmax_tokens = 64\n", provider.base),
     )
     .unwrap();
     let host = Host::open(
@@ -146,7 +141,7 @@ fn main() {
         req.max_tokens = Some(64);
         req.env.insert("BENCH_KEY".into(), "k".into());
         req.options.endpoint = Some(metash_harness::Endpoint {
-            base_url: provider.base_url.clone(),
+            base_url: provider.base.clone(),
             api_key_env: Some("BENCH_KEY".into()),
             provider_name: None,
         });

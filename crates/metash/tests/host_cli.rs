@@ -21,32 +21,19 @@ fn run(ws: &Path, args: &[&str]) -> Output {
     metash(ws).args(args).output().unwrap()
 }
 
-/// A WASI module writing `lines` (protocol messages) to stdout.
-fn wat(lines: &[&str]) -> String {
-    let mut data = String::new();
-    let mut calls = String::new();
-    let mut off = 64;
-    for l in lines {
-        let b = format!("{{\"schema_version\":\"0.1\",{}\n", &l[1..]);
-        let esc: String = b.bytes().map(|x| format!("\\{x:02x}")).collect();
-        data.push_str(&format!("(data (i32.const {off}) \"{esc}\")\n"));
-        calls.push_str(&format!(
-            "(i32.store (i32.const 0) (i32.const {off})) (i32.store (i32.const 4) (i32.const {}))\n\
-             (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))\n",
-            b.len()
-        ));
-        off += b.len() + 8;
-    }
-    format!(
-        "(module (import \"wasi_snapshot_preview1\" \"fd_write\" (func $w (param i32 i32 i32 i32) (result i32)))\n\
-         (memory (export \"memory\") 1)\n{data}(func (export \"_start\")\n{calls}))\n"
-    )
-}
-
 fn agent(ws: &Path, id: &str, lines: &[&str]) {
     let dir = ws.join(".meta/agents").join(id);
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("agent.wat"), wat(lines)).unwrap();
+    let lines: Vec<String> = lines
+        .iter()
+        .map(|l| metash_testkit::wasm::agent_msg(l))
+        .collect();
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    std::fs::write(
+        dir.join("agent.wat"),
+        metash_testkit::wasm::wat_agent(&lines, false),
+    )
+    .unwrap();
     std::fs::write(
         dir.join("manifest.toml"),
         format!("schema_version = \"0.1\"\nname = \"{id}\"\nversion = \"0.1.0\"\nentry = \"agent.wat\"\nsandbox = \"wasm\"\ncapabilities = []\n"),

@@ -1,11 +1,10 @@
 //! Helpers for the serve tests: a fresh project, an in-process JSON-RPC server on pipes with a
-//! small client, and a loopback Anthropic Messages server.
+//! small client; the loopback model server and fixtures come from `metash-testkit`.
 //! NETWORK RULE: the only server here listens on 127.0.0.1 (ephemeral port); nothing connects
 //! anywhere else.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
@@ -339,215 +338,13 @@ pub fn metash_bin() -> Option<PathBuf> {
     Some(candidate)
 }
 
-/// Pids of live processes whose command line (args joined by spaces) contains `needle`.
-pub fn live_processes(needle: &str) -> Vec<i32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let zombie = stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|r| r.trim_start().starts_with('Z'));
-        if !zombie
-            && String::from_utf8_lossy(&cmd)
-                .replace('\0', " ")
-                .contains(needle)
-        {
-            out.push(pid);
-        }
-    }
-    out
-}
-
 pub fn client_script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/rpc_client.py")
 }
 
-// ---- a loopback Anthropic Messages server (SSE), std only ----
-
-#[derive(Debug, Clone)]
-pub struct Captured {
-    pub method: String,
-    pub body: Vec<u8>,
-}
-
-impl Captured {
-    pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
-    }
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-/// Each POST is answered with the SSE body `reply` returns for it.
-pub struct ModelServer {
-    pub base: String,
-    pub requests: Arc<Mutex<Vec<Captured>>>,
-}
-
-type Responder = dyn Fn(&Captured) -> String + Send + Sync;
-
-impl ModelServer {
-    pub fn start(reply: impl Fn(&Captured) -> String + Send + Sync + 'static) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let reply: Arc<Responder> = Arc::new(reply);
-        let reqs = requests.clone();
-        std::thread::spawn(move || {
-            for sock in listener.incoming() {
-                let Ok(sock) = sock else { break };
-                let (reqs, reply) = (reqs.clone(), reply.clone());
-                std::thread::spawn(move || {
-                    let _ = serve_conn(sock, &reqs, &*reply);
-                });
-            }
-        });
-        Self { base, requests }
-    }
-
-    pub fn posts(&self) -> Vec<Captured> {
-        self.requests
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|c| c.method == "POST")
-            .cloned()
-            .collect()
-    }
-}
-
-fn serve_conn(
-    mut sock: TcpStream,
-    reqs: &Mutex<Vec<Captured>>,
-    reply: &Responder,
-) -> std::io::Result<()> {
-    sock.set_read_timeout(Some(Duration::from_secs(120)))?;
-    let mut reader = BufReader::new(sock.try_clone()?);
-    loop {
-        let mut first = String::new();
-        if reader.read_line(&mut first)? == 0 {
-            return Ok(());
-        }
-        let mut parts = first.split_whitespace();
-        let method = parts.next().unwrap_or("").to_string();
-        let mut len = 0usize;
-        let mut chunked = false;
-        loop {
-            let mut h = String::new();
-            if reader.read_line(&mut h)? == 0 {
-                return Ok(());
-            }
-            let h = h.trim_end();
-            if h.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = h.split_once(':') {
-                let (k, v) = (k.trim().to_ascii_lowercase(), v.trim());
-                if k == "content-length" {
-                    len = v.parse().unwrap_or(0);
-                } else if k == "transfer-encoding" && v.contains("chunked") {
-                    chunked = true;
-                }
-            }
-        }
-        let mut body = Vec::new();
-        if chunked {
-            loop {
-                let mut size = String::new();
-                reader.read_line(&mut size)?;
-                let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-                let mut chunk = vec![0; n + 2];
-                reader.read_exact(&mut chunk)?;
-                if n == 0 {
-                    break;
-                }
-                body.extend_from_slice(&chunk[..n]);
-            }
-        } else {
-            body = vec![0; len];
-            reader.read_exact(&mut body)?;
-        }
-        let captured = Captured { method, body };
-        reqs.lock().unwrap().push(captured.clone());
-        if captured.method != "POST" {
-            let resp = if captured.method == "HEAD" {
-                "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n".to_string()
-            } else {
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
-                    .to_string()
-            };
-            sock.write_all(resp.as_bytes())?;
-            continue;
-        }
-        let sse = reply(&captured);
-        sock.write_all(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n",
-        )?;
-        sock.write_all(sse.as_bytes())?;
-        sock.flush()?;
-        return Ok(());
-    }
-}
-
-fn frame(out: &mut String, data: Value) {
-    let name = data["type"].as_str().unwrap_or("").to_string();
-    out.push_str(&format!("event: {name}\ndata: {data}\n\n"));
-}
-
-fn message_start(out: &mut String, model: &str) {
-    frame(
-        out,
-        json!({"type":"message_start","message":{"id":"msg_loop","type":"message","role":"assistant","model":model,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":1,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}}),
-    );
-}
-
-/// A complete streamed text answer.
-pub fn sse_text(text: &str) -> String {
-    let mut s = String::new();
-    message_start(&mut s, "claude-sonnet-4-5");
-    frame(
-        &mut s,
-        json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-    );
-    frame(
-        &mut s,
-        json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":text}}),
-    );
-    frame(&mut s, json!({"type":"content_block_stop","index":0}));
-    frame(
-        &mut s,
-        json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":9}}),
-    );
-    frame(&mut s, json!({"type":"message_stop"}));
-    s
-}
-
-/// A complete streamed `tool_use` of `name` with `input`.
-pub fn sse_tool_use(id: &str, name: &str, input: &Value) -> String {
-    let mut s = String::new();
-    message_start(&mut s, "claude-sonnet-4-5");
-    frame(
-        &mut s,
-        json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":id,"name":name,"input":{}}}),
-    );
-    frame(
-        &mut s,
-        json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":input.to_string()}}),
-    );
-    frame(&mut s, json!({"type":"content_block_stop","index":0}));
-    frame(
-        &mut s,
-        json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":20}}),
-    );
-    frame(&mut s, json!({"type":"message_stop"}));
-    s
-}
+pub use metash_testkit::anthropic::{sse_text, sse_tool_use, Captured, ModelServer};
+pub use metash_testkit::procs::live_processes;
+pub use metash_testkit::wasm::agent_msg;
 
 // ---- a WASM agent that writes protocol lines ----
 
@@ -555,7 +352,7 @@ impl Project {
     /// Registers a WASM agent `id` that writes `lines` (agent-protocol messages) and exits.
     pub fn wasm_agent(&self, id: &str, lines: &[&str]) {
         let wat = self.path().join(format!("{id}.wat"));
-        std::fs::write(&wat, wat_module(lines)).unwrap();
+        std::fs::write(&wat, metash_testkit::wasm::wat_agent(lines, false)).unwrap();
         let dir = self.path().join(".meta/agents").join(id);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(
@@ -567,31 +364,4 @@ impl Project {
         )
         .unwrap();
     }
-}
-
-/// An agent-protocol message: `json` (an object) with the protocol's `schema_version`.
-pub fn agent_msg(json: &str) -> String {
-    format!("{{\"schema_version\":\"0.1\",{}", &json[1..])
-}
-
-/// A WASI preview-1 command module writing each of `lines` to stdout.
-fn wat_module(lines: &[&str]) -> String {
-    let mut data = String::new();
-    let mut calls = String::new();
-    let mut offset = 64u32;
-    for line in lines {
-        let bytes = format!("{line}\n");
-        let escaped: String = bytes.bytes().map(|b| format!("\\{b:02x}")).collect();
-        data.push_str(&format!("(data (i32.const {offset}) \"{escaped}\")\n"));
-        calls.push_str(&format!(
-            "(i32.store (i32.const 0) (i32.const {offset})) (i32.store (i32.const 4) (i32.const {len}))\n\
-             (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))\n",
-            len = bytes.len()
-        ));
-        offset += bytes.len() as u32 + 8;
-    }
-    format!(
-        "(module\n (import \"wasi_snapshot_preview1\" \"fd_write\" (func $fd_write (param i32 i32 i32 i32) (result i32)))\n\
-         (memory (export \"memory\") 1)\n{data}(func (export \"_start\")\n{calls})\n)\n"
-    )
 }

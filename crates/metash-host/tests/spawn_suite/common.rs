@@ -78,58 +78,8 @@ pub fn native_unavailable() -> Option<String> {
     None
 }
 
-/// Pids of live processes whose command line contains `needle` (zombies excluded).
-pub fn live_processes(needle: &str) -> Vec<i32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let zombie = stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|r| r.trim_start().starts_with('Z'));
-        if !zombie
-            && String::from_utf8_lossy(&cmd)
-                .replace('\0', " ")
-                .contains(needle)
-        {
-            out.push(pid);
-        }
-    }
-    out
-}
-
-/// A WASI preview-1 command module that writes `lines` to stdout (each one protocol message)
-/// and exits; with `spin`, loops forever after writing them.
-pub fn wat_agent(lines: &[&str], spin: bool) -> String {
-    let mut data = String::new();
-    let mut calls = String::new();
-    let mut offset = 64u32;
-    for line in lines {
-        let bytes = format!("{line}\n");
-        let escaped: String = bytes.bytes().map(|b| format!("\\{b:02x}")).collect();
-        data.push_str(&format!("(data (i32.const {offset}) \"{escaped}\")\n"));
-        calls.push_str(&format!(
-            "(i32.store (i32.const 0) (i32.const {offset})) (i32.store (i32.const 4) (i32.const {len}))\n\
-             (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))\n",
-            len = bytes.len()
-        ));
-        offset += bytes.len() as u32 + 8;
-    }
-    let tail = if spin { "(loop $l (br $l))" } else { "" };
-    format!(
-        "(module\n (import \"wasi_snapshot_preview1\" \"fd_write\" (func $fd_write (param i32 i32 i32 i32) (result i32)))\n\
-         (memory (export \"memory\") 1)\n{data}\
-         (func (export \"_start\")\n{calls}{tail})\n)\n"
-    )
-}
-
-pub fn msg(json: &str) -> String {
-    format!("{{\"schema_version\":\"0.1\",{}", &json[1..])
-}
+pub use metash_testkit::procs::live_processes;
+pub use metash_testkit::wasm::{agent_msg as msg, wat_agent};
 
 /// No lock held (a 100 ms-timeout write goes through) and no per-spawn directory left behind.
 pub fn assert_clean(ws: &Path) {
