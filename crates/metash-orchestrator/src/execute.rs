@@ -44,11 +44,7 @@ impl Orchestrator<'_> {
     pub(crate) fn execute_phase(&self, state: &SessionState) -> Result<Step> {
         let phase = state.current_phase;
         let nodes = Self::nodes(state);
-        let tasks = state
-            .plan
-            .as_ref()
-            .map(|p| p.tasks.as_slice())
-            .unwrap_or(&[]);
+        let tasks = state.tasks();
         let done: HashSet<&str> = tasks
             .iter()
             .filter(|t| t.status == TaskStatus::Complete)
@@ -366,11 +362,7 @@ pub(crate) fn title_of(state: &SessionState, id: &str) -> String {
 
 /// Index of the first task that is not complete, counting `id` as complete.
 fn next_task_idx(state: &SessionState, id: &str) -> usize {
-    let tasks = state
-        .plan
-        .as_ref()
-        .map(|p| p.tasks.as_slice())
-        .unwrap_or(&[]);
+    let tasks = state.tasks();
     tasks
         .iter()
         .position(|t| t.id != id && t.status != TaskStatus::Complete)

@@ -26,11 +26,7 @@ pub(crate) enum PhaseState {
 pub(crate) fn phase_state(state: &SessionState, nodes: &[TaskNode]) -> PhaseState {
     let book = Book::of(state);
     let phase = state.current_phase;
-    let tasks = state
-        .plan
-        .as_ref()
-        .map(|p| p.tasks.as_slice())
-        .unwrap_or(&[]);
+    let tasks = state.tasks();
     let upto: Vec<_> = tasks
         .iter()
         .filter(|t| book.phase_of(&t.id, phase) <= phase)

@@ -75,11 +75,7 @@ pub fn user_message(
     focus: &Focus<'_>,
 ) -> String {
     let phase = state.current_phase;
-    let tasks = state
-        .plan
-        .as_ref()
-        .map(|p| p.tasks.as_slice())
-        .unwrap_or(&[]);
+    let tasks = state.tasks();
     let task = focus.task.and_then(|id| tasks.iter().find(|t| t.id == id));
     let mut out = String::new();
     let doing = match (role, task) {
@@ -170,11 +166,7 @@ fn state_word(state: &SessionState) -> &'static str {
 
 fn request_json(role: Role, state: &SessionState, book: &Book, focus: &Focus<'_>) -> Value {
     let phase = state.current_phase;
-    let tasks = state
-        .plan
-        .as_ref()
-        .map(|p| p.tasks.as_slice())
-        .unwrap_or(&[]);
+    let tasks = state.tasks();
     let plan: Vec<Value> = tasks
         .iter()
         .map(|t| {

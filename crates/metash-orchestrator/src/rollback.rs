@@ -45,11 +45,7 @@ impl Orchestrator<'_> {
         if !nodes.iter().any(|n| n.id == task) {
             return Err(OrchestratorError::UnknownTask(task.to_string()));
         }
-        let tasks = state
-            .plan
-            .as_ref()
-            .map(|p| p.tasks.as_slice())
-            .unwrap_or(&[]);
+        let tasks = state.tasks();
         let dependents = plan::dependents_of(&nodes, task)
             .into_iter()
             .filter(|d| {

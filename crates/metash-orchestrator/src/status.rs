@@ -58,10 +58,7 @@ pub fn report(store: &Store) -> Result<StatusReport> {
     let book = Book::of(&state);
     let config = OrchestratorConfig::load(store.workspace()).unwrap_or_default();
     let tasks = state
-        .plan
-        .as_ref()
-        .map(|p| p.tasks.as_slice())
-        .unwrap_or(&[])
+        .tasks()
         .iter()
         .map(|t| TaskRow {
             id: t.id.clone(),

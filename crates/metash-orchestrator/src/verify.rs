@@ -65,11 +65,7 @@ impl Orchestrator<'_> {
     pub(crate) fn verify_phase(&self, state: &SessionState) -> Result<Step> {
         let phase = state.current_phase;
         let book = Book::of(state);
-        let tasks = state
-            .plan
-            .as_ref()
-            .map(|p| p.tasks.as_slice())
-            .unwrap_or(&[]);
+        let tasks = state.tasks();
         if tasks
             .iter()
             .any(|t| book.phase_of(&t.id, phase) <= phase && t.status != TaskStatus::Complete)
@@ -163,10 +159,7 @@ impl Orchestrator<'_> {
             let book = Book::of(&state);
             if state.gap_count >= self.config.max_gap_retries {
                 let failed: Vec<FailedTask> = state
-                    .plan
-                    .as_ref()
-                    .map(|p| p.tasks.as_slice())
-                    .unwrap_or(&[])
+                    .tasks()
                     .iter()
                     .filter(|t| t.status == TaskStatus::Failed)
                     .map(|t| FailedTask {

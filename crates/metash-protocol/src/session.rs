@@ -87,6 +87,14 @@ pub struct PendingCheckpoint {
 }
 
 impl SessionState {
+    /// The plan's tasks; none before there is a plan.
+    pub fn tasks(&self) -> &[Task] {
+        self.plan
+            .as_ref()
+            .map(|p| p.tasks.as_slice())
+            .unwrap_or(&[])
+    }
+
     /// A fresh session: planning phase 1, nothing done yet.
     pub fn new(session_id: impl Into<String>) -> Self {
         Self {
