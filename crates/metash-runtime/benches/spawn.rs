@@ -88,7 +88,7 @@ fn main() {
     let mut spec = AgentSpec::new("bench", native_manifest, TINY, &ws);
     spec.granted = vec!["files.read".into()];
     spec.allow_native = true;
-    let sandbox = Sandbox::prepare(&spec, &sink);
+    let sandbox = Sandbox::prepare(&spec, &sink, &metash_runtime::Replier::default());
     if let Ok(sb) = &sandbox {
         println!("sandbox: {}", sb.report);
     }
@@ -137,7 +137,7 @@ fn main() {
             cases.push((
                 "native sandbox prepare+spawn+wait",
                 Box::new(move || {
-                    let sb = Sandbox::prepare(&spec, &sink).unwrap();
+                    let sb = Sandbox::prepare(&spec, &sink, &metash_runtime::Replier::default()).unwrap();
                     assert!(quiet(&mut sb.command()).status().unwrap().success());
                 }),
                 "plus building the ruleset, seccomp program and cgroups per agent".into(),

@@ -16,6 +16,7 @@ use crate::invocation::{InvocationStatus, Outcome};
 use crate::lifecycle::{Action, LifecycleState};
 use crate::limits::{parse_mem, Applied, AppliedLimits};
 use crate::native::NativeProcess;
+use crate::reply::Replier;
 use crate::sink::{kinds, EventSink};
 use crate::spec::{caps, AgentSpec};
 use crate::wasm::{WasmAgent, WasmEngine, GUEST_WORKSPACE};
@@ -86,6 +87,7 @@ impl Runtime {
             backend: Backend::None,
             interrupt: Arc::new(AtomicBool::new(false)),
             start_line: Vec::new(),
+            replier: Replier::default(),
         })
     }
 }
@@ -116,6 +118,7 @@ pub struct Agent {
     backend: Backend,
     interrupt: Arc<AtomicBool>,
     start_line: Vec<u8>,
+    replier: Replier,
 }
 
 /// How `shutdown()` went.
@@ -146,6 +149,12 @@ impl Agent {
             Backend::Native(p) => Some(p.pid()),
             _ => None,
         }
+    }
+
+    /// Writes events on the agent's stdin during a run: the answer to a `consent_request`, an
+    /// `error`. Clone it into the `invoke` callback.
+    pub fn replier(&self) -> Replier {
+        self.replier.clone()
     }
 
     pub fn interrupter(&self) -> Interrupter {
@@ -231,7 +240,12 @@ impl Agent {
                 if !self.spec.allow_native {
                     return Err(RuntimeError::NativeNotAllowed(self.spec.id.clone()));
                 }
-                let p = match NativeProcess::spawn(&self.spec, &self.sink, self.start_line.clone())
+                let p = match NativeProcess::spawn(
+                    &self.spec,
+                    &self.sink,
+                    self.start_line.clone(),
+                    &self.replier,
+                )
                 {
                     Ok(p) => p,
                     Err(e) => {
@@ -285,6 +299,7 @@ impl Agent {
                 &self.start_line,
                 input,
                 &self.interrupt,
+                &self.replier,
                 on_event,
             )?,
             Backend::Native(p) => {

@@ -2,7 +2,9 @@
 //! (granted capabilities, native consent, network allowlist) and the limits. Everything here is
 //! data so the decision is visible in the log.
 
+use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use metash_protocol::Manifest;
@@ -29,6 +31,62 @@ pub enum NetworkAccess {
     Allowlist(Vec<String>),
     /// Unrestricted outbound TCP (natively only; still no raw sockets).
     Unrestricted,
+}
+
+/// An action the runtime sees while an agent runs and can hold until someone decides: the host's
+/// consent layer answers through [`ActionGate`]. Without a gate the runtime applies only what the
+/// spec fixed at start (the allowlist; processes allowed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GatedAction<'a> {
+    /// An outbound connection through the host's proxy. `write` is true when the request may send
+    /// data the proxy cannot see (a CONNECT tunnel) or uses a method that changes state (POST,
+    /// PUT, PATCH, DELETE).
+    Connect {
+        host: &'a str,
+        port: u16,
+        method: &'a str,
+        write: bool,
+    },
+    /// A native agent (or one of its children) is about to `execve` `program`.
+    Exec {
+        program: &'a str,
+        argv: &'a [String],
+    },
+}
+
+/// The gate's answer. A denial reaches the agent as an `error` event with `code` and `hint`, and
+/// the log as `sandbox_denied`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GateVerdict {
+    Allow,
+    Deny {
+        code: String,
+        message: String,
+        hint: Option<String>,
+    },
+}
+
+/// Live per-action decisions. Called from runtime threads (the proxy's, the exec supervisor's)
+/// while the agent waits, so it may block to ask a person; it must never block forever.
+pub trait ActionGate: Send + Sync {
+    fn decide(&self, agent: &str, action: &GatedAction<'_>) -> GateVerdict;
+}
+
+/// The optional gate in a spec (a newtype so the spec stays `Debug`).
+#[derive(Clone, Default)]
+pub struct Gate(pub Option<Arc<dyn ActionGate>>);
+
+impl fmt::Debug for Gate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() { "Gate(live)" } else { "Gate(none)" })
+    }
+}
+
+impl Gate {
+    /// The gate's verdict, or `None` when there is no gate (the caller applies its static rule).
+    pub fn decide(&self, agent: &str, action: &GatedAction<'_>) -> Option<GateVerdict> {
+        self.0.as_ref().map(|g| g.decide(agent, action))
+    }
 }
 
 /// One agent to run.
@@ -65,6 +123,11 @@ pub struct AgentSpec {
     pub max_pids: u64,
     /// Events buffered between the reader and the consumer (bounds host memory with `max_line`).
     pub channel_capacity: usize,
+    /// Live consent for sensitive actions (proxied connections, process starts).
+    pub gate: Gate,
+    /// Deterministic CPU limit for WASM agents: wasmtime fuel units per invocation (`None`: only
+    /// the wall-clock deadline applies).
+    pub fuel: Option<u64>,
 }
 
 impl AgentSpec {
@@ -93,6 +156,8 @@ impl AgentSpec {
             max_line: 1024 * 1024,
             max_pids: 64,
             channel_capacity: 64,
+            gate: Gate::default(),
+            fuel: None,
         }
     }
 
@@ -111,10 +176,14 @@ impl AgentSpec {
 }
 
 /// Whether `host` matches an allowlist entry (`example.com` exactly, `*.example.com` for
-/// subdomains). Case-insensitive; a trailing dot is ignored.
+/// subdomains, `*` for any host: unrestricted network that still goes through the proxy so each
+/// connection can be gated). Case-insensitive; a trailing dot is ignored.
 pub fn domain_allowed(allowlist: &[String], host: &str) -> bool {
     let host = host.trim_end_matches('.').to_ascii_lowercase();
     allowlist.iter().any(|entry| {
+        if entry == "*" {
+            return true;
+        }
         let entry = entry.trim_end_matches('.').to_ascii_lowercase();
         match entry.strip_prefix("*.") {
             Some(suffix) => host.len() > suffix.len() && host.ends_with(&format!(".{suffix}")),

@@ -23,13 +23,14 @@ use std::time::{Duration, Instant};
 use metash_protocol::AgentEvent;
 use serde_json::{json, Value};
 
-pub use proxy::ConnectProxy;
+pub use proxy::{ConnectProxy, ProxyCfg};
 pub use sandbox::Sandbox;
 
 use crate::codec;
 use crate::error::{io_err, Result, RuntimeError};
 use crate::invocation::{InvocationStatus, Outcome, Step, Tracker};
 use crate::pump::{pump, Msg, PumpCfg};
+use crate::reply::Replier;
 use crate::sink::{kinds, EventSink};
 use crate::spec::AgentSpec;
 use crate::stream::TokenBucket;
@@ -46,6 +47,8 @@ pub struct NativeProcess {
     child: Child,
     pgid: i32,
     input: Option<SyncSender<Vec<u8>>>,
+    /// The same stdin, shared with the host (replies) and the sandbox (gate denials).
+    replier: Replier,
     rx: Receiver<Msg>,
     stderr: Arc<Mutex<VecDeque<u8>>>,
     sandbox: Sandbox,
@@ -70,8 +73,13 @@ impl NativeProcess {
     /// # Errors
     /// [`RuntimeError::SandboxSetup`] when any restriction cannot be applied (the agent never
     /// runs), I/O errors otherwise.
-    pub fn spawn(spec: &AgentSpec, sink: &Arc<dyn EventSink>, start_line: Vec<u8>) -> Result<Self> {
-        let sandbox = Sandbox::prepare(spec, sink)?;
+    pub fn spawn(
+        spec: &AgentSpec,
+        sink: &Arc<dyn EventSink>,
+        start_line: Vec<u8>,
+        replier: &Replier,
+    ) -> Result<Self> {
+        let sandbox = Sandbox::prepare(spec, sink, replier)?;
         let mut cmd = sandbox.command();
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -141,6 +149,7 @@ impl NativeProcess {
                 .map_err(io_err("starting the stdin writer"))?;
         }
         let _ = in_tx.try_send(start_line);
+        replier.attach(in_tx.clone());
         let mut report = sandbox.report.clone();
         if let Value::Object(m) = &mut report {
             m.insert("pid".into(), json!(pgid));
@@ -150,6 +159,7 @@ impl NativeProcess {
             child,
             pgid,
             input: Some(in_tx),
+            replier: replier.clone(),
             rx,
             stderr,
             sandbox,
@@ -166,6 +176,12 @@ impl NativeProcess {
 
     fn send(&self, line: Vec<u8>) -> bool {
         self.input.as_ref().is_some_and(|tx| tx.send(line).is_ok())
+    }
+
+    /// Close the agent's stdin: ours and the host's handle.
+    fn close_stdin(&mut self) {
+        self.input = None;
+        self.replier.detach();
     }
 
     fn signal_group(&self, sig: i32) {
@@ -207,7 +223,7 @@ impl NativeProcess {
     /// SIGTERM the group, wait `grace`, SIGKILL the group and the cgroup, reap. Returns whether the
     /// kill was needed (the leader was still alive after `grace`).
     pub fn terminate(&mut self, grace: Duration) -> bool {
-        self.input = None;
+        self.close_stdin();
         self.signal_group(libc::SIGCONT);
         self.signal_group(libc::SIGTERM);
         let start = Instant::now();
@@ -372,7 +388,7 @@ impl NativeProcess {
         }) {
             let _ = self.send(line);
         }
-        self.input = None;
+        self.close_stdin();
         self.signal_group(libc::SIGCONT);
         let start = Instant::now();
         while start.elapsed() < grace {

@@ -1,7 +1,11 @@
-//! The host-side HTTP CONNECT proxy through which a native agent with `network` + an allowlist
-//! reaches the outside. Landlock lets the agent connect to this proxy's port only; the proxy checks
-//! the requested host against the allowlist before it resolves or connects anything, and logs every
-//! refusal as `sandbox_denied`.
+//! The host-side HTTP proxy through which an agent with `network` + an allowlist reaches the
+//! outside. The sandbox lets the agent connect to this proxy's port only; the proxy checks the
+//! requested host against the allowlist before it resolves or connects anything and, when the host
+//! plugged in a live [`Gate`], asks it per connection (that is where consent for network writes is
+//! asked, per action). Two forms are served: `CONNECT host:port` (a tunnel, usually TLS: the proxy
+//! cannot see what goes through, so it counts as a write) and plain HTTP in absolute form
+//! (`GET http://host/path`), where the method tells reads from writes. Every refusal is logged as
+//! `sandbox_denied` and, with a gate, also reaches the agent as an `error` event.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
@@ -10,14 +14,26 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use metash_protocol::AgentEvent;
 use serde_json::json;
 
+use crate::reply::Replier;
 use crate::sink::{kinds, EventSink};
-use crate::spec::domain_allowed;
+use crate::spec::{domain_allowed, Gate, GateVerdict, GatedAction};
 
 /// Connections served at once; more are refused (and logged) instead of queueing without bound.
 const MAX_CONNECTIONS: usize = 32;
 const MAX_HEAD: usize = 8 * 1024;
+
+/// Who the proxy serves and who it asks.
+#[derive(Clone)]
+pub struct ProxyCfg {
+    pub agent: String,
+    pub allowlist: Vec<String>,
+    pub sink: Arc<dyn EventSink>,
+    pub gate: Gate,
+    pub replier: Replier,
+}
 
 /// A running proxy; stops accepting when dropped.
 pub struct ConnectProxy {
@@ -26,22 +42,18 @@ pub struct ConnectProxy {
 }
 
 impl ConnectProxy {
-    /// Listen on 127.0.0.1 (an ephemeral port) and serve `allowlist` for `agent`.
+    /// Listen on 127.0.0.1 (an ephemeral port) and serve `cfg.allowlist` for `cfg.agent`.
     ///
     /// # Errors
     /// The listener could not be bound.
-    pub fn start(
-        agent: String,
-        allowlist: Vec<String>,
-        sink: Arc<dyn EventSink>,
-    ) -> io::Result<Self> {
+    pub fn start(cfg: ProxyCfg) -> io::Result<Self> {
         let listener = TcpListener::bind(("127.0.0.1", 0))?;
         let port = listener.local_addr()?.port();
         let stop = Arc::new(AtomicBool::new(false));
         let active = Arc::new(AtomicUsize::new(0));
         let stop2 = Arc::clone(&stop);
         thread::Builder::new()
-            .name(format!("metash-proxy-{agent}"))
+            .name(format!("metash-proxy-{}", cfg.agent))
             .spawn(move || {
                 for conn in listener.incoming() {
                     if stop2.load(Ordering::SeqCst) {
@@ -49,25 +61,20 @@ impl ConnectProxy {
                     }
                     let Ok(conn) = conn else { continue };
                     if active.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
-                        sink.record(
+                        cfg.sink.record(
                             kinds::LIMIT,
-                            Some(&agent),
+                            Some(&cfg.agent),
                             json!({"limit": "proxy_connections", "max": MAX_CONNECTIONS}),
                         );
                         let _ = (&conn).write_all(b"HTTP/1.1 503 Too Many Connections\r\n\r\n");
                         continue;
                     }
                     active.fetch_add(1, Ordering::SeqCst);
-                    let (agent, list, sink, active) = (
-                        agent.clone(),
-                        allowlist.clone(),
-                        Arc::clone(&sink),
-                        Arc::clone(&active),
-                    );
+                    let (cfg, active) = (cfg.clone(), Arc::clone(&active));
                     let _ = thread::Builder::new()
                         .name("metash-proxy-conn".into())
                         .spawn(move || {
-                            let _ = serve(conn, &agent, &list, sink.as_ref());
+                            let _ = serve(conn, &cfg);
                             active.fetch_sub(1, Ordering::SeqCst);
                         });
                 }
@@ -91,12 +98,106 @@ impl Drop for ConnectProxy {
     }
 }
 
-fn serve(
-    conn: TcpStream,
-    agent: &str,
-    allowlist: &[String],
-    sink: &dyn EventSink,
+/// Methods that only read: everything else through the proxy is a network write.
+fn is_read_method(method: &str) -> bool {
+    ["GET", "HEAD", "OPTIONS", "TRACE"]
+        .iter()
+        .any(|m| m.eq_ignore_ascii_case(method))
+}
+
+/// `host:port` (brackets allowed around IPv6) with a default port.
+fn split_host_port(authority: &str, default: Option<u16>) -> Option<(String, u16)> {
+    if let Some(rest) = authority.strip_prefix('[') {
+        let (h, tail) = rest.split_once(']')?;
+        let port = match tail.strip_prefix(':') {
+            Some(p) => p.parse().ok()?,
+            None => default?,
+        };
+        return Some((h.to_string(), port));
+    }
+    match authority.rsplit_once(':') {
+        Some((h, p)) => Some((h.to_string(), p.parse().ok()?)),
+        None => Some((authority.to_string(), default?)),
+    }
+}
+
+/// What the client asked for.
+struct Target {
+    host: String,
+    port: u16,
+    /// `None` for CONNECT; the origin-form path for plain HTTP.
+    path: Option<String>,
+}
+
+fn parse_target(method: &str, target: &str) -> Option<Target> {
+    if method.eq_ignore_ascii_case("CONNECT") {
+        let (host, port) = split_host_port(target, None)?;
+        return Some(Target {
+            host,
+            port,
+            path: None,
+        });
+    }
+    let rest = target.strip_prefix("http://")?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let (host, port) = split_host_port(authority, Some(80))?;
+    Some(Target {
+        host,
+        port,
+        path: Some(path.to_string()),
+    })
+}
+
+/// The request head rewritten for the origin: origin-form request line, no proxy headers, and
+/// `Connection: close` so one proxied connection carries one checked request.
+fn origin_head(method: &str, path: &str, version: &str, head: &str) -> String {
+    let mut out = format!("{method} {path} {version}\r\n");
+    for line in head.split("\r\n").skip(1) {
+        let name = line.split(':').next().unwrap_or("").trim();
+        if line.is_empty()
+            || name.eq_ignore_ascii_case("proxy-connection")
+            || name.eq_ignore_ascii_case("proxy-authorization")
+            || name.eq_ignore_ascii_case("connection")
+        {
+            continue;
+        }
+        out.push_str(line);
+        out.push_str("\r\n");
+    }
+    out.push_str("Connection: close\r\n\r\n");
+    out
+}
+
+/// Refuse: log it, tell the agent (when someone is listening), answer 403.
+fn refuse(
+    out: &mut TcpStream,
+    cfg: &ProxyCfg,
+    t: &Target,
+    method: &str,
+    code: &str,
+    message: &str,
+    hint: Option<String>,
 ) -> io::Result<()> {
+    cfg.sink.record(
+        kinds::DENIED,
+        Some(&cfg.agent),
+        json!({"what": "network", "reason": message, "code": code, "host": t.host,
+               "port": t.port, "method": method}),
+    );
+    if cfg.gate.0.is_some() {
+        cfg.replier.send(AgentEvent::Error {
+            code: code.to_string(),
+            message: format!("connection to {}:{} refused: {message}", t.host, t.port),
+            hint,
+        });
+    }
+    out.write_all(format!("HTTP/1.1 403 Forbidden (metash: {code})\r\nContent-Length: 0\r\n\r\n").as_bytes())
+}
+
+fn serve(conn: TcpStream, cfg: &ProxyCfg) -> io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut head = String::new();
@@ -118,53 +219,67 @@ fn serve(
     let mut parts = request_line.split_whitespace();
     let method = parts.next().unwrap_or("");
     let target = parts.next().unwrap_or("");
+    let version = parts.next().unwrap_or("HTTP/1.1");
     let mut out = conn.try_clone()?;
-    if !method.eq_ignore_ascii_case("CONNECT") {
-        sink.record(
+    let Some(t) = parse_target(method, target) else {
+        cfg.sink.record(
             kinds::DENIED,
-            Some(agent),
-            json!({"what": "network", "reason": "only CONNECT is proxied", "method": method}),
+            Some(&cfg.agent),
+            json!({"what": "network", "reason": "not a CONNECT or absolute-form HTTP request",
+                   "method": method}),
         );
-        out.write_all(b"HTTP/1.1 405 Method Not Allowed\r\n\r\n")?;
-        return Ok(());
-    }
-    let (host, port) = match target.rsplit_once(':') {
-        Some((h, p)) => (
-            h.trim_matches(|c| c == '[' || c == ']'),
-            p.parse::<u16>().ok(),
-        ),
-        None => (target, None),
-    };
-    let Some(port) = port else {
-        out.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n")?;
+        out.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")?;
         return Ok(());
     };
-    if !domain_allowed(allowlist, host) {
-        sink.record(
-            kinds::DENIED,
-            Some(agent),
-            json!({"what": "network", "reason": "domain not in allowlist", "host": host, "port": port}),
+    let write = t.path.is_none() || !is_read_method(method);
+    if !domain_allowed(&cfg.allowlist, &t.host) {
+        return refuse(
+            &mut out,
+            cfg,
+            &t,
+            method,
+            "domain_not_allowed",
+            "domain not in allowlist",
+            Some(format!("declare `network:{}` in the manifest", t.host)),
         );
-        out.write_all(b"HTTP/1.1 403 Forbidden (metash: domain not in allowlist)\r\n\r\n")?;
-        return Ok(());
     }
-    let upstream = (host, port).to_socket_addrs().ok().and_then(|mut addrs| {
-        addrs.find_map(|a| TcpStream::connect_timeout(&a, Duration::from_secs(10)).ok())
-    });
+    let action = GatedAction::Connect {
+        host: &t.host,
+        port: t.port,
+        method,
+        write,
+    };
+    if let Some(GateVerdict::Deny {
+        code,
+        message,
+        hint,
+    }) = cfg.gate.decide(&cfg.agent, &action)
+    {
+        return refuse(&mut out, cfg, &t, method, &code, &message, hint);
+    }
+    let upstream = (t.host.as_str(), t.port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| {
+            addrs.find_map(|a| TcpStream::connect_timeout(&a, Duration::from_secs(10)).ok())
+        });
     let Some(upstream) = upstream else {
-        out.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n")?;
+        out.write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")?;
         return Ok(());
     };
-    sink.record(
+    cfg.sink.record(
         "network_connect",
-        Some(agent),
-        json!({"host": host, "port": port}),
+        Some(&cfg.agent),
+        json!({"host": t.host, "port": t.port, "method": method, "write": write}),
     );
-    out.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")?;
+    let mut up_w = upstream.try_clone()?;
+    match &t.path {
+        None => out.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")?,
+        Some(path) => up_w.write_all(origin_head(method, path, version, &head).as_bytes())?,
+    }
     conn.set_read_timeout(None)?;
     // Bytes the client sent after the head are still in the BufReader: forward them first.
     let pending = reader.buffer().to_vec();
-    let mut up_w = upstream.try_clone()?;
     up_w.write_all(&pending)?;
     let mut up_r = upstream;
     let mut client_w = out;
@@ -177,4 +292,32 @@ fn serve(
     let _ = up_w.shutdown(Shutdown::Write);
     let _ = t.join();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_parse() {
+        let t = parse_target("CONNECT", "api.github.com:443").unwrap();
+        assert_eq!((t.host.as_str(), t.port, t.path), ("api.github.com", 443, None));
+        let t = parse_target("POST", "http://localhost:8080/v1/x?q=1").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("localhost", 8080));
+        assert_eq!(t.path.as_deref(), Some("/v1/x?q=1"));
+        let t = parse_target("GET", "http://[::1]").unwrap();
+        assert_eq!((t.host.as_str(), t.port, t.path.as_deref()), ("::1", 80, Some("/")));
+        assert!(parse_target("GET", "/relative").is_none());
+        assert!(parse_target("CONNECT", "nohost").is_none());
+        assert!(is_read_method("get") && !is_read_method("DELETE"));
+    }
+
+    #[test]
+    fn origin_head_drops_proxy_headers() {
+        let head = "GET http://h/x HTTP/1.1\r\nHost: h\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive\r\nX-A: 1\r\n\r\n";
+        assert_eq!(
+            origin_head("GET", "/x", "HTTP/1.1", head),
+            "GET /x HTTP/1.1\r\nHost: h\r\nX-A: 1\r\nConnection: close\r\n\r\n"
+        );
+    }
 }

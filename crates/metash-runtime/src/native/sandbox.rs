@@ -13,9 +13,10 @@ use serde_json::{json, Value};
 
 use super::cgroup;
 use super::isolate;
-use super::proxy::ConnectProxy;
+use super::proxy::{ConnectProxy, ProxyCfg};
 use crate::error::{io_err, Result};
 use crate::limits::{parse_cpu, parse_mem, Applied, AppliedLimits};
+use crate::reply::Replier;
 use crate::sink::EventSink;
 use crate::spec::{caps, AgentSpec, NetworkAccess};
 
@@ -42,14 +43,20 @@ impl Sandbox {
     /// # Errors
     /// [`crate::RuntimeError::SandboxSetup`] when a restriction is unavailable (fail-closed), bad
     /// resource quantities, proxy start failure.
-    pub fn prepare(spec: &AgentSpec, sink: &Arc<dyn EventSink>) -> Result<Self> {
+    pub fn prepare(spec: &AgentSpec, sink: &Arc<dyn EventSink>, replier: &Replier) -> Result<Self> {
         let workspace = isolate::canonical(&spec.workspace)?;
         let entry = isolate::canonical(&spec.entry)?;
         let network = spec.effective_network();
         let proxy = match &network {
             NetworkAccess::Allowlist(list) => Some(
-                ConnectProxy::start(spec.id.clone(), list.clone(), Arc::clone(sink))
-                    .map_err(io_err("starting the allowlist proxy"))?,
+                ConnectProxy::start(ProxyCfg {
+                    agent: spec.id.clone(),
+                    allowlist: list.clone(),
+                    sink: Arc::clone(sink),
+                    gate: spec.gate.clone(),
+                    replier: replier.clone(),
+                })
+                .map_err(io_err("starting the allowlist proxy"))?,
             ),
             _ => None,
         };

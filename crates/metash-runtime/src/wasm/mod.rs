@@ -9,6 +9,7 @@
 
 mod cache;
 mod pool;
+mod stdin;
 mod stdout;
 
 use std::collections::HashMap;
@@ -27,7 +28,7 @@ use wasmtime::{
     PoolingAllocationConfig, ResourceLimiter, Store, UpdateDeadline,
 };
 use wasmtime_wasi::p1::WasiP1Ctx;
-use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
 pub use cache::CacheHit;
@@ -36,6 +37,7 @@ use crate::codec;
 use crate::error::{io_err, Result, RuntimeError};
 use crate::invocation::{InvocationStatus, Outcome, Step, Tracker};
 use crate::pump::{pump, Msg, PumpCfg};
+use crate::reply::Replier;
 use crate::sink::{kinds, EventSink};
 use crate::spec::{caps, AgentSpec};
 use crate::stream::TokenBucket;
@@ -208,8 +210,8 @@ impl WasmAgent {
     }
 
     /// Run one invocation: a fresh instance on its own thread, its stdout streamed live through a
-    /// bounded channel into the shared reader, until `done`/`checkpoint`, exit, deadline, interrupt
-    /// or the output cap.
+    /// bounded channel into the shared reader, its stdin open to `replier` until the invocation
+    /// ends, until `done`/`checkpoint`, exit, deadline, interrupt or the output cap.
     ///
     /// # Errors
     /// Only host-side failures (building the WASI context, the preopen, threads); guest failures
@@ -221,14 +223,28 @@ impl WasmAgent {
         start_line: &[u8],
         input: AgentEvent,
         interrupt: &Arc<AtomicBool>,
+        replier: &Replier,
         on_event: &mut dyn FnMut(&AgentEvent),
     ) -> Result<Outcome> {
-        let mut stdin = start_line.to_vec();
-        stdin.extend(codec::encode(input)?);
+        let (stdin_tx, stdin) = stdin::channel();
+        for line in [start_line.to_vec(), codec::encode(input)?] {
+            stdin_tx
+                .try_send(line)
+                .map_err(|_| RuntimeError::Wasm("queueing the guest's first lines".into()))?;
+        }
+        replier.attach(stdin_tx);
+        // However this invocation ends, the guest's stdin closes with it.
+        struct Detach<'a>(&'a Replier);
+        impl Drop for Detach<'_> {
+            fn drop(&mut self) {
+                self.0.detach();
+            }
+        }
+        let _detach = Detach(replier);
         let (stdout, reader) = stdout::channel();
         let stderr = MemoryOutputPipe::new(64 * 1024);
         let mut b = WasiCtxBuilder::new();
-        b.stdin(MemoryInputPipe::new(stdin))
+        b.stdin(stdin)
             .stdout(stdout)
             .stderr(stderr.clone())
             .arg(&spec.manifest.name)
@@ -322,6 +338,10 @@ impl WasmAgent {
         let give_up = deadline + spec.shutdown_grace.max(Duration::from_millis(100));
         let mut ignored = |_: &AgentEvent| {};
         loop {
+            if Instant::now() >= deadline || interrupt.load(Ordering::SeqCst) {
+                // A guest waiting on stdin gets end of input and so reaches its next epoch check.
+                replier.detach();
+            }
             if Instant::now() >= give_up {
                 halt.store(true, Ordering::SeqCst);
                 if let Some(st) = end {
@@ -354,11 +374,13 @@ impl WasmAgent {
                     if end.is_none() && !over_cap {
                         end = Some(st);
                         halt.store(true, Ordering::SeqCst);
+                        replier.detach();
                     }
                 }
                 Step::OverCap => {
                     over_cap = true;
                     halt.store(true, Ordering::SeqCst);
+                    replier.detach();
                 }
                 Step::Eof => break,
             }
