@@ -34,9 +34,25 @@ pub struct Input {
     pub context_refs: Vec<String>,
 }
 
+/// The host's answer to [`Session::request_consent`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Consent {
+    /// Allowed; `expires_at` (RFC 3339) is absent for a one-action answer.
+    Granted { expires_at: Option<String> },
+    /// Refused, with the host's code (`consent_denied`, `consent_revoked`,
+    /// `capability_undeclared`, ...) and hint: fall back, do not ask again in a loop.
+    Refused {
+        code: String,
+        message: String,
+        hint: Option<String>,
+    },
+}
+
 /// The agent's handle for one invocation: every method writes one protocol line.
 pub struct Session<W: Write> {
     ctx: Context,
+    /// The host's lines, shared with the main loop so a request can wait for its answer.
+    input: Box<dyn BufRead>,
     out: W,
     stream: u64,
     invocation: u64,
@@ -130,6 +146,90 @@ impl<W: Write> Session<W> {
         })
     }
 
+    /// Ask the user, through the host, for `capability` (e.g. `network:api.github.com`) and wait
+    /// for the answer. The host answers in order: the next `consent_grant` or `error` on stdin is
+    /// the answer.
+    ///
+    /// # Errors
+    /// Writing failed, or stdin ended (the host is shutting the agent down) before an answer.
+    pub fn request_consent(
+        &mut self,
+        capability: &str,
+        reason: &str,
+        duration_s: Option<u64>,
+    ) -> io::Result<Consent> {
+        self.send(AgentEvent::ConsentRequest {
+            capability: capability.to_string(),
+            reason: reason.to_string(),
+            duration_s,
+        })?;
+        while let Some(event) = self.next_event()? {
+            match event {
+                AgentEvent::ConsentGrant { expires_at, .. } => {
+                    return Ok(Consent::Granted { expires_at })
+                }
+                AgentEvent::Error {
+                    code,
+                    message,
+                    hint,
+                } => {
+                    return Ok(Consent::Refused {
+                        code,
+                        message,
+                        hint,
+                    })
+                }
+                AgentEvent::Shutdown { .. } => break,
+                _ => {}
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the host closed stdin before answering the consent request",
+        ))
+    }
+
+    /// The host's next message (`None` at end of input): an answer, or a notice such as the
+    /// `error` the host sends when it refused one of the agent's actions. Blocks until one comes.
+    ///
+    /// # Errors
+    /// Reading or answering a bad line failed.
+    pub fn recv(&mut self) -> io::Result<Option<AgentEvent>> {
+        self.next_event()
+    }
+
+    /// The next well-formed event from the host (`None` at end of input). Bad lines are answered
+    /// with an `error` event and skipped.
+    fn next_event(&mut self) -> io::Result<Option<AgentEvent>> {
+        loop {
+            let mut line = String::new();
+            if self.input.read_line(&mut line)? == 0 {
+                return Ok(None);
+            }
+            if line.trim().is_empty() {
+                continue;
+            }
+            let msg: ProtocolMessage = match serde_json::from_str(&line) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.error("bad_message", &e.to_string())?;
+                    continue;
+                }
+            };
+            if msg.schema_version != EVENT_PROTOCOL_VERSION {
+                self.error(
+                    "unsupported_version",
+                    &format!(
+                        "schema_version {} is not supported (this agent speaks {EVENT_PROTOCOL_VERSION})",
+                        msg.schema_version
+                    ),
+                )?;
+                continue;
+            }
+            return Ok(Some(msg.event));
+        }
+    }
+
     /// Persist a value through the host's state (the only way agents persist state).
     ///
     /// # Errors
@@ -162,40 +262,20 @@ where
 /// Reading or writing failed.
 pub fn run_with<R, W, F>(input: R, out: W, mut handler: F) -> io::Result<()>
 where
-    R: BufRead,
+    R: BufRead + 'static,
     W: Write,
     F: FnMut(&mut Session<W>, Input) -> Result<(), String>,
 {
     let mut session = Session {
         ctx: Context::default(),
+        input: Box::new(input),
         out,
         stream: 0,
         invocation: 0,
         ended: false,
     };
-    for line in input.lines() {
-        let line = line?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let msg: ProtocolMessage = match serde_json::from_str(&line) {
-            Ok(m) => m,
-            Err(e) => {
-                session.error("bad_message", &e.to_string())?;
-                continue;
-            }
-        };
-        if msg.schema_version != EVENT_PROTOCOL_VERSION {
-            session.error(
-                "unsupported_version",
-                &format!(
-                    "schema_version {} is not supported (this agent speaks {EVENT_PROTOCOL_VERSION})",
-                    msg.schema_version
-                ),
-            )?;
-            continue;
-        }
-        match msg.event {
+    while let Some(event) = session.next_event()? {
+        match event {
             AgentEvent::Start {
                 agent_id,
                 workspace,
@@ -239,6 +319,7 @@ where
                 }
             }
             AgentEvent::Shutdown { .. } => break,
+            // Answers that came after their request was given up, notices: nothing to do.
             _ => {}
         }
     }
@@ -272,5 +353,46 @@ mod tests {
         assert!(lines[0].contains(r#""chunk_id":"i1s1:0""#));
         assert!(lines[1].contains(r#""type":"done""#));
         assert!(lines[2].contains("unsupported_version"));
+    }
+
+    #[test]
+    fn consent_answers_are_read_in_order() {
+        let input = concat!(
+            r#"{"schema_version":"0.1","type":"input","agent_id":"a1","prompt":"ask"}"#,
+            "\n",
+            r#"{"schema_version":"0.1","type":"consent_grant","capability":"network:h","expires_at":"2030-01-01T00:00:00Z"}"#,
+            "\n",
+            r#"{"schema_version":"0.1","type":"error","code":"consent_denied","message":"no","hint":"h"}"#,
+            "\n"
+        );
+        let mut out = Vec::new();
+        let mut answers = Vec::new();
+        run_with(input.as_bytes(), &mut out, |s, _| {
+            answers.push(s.request_consent("network:h", "fetch", Some(60)).unwrap());
+            answers.push(s.request_consent("files.write", "save", None).unwrap());
+            // Nothing left: the host closed stdin before a third answer.
+            assert!(s.request_consent("memory", "x", None).is_err());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(
+            answers,
+            vec![
+                Consent::Granted {
+                    expires_at: Some("2030-01-01T00:00:00Z".into())
+                },
+                Consent::Refused {
+                    code: "consent_denied".into(),
+                    message: "no".into(),
+                    hint: Some("h".into())
+                }
+            ]
+        );
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.lines().next().unwrap().contains(r#""duration_s":60"#),
+            "{text}"
+        );
+        assert_eq!(text.matches(r#""type":"consent_request""#).count(), 3);
     }
 }

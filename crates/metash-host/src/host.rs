@@ -124,7 +124,7 @@ impl Host {
         Ok(Policy::new(self.store.clone(), registry))
     }
 
-    pub(crate) fn prompter(&self) -> Box<dyn ConsentPrompter> {
+    pub(crate) fn prompter(&self) -> Box<dyn ConsentPrompter + Send> {
         match self.options.consent {
             ConsentMode::Interactive => Box::new(TerminalPrompter::new(
                 std::io::BufReader::new(std::io::stdin()),

@@ -8,10 +8,61 @@
 //! - `state KEY JSON`: a `state_update` of the session, then outputs `ok`
 //! - `hang`: outputs `partial`, starts a grandchild `sleep 300` holding stdout, ignores SIGTERM,
 //!   and sleeps forever (the host must kill the whole group at the timeout)
+//! - `consent CAPABILITY`: asks for it mid-run; outputs `granted EXPIRES` or `refused CODE HINT`
+//! - `fetch METHOD URL [WAIT_FILE]`: a plain-HTTP request through `$HTTP_PROXY`; outputs the status
+//!   line and body, or the status and the `error` event the host sent. With WAIT_FILE, waits (at
+//!   most 20 s) for that file to exist and then does the same request again.
+//! - `run PROGRAM [ARGS...]`: starts PROGRAM; outputs `exit CODE`, or `refused ERR` plus the host's
+//!   `error` event
 
-use std::time::Duration;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
 
+use metash_agent::{Consent, Session};
 use metash_protocol::{AgentEvent, CheckpointReason};
+
+/// The host's `error` event that follows a refusal (it is written before the refusal itself).
+fn host_error<W: Write>(s: &mut Session<W>) -> String {
+    match s.recv() {
+        Ok(Some(AgentEvent::Error { code, hint, .. })) => {
+            format!("error {code} {}", hint.unwrap_or_default())
+        }
+        other => format!("no error event: {other:?}"),
+    }
+}
+
+/// One request through the proxy in `$HTTP_PROXY`: the status line and the body.
+fn http(method: &str, url: &str) -> Result<(String, String), String> {
+    let proxy = std::env::var("HTTP_PROXY").map_err(|_| "no HTTP_PROXY".to_string())?;
+    let addr = proxy.trim_start_matches("http://").trim_end_matches('/');
+    let mut conn = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+    let host = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap_or("");
+    write!(
+        conn,
+        "{method} {url} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    conn.read_to_string(&mut text).map_err(|e| e.to_string())?;
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    Ok((
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    ))
+}
+
+fn fetch<W: Write>(s: &mut Session<W>, method: &str, url: &str) -> String {
+    match http(method, url) {
+        Ok((status, body)) if status.contains(" 200") => format!("{status} {body}"),
+        Ok((status, _)) => format!("{status} | {}", host_error(s)),
+        Err(e) => format!("failed {e}"),
+    }
+}
 
 fn main() {
     let result = metash_agent::run(|s, input| {
@@ -48,6 +99,42 @@ fn main() {
                 loop {
                     std::thread::sleep(Duration::from_secs(60));
                 }
+            }
+            "consent" => {
+                let text = match s
+                    .request_consent(arg, "the test asks", Some(60))
+                    .map_err(io)?
+                {
+                    Consent::Granted { expires_at } => {
+                        format!("granted {}", expires_at.unwrap_or_else(|| "once".into()))
+                    }
+                    Consent::Refused { code, hint, .. } => {
+                        format!("refused {code} {}", hint.unwrap_or_default())
+                    }
+                };
+                s.output("text/plain", &text).map_err(io)
+            }
+            "fetch" => {
+                let mut words = arg.split_whitespace();
+                let (method, url) = (words.next().unwrap_or("GET"), words.next().unwrap_or(""));
+                let mut text = fetch(s, method, url);
+                if let Some(wait) = words.next() {
+                    let until = Instant::now() + Duration::from_secs(20);
+                    while !std::path::Path::new(wait).exists() && Instant::now() < until {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    text = format!("{text}\n{}", fetch(s, method, url));
+                }
+                s.output("text/plain", &text).map_err(io)
+            }
+            "run" => {
+                let mut words = arg.split_whitespace();
+                let program = words.next().unwrap_or("");
+                let text = match std::process::Command::new(program).args(words).status() {
+                    Ok(st) => format!("exit {}", st.code().unwrap_or(-1)),
+                    Err(e) => format!("refused {e} | {}", host_error(s)),
+                };
+                s.output("text/plain", &text).map_err(io)
             }
             other => Err(format!("unknown command `{other}`")),
         }

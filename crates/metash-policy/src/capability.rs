@@ -91,6 +91,11 @@ impl Capability {
         match self.category {
             Category::Network => host_covers(mine, theirs),
             Category::FilesRead | Category::FilesWrite => path_covers(mine, theirs),
+            // `process.spawn:git` names the program wherever it was found; a scope with a `/`
+            // names exactly that path.
+            Category::ProcessSpawn => {
+                mine == theirs || (!mine.contains('/') && theirs.rsplit('/').next() == Some(mine))
+            }
             _ => mine == theirs,
         }
     }
@@ -328,6 +333,11 @@ mod tests {
 
     #[test]
     fn coverage() {
+        // A program name covers that program wherever it is; a path only that path.
+        assert!(cap("process.spawn:git").covers(&cap("process.spawn:/usr/bin/git")));
+        assert!(!cap("process.spawn:git").covers(&cap("process.spawn:/usr/bin/gitk")));
+        assert!(cap("process.spawn:/usr/bin/git").covers(&cap("process.spawn:/usr/bin/git")));
+        assert!(!cap("process.spawn:/usr/bin/git").covers(&cap("process.spawn:/tmp/git")));
         assert!(cap("network").covers(&cap("network:api.github.com")));
         assert!(cap("network:api.github.com").covers(&cap("network:api.github.com")));
         assert!(!cap("network:api.github.com").covers(&cap("network")));

@@ -13,9 +13,21 @@ use std::time::{Duration, Instant};
 
 use metash_protocol::{Manifest, SandboxKind};
 use metash_runtime::native::Sandbox;
-use metash_runtime::{AgentSpec, EventSink, NullSink, Runtime, RuntimeConfig};
+use metash_runtime::{
+    ActionGate, AgentSpec, EventSink, Gate, GateVerdict, GatedAction, NullSink, Runtime,
+    RuntimeConfig,
+};
 
 const TINY: &str = "/bin/true";
+
+/// A gate that allows everything: the exec gate row measures the supervisor, not a decision.
+struct AllowAll;
+
+impl ActionGate for AllowAll {
+    fn decide(&self, _agent: &str, _action: &GatedAction<'_>) -> GateVerdict {
+        GateVerdict::Allow
+    }
+}
 
 /// A measured case: its name, one run, and a note for the table.
 type Case<'a> = (&'static str, Box<dyn FnMut() + 'a>, String);
@@ -92,6 +104,14 @@ fn main() {
     if let Ok(sb) = &sandbox {
         println!("sandbox: {}", sb.report);
     }
+    // The same sandbox with a live gate: a second seccomp filter whose listener the child hands
+    // to the host's supervisor thread, which answers the child's own exec of the entry.
+    let gated = metash_runtime::native::exec_gate::available().and_then(|()| {
+        let mut gspec = spec.clone();
+        gspec.gate = Gate(Some(Arc::new(AllowAll)));
+        Sandbox::prepare(&gspec, &sink, &metash_runtime::Replier::default())
+            .map_err(|e| e.to_string())
+    });
     let bwrap = ["/usr/bin/bwrap", "/bin/bwrap"]
         .into_iter()
         .find(|p| Path::new(p).exists())
@@ -137,13 +157,26 @@ fn main() {
             cases.push((
                 "native sandbox prepare+spawn+wait",
                 Box::new(move || {
-                    let sb = Sandbox::prepare(&spec, &sink, &metash_runtime::Replier::default()).unwrap();
+                    let sb = Sandbox::prepare(&spec, &sink, &metash_runtime::Replier::default())
+                        .unwrap();
                     assert!(quiet(&mut sb.command()).status().unwrap().success());
                 }),
                 "plus building the ruleset, seccomp program and cgroups per agent".into(),
             ));
         }
         Err(e) => rows.push(("native sandbox", None, format!("skipped: {e}"))),
+    }
+    let gated_name = "native sandbox + exec gate";
+    match &gated {
+        Ok(sb) => cases.push((
+            gated_name,
+            Box::new(move || {
+                assert!(quiet(&mut sb.command()).status().unwrap().success());
+            }),
+            "all restrictions, plus the exec notify filter, fd handoff and supervisor round trip"
+                .into(),
+        )),
+        Err(e) => rows.push((gated_name, None, format!("skipped: {e}"))),
     }
     let bwrap_name = "bwrap --unshare-net --ro-bind / /";
     match bwrap {
@@ -183,6 +216,7 @@ fn main() {
     let get = |name: &str| medians.iter().find(|(n, _)| *n == name).map(|(_, d)| *d);
     let bare = get("bare spawn+wait (posix_spawn)").unwrap();
     let sandboxed = get(sandboxed_name);
+    let gated_d = get(gated_name);
     let bwrap_d = get(bwrap_name);
 
     // WASM: compile once into the disk cache, then a fresh runtime loads it from disk.
@@ -240,6 +274,13 @@ fn main() {
             "target sandboxed <= 1.5x bare: {r:.2}x ({})",
             if r <= 1.5 { "met" } else { "MISSED" }
         );
+        if let Some(g) = gated_d {
+            println!(
+                "exec gate cost per spawn: {:+.1} us ({:.2}x the sandboxed spawn)",
+                (g.as_secs_f64() - s.as_secs_f64()) * 1e6,
+                g.as_secs_f64() / s.as_secs_f64()
+            );
+        }
         if let Some(b) = bwrap_d {
             println!(
                 "target sandboxed faster than bwrap: {:.2}x faster ({})",

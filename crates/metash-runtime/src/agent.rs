@@ -19,7 +19,7 @@ use crate::native::NativeProcess;
 use crate::reply::Replier;
 use crate::sink::{kinds, EventSink};
 use crate::spec::{caps, AgentSpec};
-use crate::wasm::{WasmAgent, WasmEngine, GUEST_WORKSPACE};
+use crate::wasm::{Kind, WasmAgent, WasmEngine, GUEST_WORKSPACE};
 
 /// Default WASM memory when the manifest sets none.
 const DEFAULT_WASM_MEM: u64 = 256 * 1024 * 1024;
@@ -203,7 +203,8 @@ impl Agent {
                     Arc::clone(&self.wasm_engine),
                     &self.spec,
                     usize::try_from(mem).unwrap_or(usize::MAX),
-                    self.sink.as_ref(),
+                    &self.sink,
+                    &self.replier,
                 )?;
                 let limits = AppliedLimits {
                     memory_bytes: Some(Applied::new(mem, "wasm-store-limits")),
@@ -222,15 +223,20 @@ impl Agent {
                         self.spec.throttle.rate as u64,
                         "token-bucket",
                     )),
+                    fuel: self.spec.fuel.map(|f| Applied::new(f, "wasm-fuel")),
                 };
                 let report = json!({
                     "sandbox": "wasm",
                     "limits": limits,
+                    "kind": match wasm.kind() {
+                        Kind::Module => "wasi-p1 module",
+                        Kind::Component => "wasi-p2 component",
+                    },
                     "module_cache": format!("{:?}", wasm.cache).to_lowercase(),
                     "load_ms": t0.elapsed().as_secs_f64() * 1000.0,
                     "preopen": if self.spec.has(caps::FILES_WRITE) { "read-write" }
                         else if self.spec.has(caps::FILES_READ) { "read-only" } else { "none" },
-                    "network": "none (WASI preview 1 has no outbound sockets)",
+                    "network": wasm.network_report(),
                     "env": self.spec.env.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
                 });
                 self.backend = Backend::Wasm(wasm);
@@ -245,8 +251,7 @@ impl Agent {
                     &self.sink,
                     self.start_line.clone(),
                     &self.replier,
-                )
-                {
+                ) {
                     Ok(p) => p,
                     Err(e) => {
                         self.sink.record(

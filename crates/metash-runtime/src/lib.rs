@@ -1,7 +1,8 @@
 //! metash's sandboxed agent runtime (seed 002 sections 3 to 5).
 //!
 //! An agent is a program that speaks the agent protocol (JSON lines on stdio, `docs/agent-protocol.md`)
-//! and runs either as a WASI preview-1 module under wasmtime ([`wasm`]) or, with the user's consent,
+//! and runs either under wasmtime ([`wasm`]: a WASI preview-1 module, or a preview-2 component,
+//! which may have network through the allowlist proxy) or, with the user's consent,
 //! as a native Linux process under Landlock, seccomp and cgroups ([`native`]). Both are driven
 //! through the same lifecycle ([`Agent`]), report to the same [`EventSink`], and stream through the
 //! same bounded, throttled reader.
@@ -37,7 +38,7 @@ pub use agent::{Agent, Interrupter, Runtime, RuntimeConfig, ShutdownKind};
 pub use error::{Result, RuntimeError};
 pub use invocation::{InvocationStatus, Outcome};
 pub use lifecycle::{Action, LifecycleState};
-pub use sink::{EventSink, MemorySink, NullSink, Recorded};
 pub use reply::Replier;
+pub use sink::{EventSink, MemorySink, NullSink, Recorded};
 pub use spec::{ActionGate, AgentSpec, Gate, GateVerdict, GatedAction, NetworkAccess};
 pub use stream::{Card, ChunkAssembler, Throttle, TokenBucket};

@@ -66,9 +66,10 @@ pub fn parse_cpu(value: &str) -> Result<u64> {
 /// How one limit was enforced.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Applied {
-    /// The limit's value in its unit (bytes, millicores, processes, milliseconds).
+    /// The limit's value in its unit (bytes, millicores, processes, milliseconds, fuel units).
     pub value: u64,
-    /// `cgroup-v2`, `cgroup-v1`, `rlimit`, `wasm-store-limits`, `wasm-epoch`, or `none`.
+    /// `cgroup-v2`, `cgroup-v1`, `rlimit`, `wasm-store-limits`, `wasm-epoch`, `wasm-fuel`, or
+    /// `none`.
     pub via: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -101,6 +102,10 @@ pub struct AppliedLimits {
     pub timeout_ms: Option<Applied>,
     pub output_bytes: Option<Applied>,
     pub events_per_s: Option<Applied>,
+    /// WASM fuel units per invocation (`AgentSpec::fuel`), when set: a deterministic bound on the
+    /// guest's work, next to the wall-clock deadline.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fuel: Option<Applied>,
 }
 
 #[cfg(test)]

@@ -29,7 +29,8 @@ pub enum NetworkAccess {
     /// Only HTTP CONNECT through the host's proxy to these domains (`example.com` or
     /// `*.example.com`).
     Allowlist(Vec<String>),
-    /// Unrestricted outbound TCP (natively only; still no raw sockets).
+    /// Unrestricted outbound TCP. Natively: any TCP or UDP socket, still no raw ones. WASM
+    /// (preview-2 components only): outbound TCP and name lookup, no UDP, no listening socket.
     Unrestricted,
 }
 
@@ -78,7 +79,11 @@ pub struct Gate(pub Option<Arc<dyn ActionGate>>);
 
 impl fmt::Debug for Gate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_some() { "Gate(live)" } else { "Gate(none)" })
+        f.write_str(if self.0.is_some() {
+            "Gate(live)"
+        } else {
+            "Gate(none)"
+        })
     }
 }
 
@@ -126,7 +131,8 @@ pub struct AgentSpec {
     /// Live consent for sensitive actions (proxied connections, process starts).
     pub gate: Gate,
     /// Deterministic CPU limit for WASM agents: wasmtime fuel units per invocation (`None`: only
-    /// the wall-clock deadline applies).
+    /// the wall-clock deadline applies). Running out ends the invocation `limit_exceeded: fuel`.
+    /// Metering costs speed, so such agents run on a second engine, created on first use.
     pub fuel: Option<u64>,
 }
 

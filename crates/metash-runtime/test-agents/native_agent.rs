@@ -34,10 +34,34 @@ fn ignore_term() {
     }
 }
 
+/// The host's next message on stdin, as JSON, if one arrives within `within` (the host writes
+/// whole lines, so readable stdin means a line is coming).
+fn host_notice<W: Write>(s: &mut Session<W>, within: Duration) -> Option<String> {
+    let mut pfd = libc::pollfd {
+        fd: 0,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll(2) on one live pollfd.
+    let ready = unsafe { libc::poll(&mut pfd, 1, within.as_millis() as libc::c_int) };
+    if ready != 1 {
+        return None;
+    }
+    let event = s.recv().ok()??;
+    serde_json::to_string(&event).ok()
+}
+
 fn handle<W: Write>(s: &mut Session<W>, prompt: &str) -> Result<(), String> {
     let (cmd, arg) = prompt.split_once(' ').unwrap_or((prompt, ""));
     match cmd {
         "echo" => out(s, arg),
+        "consent" => match s.request_consent(arg, "the test asks", None) {
+            Ok(metash_agent::Consent::Granted { expires_at }) => {
+                out(s, &format!("granted {}", expires_at.unwrap_or_default()))
+            }
+            Ok(metash_agent::Consent::Refused { code, .. }) => out(s, &format!("refused {code}")),
+            Err(e) => fail(s, "consent", e),
+        },
         "read" => match std::fs::read(arg) {
             Ok(b) => out(
                 s,
@@ -87,6 +111,38 @@ fn handle<W: Write>(s: &mut Session<W>, prompt: &str) -> Result<(), String> {
         "env" => {
             let all: Vec<String> = std::env::vars().map(|(k, v)| format!("{k}={v}")).collect();
             out(s, &format!("ENV:{}", all.join(";")))
+        }
+        "exec" => {
+            // `exec PATH ARGS...`: start a program (its stdout captured, never on the protocol's).
+            let mut words = arg.split_whitespace();
+            let Some(program) = words.next() else {
+                return fail(s, "exec", "no program given");
+            };
+            match std::process::Command::new(program)
+                .args(words)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .output()
+            {
+                Ok(o) => out(
+                    s,
+                    &format!(
+                        "EXEC-OK:exit={}:stdout={}",
+                        o.status.code().map_or("signal".into(), |c| c.to_string()),
+                        String::from_utf8_lossy(&o.stdout).trim()
+                    ),
+                ),
+                Err(e) => {
+                    let errno = e.raw_os_error().unwrap_or(0);
+                    fail(s, "exec", format!("{e} (errno {errno})"))?;
+                    // The host explains its refusals on stdin: report what it said, if anything.
+                    match host_notice(s, Duration::from_secs(2)) {
+                        Some(line) => out(s, &format!("HOST:{line}")),
+                        None => Ok(()),
+                    }
+                }
+            }
         }
         "forkbomb" => {
             let (mut ok, mut failed) = (0u32, 0u32);

@@ -1,14 +1,16 @@
 //! Running a registered WASM or native agent for one spawn: a fresh instance each time (so it has
 //! no memory of any earlier conversation), granted only what it declared and the user allowed.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use metash_policy::{Authorization, CapabilityRequest, Category, Decision};
-use metash_protocol::{AgentEvent, AgentStatus, CheckpointSignal, ResumeData};
-use metash_runtime::{AgentSpec, InvocationStatus, NetworkAccess};
+use metash_protocol::{AgentEvent, AgentStatus, CheckpointSignal, ResumeData, SandboxKind};
+use metash_runtime::{AgentSpec, Gate, InvocationStatus, NetworkAccess};
 use metash_store::NewEvent;
 use serde_json::{json, Value};
 
+use super::gate::PolicyGate;
 use super::Ran;
 use crate::error::Result;
 use crate::host::Host;
@@ -28,15 +30,17 @@ pub(crate) fn run(
         )));
     };
     let agent = &agent;
-    let policy = host.policy_with(registry.clone())?;
-    let mut prompter = host.prompter();
+    let gate = Arc::new(PolicyGate {
+        policy: Arc::new(host.policy_with(registry.clone())?),
+        prompter: Arc::new(Mutex::new(host.prompter())),
+    });
     let workspace = req.workdir.clone().unwrap_or_else(|| host.workspace());
 
     // Native execution is opt-in per agent.
-    let allow_native = agent.manifest.sandbox == metash_protocol::SandboxKind::Native;
+    let allow_native = agent.manifest.sandbox == SandboxKind::Native;
     if allow_native {
         let ask = CapabilityRequest::native_exec(format!("run `{}` natively", agent.id));
-        match policy.authorize(&agent.id, &ask, prompter.as_mut())? {
+        match gate.authorize(&agent.id, &ask) {
             Authorization::Allowed { .. } => {}
             Authorization::Denied { message, hint, .. } => {
                 return Ok(Ran::error(format!(
@@ -56,12 +60,14 @@ pub(crate) fn run(
         if matches!(cap.category, Category::Native | Category::Oauth) {
             continue;
         }
+        // Starting processes is decided per program, when it happens (the exec gate).
+        if cap.category == Category::ProcessSpawn {
+            continue;
+        }
         let ask = CapabilityRequest::new(cap.clone(), format!("spawn of `{}`", agent.id));
-        let allowed = match policy.check(&agent.id, &ask)? {
+        let allowed = match gate.policy.check(&agent.id, &ask)? {
             Decision::Allow { .. } => true,
-            Decision::Ask => policy
-                .authorize(&agent.id, &ask, prompter.as_mut())?
-                .is_allowed(),
+            Decision::Ask => gate.authorize(&agent.id, &ask).is_allowed(),
             _ => false,
         };
         if !allowed {
@@ -86,14 +92,17 @@ pub(crate) fn run(
         workspace,
     );
     spec.granted = granted;
+    // Every connection goes through the host's proxy, which asks the gate per connection (writes
+    // are sensitive, so they are asked per action); "unrestricted" is the proxy with every host.
     spec.network = if unrestricted {
-        NetworkAccess::Unrestricted
+        NetworkAccess::Allowlist(vec!["*".into()])
     } else if domains.is_empty() {
         NetworkAccess::None
     } else {
         NetworkAccess::Allowlist(domains)
     };
     spec.allow_native = allow_native;
+    spec.gate = Gate(Some(gate.clone()));
     spec.timeout = timeout;
     spec.config = json!({
         "system_prompt": req.system_prompt,
@@ -109,13 +118,21 @@ pub(crate) fn run(
     }
     let mut output = String::new();
     let mut failure: Option<String> = None;
+    let replier = running.replier();
     let outcome = running.invoke(&req.user_message, &[], &mut |event: &AgentEvent| {
-        let _ = host.record_later(NewEvent::new(
-            event_kind(event),
-            Some(&agent.id),
-            serde_json::to_value(event).unwrap_or(Value::Null),
-        ));
+        // The policy writes consent requests to the ledger itself, with their answers.
+        if !matches!(event, AgentEvent::ConsentRequest { .. }) {
+            let _ = host.record_later(NewEvent::new(
+                event_kind(event),
+                Some(&agent.id),
+                serde_json::to_value(event).unwrap_or(Value::Null),
+            ));
+        }
         match event {
+            AgentEvent::ConsentRequest { .. } => {
+                let _ = host.flush_events();
+                replier.send(answer_consent(&gate, &agent.id, event));
+            }
             AgentEvent::Output { data, .. } => output.push_str(data),
             AgentEvent::StateUpdate { key, value, scope } => {
                 if let Err(e) = host.agent_state_update(&agent.id, key, value, scope.as_deref()) {
@@ -165,6 +182,28 @@ pub(crate) fn run(
         cost_usd: None,
         checkpoint: checkpoint.map(|s: CheckpointSignal| s),
     })
+}
+
+/// The agent's own mid-run `consent_request`, answered now: `consent_grant` or an `error` with code
+/// and hint. Undeclared capabilities are refused without asking (the policy's rule). A grant is
+/// persisted; what the runtime gates live (proxied network, process starts) uses it at once, what
+/// the sandbox fixes at start (the workspace preopen, Landlock paths) from the agent's next start.
+fn answer_consent(gate: &PolicyGate, agent: &str, event: &AgentEvent) -> AgentEvent {
+    match CapabilityRequest::from_agent_event(event) {
+        Some(Ok(req)) => gate.authorize(agent, &req).to_event(&req.capability),
+        Some(Err(e)) => AgentEvent::Error {
+            code: "invalid_capability".into(),
+            message: e.to_string(),
+            hint: Some(
+                "name a capability like `network:api.github.com` or `files.write:out/`".into(),
+            ),
+        },
+        None => AgentEvent::Error {
+            code: "not_a_consent_request".into(),
+            message: "internal: only consent_request events are answered".into(),
+            hint: None,
+        },
+    }
 }
 
 /// The log `kind` of an agent event: its protocol `type`.

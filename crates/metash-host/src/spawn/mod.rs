@@ -2,6 +2,7 @@
 //! (runtime or harness), persist a checkpoint before returning it, charge the budget.
 
 mod agent;
+mod gate;
 mod model;
 
 use std::time::{Duration, Instant};

@@ -1,5 +1,6 @@
 mod checkpoints;
 mod common;
+mod consent;
 mod model_role;
 mod native_agent;
 mod progress;

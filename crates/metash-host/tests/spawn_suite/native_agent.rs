@@ -11,7 +11,12 @@ fn project() -> Option<Project> {
         return None;
     }
     let p = Project::new();
-    p.agent("native-a", "native", &native_agent_exe(), &["files.read"]);
+    p.agent(
+        "native-a",
+        "native",
+        &native_agent_exe(),
+        &["files.read", "process.spawn:sleep"],
+    );
     Some(p)
 }
 
@@ -61,11 +66,28 @@ fn native_agent_without_consent_is_refused() {
 #[test]
 fn native_timeout_kills_the_tree_and_returns_partial_output() {
     let Some(p) = project() else { return };
-    let host = p.host(&["native"]);
+    // The grandchild is a process start: allowed here, so that it exists to be killed.
+    let host = p.host(&["native", "process.spawn:sleep"]);
     let t = Instant::now();
     let r = spawn(&host, "hang", Some(1.0));
     assert_eq!(r.status, AgentStatus::Timeout, "{r:?}");
     assert!(r.data.contains("partial"), "{}", r.data);
+    // The grandchild really started (its start was asked and allowed), so its death is real.
+    let started_sleep = metash_store::Store::open(p.path())
+        .unwrap()
+        .log()
+        .read_all()
+        .unwrap()
+        .into_iter()
+        .any(|e| {
+            e.kind == "consent_answer"
+                && e.data["capability"]
+                    .as_str()
+                    .unwrap_or("")
+                    .ends_with("/sleep")
+                && e.data["answer"] == "allow_once"
+        });
+    assert!(started_sleep, "the grandchild was never allowed to start");
     assert!(
         t.elapsed() < Duration::from_secs(5),
         "took {:?}",

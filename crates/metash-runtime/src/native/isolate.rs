@@ -278,6 +278,8 @@ pub struct ChildPlan {
     pub rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
     pub parent_pid: libc::pid_t,
     pub drop_caps: bool,
+    /// With a live gate: the exec notify filter and the socket its listener goes to the host on.
+    pub exec_gate: Option<super::exec_gate::ChildSide>,
 }
 
 fn check(rc: libc::c_long, step: &str) -> io::Result<()> {
@@ -364,6 +366,11 @@ impl ChildPlan {
                 ) as libc::c_long,
                 "seccomp",
             )?;
+            if let Some(gate) = &self.exec_gate {
+                // After NO_NEW_PRIVS (required for an unprivileged filter) and after the EPERM
+                // filter: exec syscalls now wait for the host's supervisor.
+                gate.apply()?;
+            }
         }
         Ok(())
     }

@@ -4,6 +4,7 @@
 //! quotas. Runs only with the user's consent (`AgentSpec::allow_native`).
 
 mod cgroup;
+pub mod exec_gate;
 pub mod isolate;
 pub mod procs;
 mod proxy;
@@ -61,10 +62,13 @@ pub struct NativeProcess {
 
 /// A failed spawn. std reports only the errno of a failed `pre_exec` step, so the message names
 /// the stage; either way the agent did not run (fail-closed).
-fn sandbox_err(e: std::io::Error) -> RuntimeError {
-    RuntimeError::SandboxSetup(format!(
-        "spawn failed while applying the sandbox in the child or at exec: {e}"
-    ))
+fn sandbox_err(e: std::io::Error, sandbox: &Sandbox) -> RuntimeError {
+    match sandbox.spawn_failure() {
+        Some(step) => RuntimeError::SandboxSetup(format!("{step} ({e})")),
+        None => RuntimeError::SandboxSetup(format!(
+            "spawn failed while applying the sandbox in the child or at exec: {e}"
+        )),
+    }
 }
 
 impl NativeProcess {
@@ -84,7 +88,7 @@ impl NativeProcess {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = spawner::spawn(cmd).map_err(sandbox_err)?;
+        let mut child = spawner::spawn(cmd).map_err(|e| sandbox_err(e, &sandbox))?;
         let pgid = child.id() as i32;
 
         let (tx, rx) = mpsc::sync_channel::<Msg>(spec.channel_capacity.max(1));

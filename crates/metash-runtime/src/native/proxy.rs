@@ -194,7 +194,9 @@ fn refuse(
             hint,
         });
     }
-    out.write_all(format!("HTTP/1.1 403 Forbidden (metash: {code})\r\nContent-Length: 0\r\n\r\n").as_bytes())
+    out.write_all(
+        format!("HTTP/1.1 403 Forbidden (metash: {code})\r\nContent-Length: 0\r\n\r\n").as_bytes(),
+    )
 }
 
 fn serve(conn: TcpStream, cfg: &ProxyCfg) -> io::Result<()> {
@@ -301,12 +303,18 @@ mod tests {
     #[test]
     fn targets_parse() {
         let t = parse_target("CONNECT", "api.github.com:443").unwrap();
-        assert_eq!((t.host.as_str(), t.port, t.path), ("api.github.com", 443, None));
+        assert_eq!(
+            (t.host.as_str(), t.port, t.path),
+            ("api.github.com", 443, None)
+        );
         let t = parse_target("POST", "http://localhost:8080/v1/x?q=1").unwrap();
         assert_eq!((t.host.as_str(), t.port), ("localhost", 8080));
         assert_eq!(t.path.as_deref(), Some("/v1/x?q=1"));
         let t = parse_target("GET", "http://[::1]").unwrap();
-        assert_eq!((t.host.as_str(), t.port, t.path.as_deref()), ("::1", 80, Some("/")));
+        assert_eq!(
+            (t.host.as_str(), t.port, t.path.as_deref()),
+            ("::1", 80, Some("/"))
+        );
         assert!(parse_target("GET", "/relative").is_none());
         assert!(parse_target("CONNECT", "nohost").is_none());
         assert!(is_read_method("get") && !is_read_method("DELETE"));

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use super::cgroup;
+use super::exec_gate;
 use super::isolate;
 use super::proxy::{ConnectProxy, ProxyCfg};
 use crate::error::{io_err, Result};
@@ -29,6 +30,8 @@ pub struct Sandbox {
     _landlock: OwnedFd,
     pub(crate) cgroup: Option<cgroup::AgentCgroup>,
     _proxy: Option<ConnectProxy>,
+    /// The exec supervisor, when the spec has a live gate (none otherwise: no filter, no thread).
+    exec_gate: Option<exec_gate::Supervisor>,
     entry: PathBuf,
     workspace: PathBuf,
     args: Vec<String>,
@@ -69,6 +72,19 @@ impl Sandbox {
             proxy_port: proxy.as_ref().map(ConnectProxy::port),
         })?;
         let seccomp = isolate::seccomp_program(&network)?;
+        // Per-action consent for process starts: only with a live gate.
+        let (exec_gate, exec_child) = match &spec.gate.0 {
+            Some(gate) => {
+                let (sup, child) = exec_gate::Supervisor::start(exec_gate::Cfg {
+                    agent: spec.id.clone(),
+                    gate: Arc::clone(gate),
+                    sink: Arc::clone(sink),
+                    replier: replier.clone(),
+                })?;
+                (Some(sup), Some(child))
+            }
+            None => (None, None),
+        };
 
         // Quotas: cgroups first, rlimits for whatever they could not do.
         let mem = spec
@@ -113,6 +129,10 @@ impl Sandbox {
             )),
             output_bytes: Some(Applied::new(spec.output_cap, "host-reader")),
             events_per_s: Some(Applied::new(spec.throttle.rate as u64, "token-bucket")),
+            // Fuel meters WASM instructions; a native agent has only its deadline and CPU quota.
+            fuel: spec
+                .fuel
+                .map(|f| Applied::new(f, "none").with_note("fuel applies to WASM agents only")),
         };
         let mut rlimits: Vec<(libc::__rlimit_resource_t, u64)> = vec![(libc::RLIMIT_CORE, 0)];
         if let (Some(m), None) = (mem, &limits.memory_bytes) {
@@ -148,12 +168,14 @@ impl Sandbox {
             // SAFETY: getpid has no preconditions.
             parent_pid: unsafe { libc::getpid() },
             drop_caps: true,
+            exec_gate: exec_child,
         };
         let report = json!({
             "sandbox": "native",
             "limits": limits,
             "landlock_abi": abi,
             "seccomp": true,
+            "exec_gate": if exec_gate.is_some() { json!("seccomp-user-notif") } else { json!(false) },
             "no_new_privs": true,
             "capabilities_dropped": true,
             "network": network,
@@ -179,12 +201,21 @@ impl Sandbox {
             _landlock: ll_fd,
             cgroup: cg,
             _proxy: proxy,
+            exec_gate,
             entry,
             workspace,
             args: spec.args.clone(),
             env,
             report,
         })
+    }
+
+    /// When a spawn from [`Sandbox::command`] failed: the sandbox step that failed, if known (std
+    /// passes only an errno back from the child). Bounded wait, only with an exec gate.
+    pub fn spawn_failure(&self) -> Option<String> {
+        self.exec_gate
+            .as_ref()
+            .and_then(|g| g.spawn_failure(std::time::Duration::from_millis(50)))
     }
 
     /// A `Command` for the agent that applies the sandbox in the child before exec. Stdio is left

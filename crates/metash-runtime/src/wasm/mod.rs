@@ -1,13 +1,19 @@
-//! The WASM sandbox: WASI preview-1 command modules on wasmtime, deny by default.
+//! The WASM sandbox: WASI preview-1 command modules and WASI preview-2 command components on
+//! wasmtime, deny by default.
 //!
-//! Each invocation is a fresh instance of a pre-linked module (instantiation from the pooling
-//! allocator costs microseconds), fed `start` + `input` on an in-memory stdin and read from an
-//! in-memory stdout capped at the output limit. Nothing is granted unless the spec says so: no
-//! preopens, no environment, no sockets (preview 1 has no outbound socket API at all; a module that
-//! imports one is refused at link time). Memory is capped by a store limiter, time by epoch
-//! interruption driven by one timer thread per engine.
+//! Each invocation is a fresh instance of pre-linked code (instantiation from the pooling
+//! allocator costs microseconds), fed `start` + `input` on a stdin channel and read from a bounded
+//! stdout channel capped at the output limit. Both kinds share one invocation body; only the
+//! instantiate-and-run step differs (`_start` of a module, `wasi:cli/run` of a component). Nothing
+//! is granted unless the spec says so: no preopens, no environment, no sockets. Preview 1 has no
+//! outbound socket API at all (a module importing a socket extension is refused at link time);
+//! components have preview-2 sockets, confined by [`net`] (the allowlist proxy plus a socket
+//! address check). Memory is capped by a store limiter, time by epoch interruption driven by one
+//! timer thread per engine, and, when the spec asks for it, CPU work by fuel on a second engine
+//! that meters it (created on first use: metering slows every guest down).
 
 mod cache;
+mod net;
 mod pool;
 mod stdin;
 mod stdout;
@@ -16,22 +22,24 @@ use std::collections::HashMap;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use metash_protocol::AgentEvent;
-use serde_json::json;
+use serde_json::{json, Value};
+use wasmtime::component::ResourceTable;
 use wasmtime::{
-    Config, Engine, InstanceAllocationStrategy, InstancePre, Linker, Module,
-    PoolingAllocationConfig, ResourceLimiter, Store, UpdateDeadline,
+    Config, Engine, InstanceAllocationStrategy, InstancePre, Linker, PoolingAllocationConfig,
+    ResourceLimiter, Store, Trap, UpdateDeadline,
 };
 use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime_wasi::p2::bindings::sync::CommandPre;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
+use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-pub use cache::CacheHit;
+pub use cache::{CacheHit, Compiled, Kind};
 
 use crate::codec;
 use crate::error::{io_err, Result, RuntimeError};
@@ -47,11 +55,31 @@ const TICK: Duration = Duration::from_millis(5);
 /// Where the workspace appears inside the guest.
 pub const GUEST_WORKSPACE: &str = "/workspace";
 
-/// One wasmtime engine, its module cache and its epoch timer thread. Share it between agents.
+/// The engine configuration: pooling allocator, epoch interruption, and fuel metering for the
+/// second engine only.
+fn config(fuel: bool) -> Config {
+    let mut config = Config::new();
+    config.epoch_interruption(true);
+    config.consume_fuel(fuel);
+    let mut pool = PoolingAllocationConfig::default();
+    // A component is several core instances (the program plus the shims and fix-ups the
+    // component tooling adds), each with its tables, but usually one memory.
+    pool.total_core_instances(256)
+        .total_memories(64)
+        .total_tables(256)
+        .max_memory_size(4 << 30);
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    config
+}
+
+/// One wasmtime engine (plus, on demand, its fuel-metering twin), the compiled-code cache and the
+/// epoch timer thread. Share it between agents.
 pub struct WasmEngine {
     engine: Engine,
+    /// Created the first time a spec asks for fuel; the timer thread ticks it too.
+    fuel_engine: Arc<OnceLock<Engine>>,
     cache_dir: PathBuf,
-    modules: Mutex<HashMap<String, Module>>,
+    compiled: Mutex<HashMap<String, Compiled>>,
     stop: Arc<AtomicBool>,
     workers: pool::Pool,
 }
@@ -62,59 +90,82 @@ impl WasmEngine {
     /// # Errors
     /// The engine configuration is rejected or the timer thread cannot start.
     pub fn new(cache_dir: impl Into<PathBuf>) -> Result<Arc<Self>> {
-        let mut config = Config::new();
-        config.epoch_interruption(true);
-        let mut pool = PoolingAllocationConfig::default();
-        pool.total_core_instances(64)
-            .total_memories(64)
-            .total_tables(64)
-            .max_memory_size(4 << 30);
-        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        let engine = Engine::new(&config).map_err(|e| RuntimeError::Wasm(format!("{e:#}")))?;
+        let engine =
+            Engine::new(&config(false)).map_err(|e| RuntimeError::Wasm(format!("{e:#}")))?;
+        let fuel_engine: Arc<OnceLock<Engine>> = Arc::new(OnceLock::new());
         let stop = Arc::new(AtomicBool::new(false));
-        let (e2, s2) = (engine.clone(), Arc::clone(&stop));
+        let (e2, f2, s2) = (engine.clone(), Arc::clone(&fuel_engine), Arc::clone(&stop));
         thread::Builder::new()
             .name("metash-wasm-epoch".into())
             .spawn(move || {
                 while !s2.load(Ordering::Relaxed) {
                     thread::sleep(TICK);
                     e2.increment_epoch();
+                    if let Some(f) = f2.get() {
+                        f.increment_epoch();
+                    }
                 }
             })
             .map_err(io_err("starting the epoch timer thread"))?;
         Ok(Arc::new(Self {
             engine,
+            fuel_engine,
             cache_dir: cache_dir.into(),
-            modules: Mutex::new(HashMap::new()),
+            compiled: Mutex::new(HashMap::new()),
             stop,
             workers: pool::Pool::new(),
         }))
     }
 
+    /// The default engine (no fuel metering).
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
 
-    /// Load the module at `path` (`.wasm` binary or `.wat` text) through the caches.
+    /// The engine for a spec: the fuel-metering one (created now if needed) when `fuel`.
     ///
     /// # Errors
-    /// Unreadable file, invalid module, unwritable cache.
-    pub fn load(&self, path: &Path) -> Result<(Module, CacheHit)> {
+    /// The fuel engine's configuration is rejected.
+    pub fn engine_for(&self, fuel: bool) -> Result<Engine> {
+        if !fuel {
+            return Ok(self.engine.clone());
+        }
+        if let Some(e) = self.fuel_engine.get() {
+            return Ok(e.clone());
+        }
+        let e = Engine::new(&config(true)).map_err(|e| RuntimeError::Wasm(format!("{e:#}")))?;
+        // Two first users may race; one engine wins and both use it.
+        let _ = self.fuel_engine.set(e);
+        self.fuel_engine
+            .get()
+            .cloned()
+            .ok_or_else(|| RuntimeError::Wasm("the fuel engine could not be installed".into()))
+    }
+
+    /// Load the code at `path` (`.wasm` binary or `.wat` text, a core module or a component) for
+    /// the default engine or, with `fuel`, the fuel engine, through the caches.
+    ///
+    /// # Errors
+    /// Unreadable file, invalid code, unwritable cache.
+    pub fn load(&self, path: &Path, fuel: bool) -> Result<(Compiled, CacheHit, Engine)> {
+        let engine = self.engine_for(fuel)?;
         let bytes = std::fs::read(path).map_err(io_err(format!("reading {}", path.display())))?;
         let hash = cache::module_hash(&bytes);
-        if let Some(m) = self.modules.lock().ok().and_then(|g| g.get(&hash).cloned()) {
-            return Ok((m, CacheHit::Memory));
+        // Code compiled for one engine never runs on the other.
+        let key = format!("{hash}-{}", if fuel { "fuel" } else { "plain" });
+        if let Some(c) = self.compiled.lock().ok().and_then(|g| g.get(&key).cloned()) {
+            return Ok((c, CacheHit::Memory, engine));
         }
-        let (m, hit) = cache::load_or_compile(&self.engine, &self.cache_dir, &hash, &bytes)?;
-        if let Ok(mut g) = self.modules.lock() {
-            g.insert(hash, m.clone());
+        let (c, hit) = cache::load_or_compile(&engine, &self.cache_dir, &hash, &bytes)?;
+        if let Ok(mut g) = self.compiled.lock() {
+            g.insert(key, c.clone());
         }
-        Ok((m, hit))
+        Ok((c, hit, engine))
     }
 
     /// Forget the in-process cache (so the next load exercises the disk cache; benchmarks).
     pub fn clear_memory_cache(&self) {
-        if let Ok(mut g) = self.modules.lock() {
+        if let Ok(mut g) = self.compiled.lock() {
             g.clear();
         }
     }
@@ -126,15 +177,41 @@ impl Drop for WasmEngine {
     }
 }
 
-/// Per-store host state.
-struct State {
-    wasi: WasiP1Ctx,
+/// Per-store host state: the WASI context of either kind, the limiter, and (components) the
+/// invocation's network-denial log.
+struct State<W> {
+    wasi: W,
     limits: Limits,
+    net: Option<Arc<net::NetLog>>,
 }
 
-/// Memory/table limiter that remembers a refusal so it can be logged.
+/// A component's WASI context and handle table.
+struct P2 {
+    ctx: WasiCtx,
+    table: ResourceTable,
+}
+
+impl WasiView for P2 {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.ctx,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiView for State<P2> {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        self.wasi.ctx()
+    }
+}
+
+/// Memory/table limiter that remembers a refusal so it can be logged. The memory cap is for all
+/// of a store's memories together (a component may have several): wasmtime asks the limiter for
+/// each memory's initial size too, so `used` sees every byte.
 struct Limits {
     memory: usize,
+    used: usize,
     denied: Option<(usize, usize)>,
 }
 
@@ -145,10 +222,12 @@ impl ResourceLimiter for Limits {
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.memory {
+        let total = self.used.saturating_sub(current).saturating_add(desired);
+        if total > self.memory {
             self.denied = Some((current, desired));
             return Ok(false);
         }
+        self.used = total;
         Ok(true)
     }
 
@@ -162,11 +241,24 @@ impl ResourceLimiter for Limits {
     }
 }
 
-/// A WASM agent ready to be invoked: its module linked against the WASI p1 host functions.
+/// Pre-linked code of either kind.
+enum Pre {
+    /// A WASI preview-1 command module (`_start`).
+    Module(InstancePre<State<WasiP1Ctx>>),
+    /// A WASI preview-2 command component (`wasi:cli/run`).
+    Component(CommandPre<State<P2>>),
+}
+
+/// A WASM agent ready to be invoked: its code linked against the WASI host functions, its network
+/// (and proxy) set up for its whole life.
 pub struct WasmAgent {
     engine: Arc<WasmEngine>,
-    pre: InstancePre<State>,
+    /// The engine the code was compiled for (the fuel engine when the spec sets fuel).
+    code_engine: Engine,
+    pre: Pre,
     memory: usize,
+    fuel: Option<u64>,
+    net: net::Net,
     pub cache: CacheHit,
 }
 
@@ -176,46 +268,110 @@ const STOP_TIMEOUT: u8 = 1;
 const STOP_INTERRUPT: u8 = 2;
 const STOP_HALT: u8 = 3;
 
+/// What the guest thread needs to stop itself, shared with the invocation's driver.
+struct GuestCtl {
+    deadline: Instant,
+    why: Arc<AtomicU8>,
+    interrupt: Arc<AtomicBool>,
+    halt: Arc<AtomicBool>,
+    fuel: Option<u64>,
+}
+
+/// How the guest's run ended.
+struct GuestEnd {
+    exit_code: Option<i32>,
+    err: Option<String>,
+    /// A refused memory growth (current, requested).
+    denied: Option<(usize, usize)>,
+    out_of_fuel: bool,
+}
+
+/// An import the linker could not satisfy: the agent asked for something the sandbox withholds.
+fn link_denied(sink: &dyn EventSink, spec: &AgentSpec, e: &wasmtime::Error) -> RuntimeError {
+    let msg = format!("{e:#}");
+    sink.record(
+        kinds::DENIED,
+        Some(&spec.id),
+        json!({"what": "wasm_import", "reason": "import not provided by the sandbox", "detail": msg}),
+    );
+    RuntimeError::SandboxSetup(format!(
+        "the agent imports what the sandbox does not provide: {msg}"
+    ))
+}
+
 impl WasmAgent {
-    /// Load and link the module. An import the sandbox does not provide (e.g. a socket extension)
-    /// is a denial: logged as `sandbox_denied`, and the agent does not start.
+    /// Load and link the code, and set up the agent's network (its allowlist proxy, which lives
+    /// as long as the agent). An import the sandbox does not provide (e.g. a preview-1 socket
+    /// extension) is a denial: logged as `sandbox_denied`, and the agent does not start.
     ///
     /// # Errors
-    /// Load, compile or link failure.
+    /// Load, compile or link failure; a component that is not a WASI command; the proxy cannot
+    /// start.
     pub fn prepare(
         engine: Arc<WasmEngine>,
         spec: &AgentSpec,
         memory: usize,
-        sink: &dyn EventSink,
+        sink: &Arc<dyn EventSink>,
+        replier: &Replier,
     ) -> Result<Self> {
-        let (module, cache) = engine.load(&spec.entry)?;
-        let mut linker: Linker<State> = Linker::new(engine.engine());
-        wasmtime_wasi::p1::add_to_linker_sync(&mut linker, |s: &mut State| &mut s.wasi)
-            .map_err(|e| RuntimeError::Wasm(format!("linking WASI: {e:#}")))?;
-        let pre = linker.instantiate_pre(&module).map_err(|e| {
-            let msg = format!("{e:#}");
-            sink.record(
-                kinds::DENIED,
-                Some(&spec.id),
-                json!({"what": "wasm_import", "reason": "import not provided by the sandbox", "detail": msg}),
-            );
-            RuntimeError::SandboxSetup(format!("module imports what the sandbox does not provide: {msg}"))
-        })?;
+        let (code, cache, code_engine) = engine.load(&spec.entry, spec.fuel.is_some())?;
+        let (pre, kind) = match code {
+            Compiled::Module(module) => {
+                let mut linker: Linker<State<WasiP1Ctx>> = Linker::new(&code_engine);
+                wasmtime_wasi::p1::add_to_linker_sync(&mut linker, |s| &mut s.wasi)
+                    .map_err(|e| RuntimeError::Wasm(format!("linking WASI: {e:#}")))?;
+                let pre = linker
+                    .instantiate_pre(&module)
+                    .map_err(|e| link_denied(sink.as_ref(), spec, &e))?;
+                (Pre::Module(pre), Kind::Module)
+            }
+            Compiled::Component(component) => {
+                let linker = component_linker(&code_engine)?;
+                let pre = linker
+                    .instantiate_pre(&component)
+                    .map_err(|e| link_denied(sink.as_ref(), spec, &e))?;
+                let pre = CommandPre::new(pre).map_err(|e| {
+                    RuntimeError::Wasm(format!(
+                        "the component is not a WASI command (no wasi:cli/run export): {e:#}"
+                    ))
+                })?;
+                (Pre::Component(pre), Kind::Component)
+            }
+        };
+        let net = net::Net::prepare(spec, kind, sink, replier)?;
         Ok(Self {
             engine,
+            code_engine,
             pre,
             memory,
+            fuel: spec.fuel,
+            net,
             cache,
         })
     }
 
+    /// Whether the agent is a core module or a component.
+    pub fn kind(&self) -> Kind {
+        match self.pre {
+            Pre::Module(_) => Kind::Module,
+            Pre::Component(_) => Kind::Component,
+        }
+    }
+
+    /// The network as applied (for `agent_started`).
+    pub fn network_report(&self) -> Value {
+        self.net.report()
+    }
+
     /// Run one invocation: a fresh instance on its own thread, its stdout streamed live through a
     /// bounded channel into the shared reader, its stdin open to `replier` until the invocation
-    /// ends, until `done`/`checkpoint`, exit, deadline, interrupt or the output cap.
+    /// ends, until `done`/`checkpoint`, exit, deadline, interrupt, fuel or the output cap.
     ///
     /// # Errors
     /// Only host-side failures (building the WASI context, the preopen, threads); guest failures
     /// are statuses.
+    // The pieces `Agent` owns for one invocation; a struct would only move the list.
+    #[allow(clippy::too_many_arguments)]
     pub fn invoke(
         &self,
         spec: &AgentSpec,
@@ -251,7 +407,7 @@ impl WasmAgent {
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false);
-        for (k, v) in &spec.env {
+        for (k, v) in spec.env.iter().chain(self.net.env().iter()) {
             b.env(k, v);
         }
         let perms = if spec.has(caps::FILES_WRITE) {
@@ -265,56 +421,64 @@ impl WasmAgent {
             b.preopened_dir(&spec.workspace, GUEST_WORKSPACE, perms)
                 .map_err(|e| RuntimeError::SandboxSetup(format!("preopen workspace: {e:#}")))?;
         }
-        let state = State {
-            wasi: b.build_p1(),
-            limits: Limits {
-                memory: self.memory,
-                denied: None,
-            },
+        let limits = Limits {
+            memory: self.memory,
+            used: 0,
+            denied: None,
         };
         let deadline = Instant::now() + spec.timeout;
         let why = Arc::new(AtomicU8::new(STOP_NONE));
         // Set by this thread when the invocation is over (done, cap) so a guest that keeps
         // running is stopped at its next epoch.
         let halt = Arc::new(AtomicBool::new(false));
+        let ctl = GuestCtl {
+            deadline,
+            why: Arc::clone(&why),
+            interrupt: Arc::clone(interrupt),
+            halt: Arc::clone(&halt),
+            fuel: self.fuel,
+        };
+        let net_log = net::NetLog::new(&spec.id, sink, self.net.policy());
 
-        // The guest thread.
-        let (pre, engine) = (self.pre.clone(), Arc::clone(&self.engine));
-        let (why2, int2, halt2) = (Arc::clone(&why), Arc::clone(interrupt), Arc::clone(&halt));
-        let (done_tx, done_rx) = mpsc::channel();
-        self.engine.workers.run(move || {
-            let mut store = Store::new(engine.engine(), state);
-            store.limiter(|s| &mut s.limits);
-            store.set_epoch_deadline(1);
-            store.epoch_deadline_callback(move |_| {
-                if int2.load(Ordering::SeqCst) {
-                    why2.store(STOP_INTERRUPT, Ordering::SeqCst);
-                    return Err(wasmtime::Error::msg("interrupted by host"));
-                }
-                if halt2.load(Ordering::SeqCst) {
-                    why2.store(STOP_HALT, Ordering::SeqCst);
-                    return Err(wasmtime::Error::msg("invocation already over"));
-                }
-                if Instant::now() >= deadline {
-                    why2.store(STOP_TIMEOUT, Ordering::SeqCst);
-                    return Err(wasmtime::Error::msg("deadline exceeded"));
-                }
-                Ok(UpdateDeadline::Continue(1))
-            });
-            let run = pre
-                .instantiate(&mut store)
-                .and_then(|inst| inst.get_typed_func::<(), ()>(&mut store, "_start"))
-                .and_then(|f| f.call(&mut store, ()));
-            let exit_code = match &run {
-                Ok(()) => Some(0),
-                Err(e) => e.downcast_ref::<I32Exit>().map(|c| c.0),
-            };
-            let err = run.err().map(|e| format!("{e:#}"));
-            let denied = store.data().limits.denied;
-            // Drop the store (and with it the stdout sender) first: the reader sees EOF.
-            drop(store);
-            let _ = done_tx.send((exit_code, err, denied));
-        })?;
+        // The guest thread: only instantiate-and-run differs between the two kinds.
+        let done_rx = match &self.pre {
+            Pre::Module(pre) => {
+                let pre = pre.clone();
+                let state = State {
+                    wasi: b.build_p1(),
+                    limits,
+                    net: None,
+                };
+                self.spawn_guest(state, ctl, move |store| {
+                    let instance = pre.instantiate(&mut *store)?;
+                    let start = instance.get_typed_func::<(), ()>(&mut *store, "_start")?;
+                    start.call(&mut *store, ())?;
+                    Ok(0)
+                })?
+            }
+            Pre::Component(pre) => {
+                let pre = pre.clone();
+                self.net.apply(&mut b, &net_log);
+                let mut table = ResourceTable::new();
+                table.set_max_capacity(net::MAX_HANDLES);
+                let state = State {
+                    wasi: P2 {
+                        ctx: b.build(),
+                        table,
+                    },
+                    limits,
+                    net: Some(Arc::clone(&net_log)),
+                };
+                self.spawn_guest(state, ctl, move |store| {
+                    let command = pre.instantiate(&mut *store)?;
+                    // `wasi:cli/run` returns `result`: an error is exit status 1.
+                    Ok(match command.wasi_cli_run().call_run(&mut *store)? {
+                        Ok(()) => 0,
+                        Err(()) => 1,
+                    })
+                })?
+            }
+        };
 
         // The reader thread: framing, version check, log, token bucket, into a bounded channel.
         let (tx, rx) = mpsc::sync_channel::<Msg>(spec.channel_capacity.max(1));
@@ -344,6 +508,7 @@ impl WasmAgent {
             }
             if Instant::now() >= give_up {
                 halt.store(true, Ordering::SeqCst);
+                net_log.finish();
                 if let Some(st) = end {
                     // It finished its invocation but then blocked in a host call: the answer
                     // stands, the instance is abandoned.
@@ -385,9 +550,15 @@ impl WasmAgent {
                 Step::Eof => break,
             }
         }
-        let (exit_code, err, denied) = done_rx
+        let GuestEnd {
+            exit_code,
+            err,
+            denied,
+            out_of_fuel,
+        } = done_rx
             .recv()
             .map_err(|_| RuntimeError::Wasm("the guest worker panicked".into()))?;
+        net_log.finish();
         if let Some((current, desired)) = denied {
             sink.record(
                 kinds::LIMIT,
@@ -408,6 +579,15 @@ impl WasmAgent {
             }
         } else if let Some(st) = end {
             st
+        } else if out_of_fuel {
+            sink.record(
+                kinds::LIMIT,
+                Some(&spec.id),
+                json!({"limit": "fuel", "via": "wasm-fuel", "max": self.fuel}),
+            );
+            InvocationStatus::LimitExceeded {
+                limit: "fuel".into(),
+            }
         } else if stopped == STOP_TIMEOUT {
             sink.record(
                 kinds::TIMEOUT,
@@ -444,4 +624,84 @@ impl WasmAgent {
         };
         Ok(tracker.finish(status))
     }
+
+    /// Run the guest on a worker: a store with the limiter, the fuel and the epoch callback
+    /// (deadline, interrupt, halt), then `run` (instantiate and call the entry point; the exit
+    /// code). The store, and with it the guest's stdout, is dropped before the result is sent, so
+    /// the reader has seen EOF by then.
+    fn spawn_guest<W: Send + 'static>(
+        &self,
+        state: State<W>,
+        ctl: GuestCtl,
+        run: impl FnOnce(&mut Store<State<W>>) -> wasmtime::Result<i32> + Send + 'static,
+    ) -> Result<Receiver<GuestEnd>> {
+        let engine = self.code_engine.clone();
+        let (done_tx, done_rx) = mpsc::channel();
+        self.engine.workers.run(move || {
+            let GuestCtl {
+                deadline,
+                why,
+                interrupt,
+                halt,
+                fuel,
+            } = ctl;
+            let mut store = Store::new(&engine, state);
+            store.limiter(|s| &mut s.limits);
+            let fueled = match fuel {
+                Some(f) => store.set_fuel(f),
+                None => Ok(()),
+            };
+            store.set_epoch_deadline(1);
+            store.epoch_deadline_callback(move |_| {
+                if interrupt.load(Ordering::SeqCst) {
+                    why.store(STOP_INTERRUPT, Ordering::SeqCst);
+                    return Err(wasmtime::Error::msg("interrupted by host"));
+                }
+                if halt.load(Ordering::SeqCst) {
+                    why.store(STOP_HALT, Ordering::SeqCst);
+                    return Err(wasmtime::Error::msg("invocation already over"));
+                }
+                if Instant::now() >= deadline {
+                    why.store(STOP_TIMEOUT, Ordering::SeqCst);
+                    return Err(wasmtime::Error::msg("deadline exceeded"));
+                }
+                Ok(UpdateDeadline::Continue(1))
+            });
+            let result = fueled.and_then(|()| run(&mut store));
+            let (exit_code, out_of_fuel) = match &result {
+                Ok(code) => (Some(*code), false),
+                Err(e) => (
+                    e.downcast_ref::<I32Exit>().map(|c| c.0),
+                    matches!(e.downcast_ref::<Trap>(), Some(Trap::OutOfFuel)),
+                ),
+            };
+            let end = GuestEnd {
+                exit_code,
+                err: result.err().map(|e| format!("{e:#}")),
+                denied: store.data().limits.denied,
+                out_of_fuel,
+            };
+            // Drop the store (and with it the stdout sender) first: the reader sees EOF.
+            drop(store);
+            let _ = done_tx.send(end);
+        })?;
+        Ok(done_rx)
+    }
+}
+
+/// The component linker: WASI preview 2 (sync bindings), with name lookup going through the
+/// logging layer in [`net`].
+fn component_linker(engine: &Engine) -> Result<wasmtime::component::Linker<State<P2>>> {
+    use wasmtime_wasi::p2::bindings::sockets::ip_name_lookup;
+    let link = |e: wasmtime::Error| RuntimeError::Wasm(format!("linking WASI preview 2: {e:#}"));
+    let mut linker = wasmtime::component::Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(link)?;
+    // Replace wasmtime-wasi's `ip-name-lookup` with the same plus a log line for refusals.
+    linker.allow_shadowing(true);
+    ip_name_lookup::add_to_linker::<State<P2>, net::LoggedLookup>(&mut linker, |s| {
+        net::lookup_view(&mut s.wasi, s.net.as_ref())
+    })
+    .map_err(link)?;
+    linker.allow_shadowing(false);
+    Ok(linker)
 }

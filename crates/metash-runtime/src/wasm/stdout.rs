@@ -49,7 +49,8 @@ impl StdoutStream for ChannelStdout {
     }
 
     fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
-        // Only preview 3 uses this path; preview-1 guests write through `p2_stream`.
+        // Only preview 3 uses this path; preview-1 modules and preview-2 components write
+        // through `p2_stream`.
         Box::new(Unsupported)
     }
 }

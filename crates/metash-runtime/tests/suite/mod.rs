@@ -1,8 +1,12 @@
 mod common;
+mod exec_gate;
 mod flood;
 mod lifecycle;
 mod native_escape;
 mod protocol;
+mod replies;
 mod runaway;
 mod rust_agent;
 mod wasm_escape;
+mod wasm_fuel;
+mod wasm_network;

@@ -1,0 +1,227 @@
+//! Consent while an agent runs: the agent's own `consent_request` answered on its stdin, network
+//! writes asked per connection at the host's proxy, a revocation from another handle refusing the
+//! very next use with an `error` (code and hint), and process starts asked per program. Native
+//! agents (the proxy and the exec gate are the native sandbox's); every server is on 127.0.0.1.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use metash_host::{Host, HostOptions, SpawnRequest, Spawner, Terminal};
+use metash_protocol::{AgentResponse, AgentStatus};
+use serde_json::Value;
+
+use super::common::{native_agent_exe, native_unavailable, Project};
+
+fn project(caps: &[&str]) -> Option<Project> {
+    if let Some(why) = native_unavailable() {
+        eprintln!("SKIP consent tests: {why}");
+        return None;
+    }
+    let p = Project::new();
+    p.agent("native-c", "native", &native_agent_exe(), caps);
+    Some(p)
+}
+
+fn host(p: &Project, yes_to: &[&str], policy: Option<&str>) -> Host {
+    let policy_file = policy.map(|text| {
+        let f = p.path().join("policy.toml");
+        std::fs::write(&f, format!("schema_version = \"0.1\"\n{text}")).unwrap();
+        f
+    });
+    Host::open(
+        p.path(),
+        HostOptions {
+            terminal: Terminal::Silent,
+            yes_to: yes_to.iter().map(|c| c.parse().unwrap()).collect(),
+            policy_file,
+            ..HostOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+fn spawn(host: &Host, message: &str) -> AgentResponse {
+    let req = SpawnRequest::new("native-c", "be brief", message);
+    let r = host.spawn_agent(&req).unwrap();
+    assert_eq!(r.status, AgentStatus::Success, "{r:?}");
+    r
+}
+
+/// The ledger's events of `kind` about `capability`.
+fn ledger(p: &Project, kind: &str, capability: &str) -> Vec<Value> {
+    metash_store::Store::open(p.path())
+        .unwrap()
+        .log()
+        .read_all()
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.kind == kind && r.data["capability"] == capability)
+        .map(|r| r.data)
+        .collect()
+}
+
+/// An HTTP server on 127.0.0.1 answering `200 ok` and recording `METHOD PATH` of each request.
+fn server() -> (u16, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen2 = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let mut line = String::new();
+            let _ = reader.read_line(&mut line);
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                    break;
+                }
+            }
+            let mut words = line.split_whitespace();
+            let (m, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+            seen2.lock().unwrap().push(format!("{m} {path}"));
+            let _ = (&conn).write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        }
+    });
+    (port, seen)
+}
+
+#[test]
+fn an_agents_consent_request_is_answered_mid_run() {
+    let Some(p) = project(&["files.read", "codegen", "network:localhost"]) else {
+        return;
+    };
+    let h = host(
+        &p,
+        &["native"],
+        Some("[[allow]]\nagent = \"*\"\ncapability = \"codegen\"\nduration_s = 120\n"),
+    );
+    let r = spawn(&h, "consent codegen");
+    assert!(r.data.starts_with("granted 20"), "{}", r.data);
+    let answers = ledger(&p, "consent_answer", "codegen");
+    assert_eq!(
+        answers.last().unwrap()["answer"],
+        "allow_for",
+        "{answers:?}"
+    );
+
+    // Declared but nobody allows it: denied, and the agent is told why.
+    let r = spawn(&h, "consent network:localhost");
+    assert!(r.data.starts_with("refused consent_denied"), "{}", r.data);
+
+    // Undeclared: refused without asking anyone.
+    let r = spawn(&h, "consent network:evil.example");
+    assert!(
+        r.data.starts_with("refused capability_undeclared"),
+        "{}",
+        r.data
+    );
+    assert!(ledger(&p, "consent_request", "network:evil.example").is_empty());
+    let r = spawn(&h, "consent not a capability");
+    assert!(
+        r.data.starts_with("refused invalid_capability"),
+        "{}",
+        r.data
+    );
+}
+
+#[test]
+fn network_writes_are_asked_per_connection() {
+    let Some(p) = project(&["files.read", "network:localhost"]) else {
+        return;
+    };
+    let (port, seen) = server();
+    let grant = "[[allow]]\nagent = \"*\"\ncapability = \"network:localhost\"\nduration_s = 600\n";
+    let h = host(&p, &["native"], Some(grant));
+    let r = spawn(&h, &format!("fetch GET http://localhost:{port}/read"));
+    assert!(r.data.contains("200 OK ok"), "{}", r.data);
+    let r = spawn(&h, &format!("fetch POST http://localhost:{port}/write"));
+    assert!(r.data.contains("403"), "{}", r.data);
+    assert!(r.data.contains("error consent_denied"), "{}", r.data);
+    assert_eq!(*seen.lock().unwrap(), vec![format!("GET /read")]);
+    let asked = ledger(&p, "consent_request", "network:localhost");
+    assert!(
+        asked.iter().any(|d| d["sensitive"] == "network_write"),
+        "the write was not asked: {asked:?}"
+    );
+
+    // A rule that also answers sensitive actions lets the write through; each one is asked.
+    let h = host(&p, &["native"], Some(&format!("{grant}sensitive = true\n")));
+    let before = ledger(&p, "consent_request", "network:localhost").len();
+    let r = spawn(&h, &format!("fetch POST http://localhost:{port}/write"));
+    assert!(r.data.contains("200 OK ok"), "{}", r.data);
+    assert_eq!(seen.lock().unwrap().last().unwrap(), "POST /write");
+    assert_eq!(
+        ledger(&p, "consent_request", "network:localhost").len(),
+        before + 1
+    );
+}
+
+#[test]
+fn a_revocation_refuses_the_next_use_with_an_error_event() {
+    let Some(p) = project(&["files.read", "network:localhost"]) else {
+        return;
+    };
+    let (port, seen) = server();
+    let h = host(
+        &p,
+        &["native"],
+        Some("[[allow]]\nagent = \"*\"\ncapability = \"network:localhost\"\nduration_s = 600\n"),
+    );
+    let go: PathBuf = p.path().join("go");
+    let msg = format!("fetch GET http://localhost:{port}/x {}", go.display());
+    let ws = p.path().to_path_buf();
+    let revoker = std::thread::spawn(move || {
+        let until = Instant::now() + Duration::from_secs(20);
+        while seen.lock().unwrap().is_empty() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Another handle on the project (as `metash consent revoke` in another process is).
+        let store = metash_store::Store::open(&ws).unwrap();
+        let registry = metash_policy::Registry::discover(&metash_policy::AgentDirs::new(&ws, None));
+        let policy = metash_policy::Policy::new(store, registry);
+        policy
+            .revoke("native-c", &"network:localhost".parse().unwrap(), "test")
+            .unwrap();
+        std::fs::write(ws.join("go"), "").unwrap();
+    });
+    let r = spawn(&h, &msg);
+    revoker.join().unwrap();
+    let lines: Vec<&str> = r.data.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", r.data);
+    assert!(lines[0].contains("200 OK ok"), "{}", r.data);
+    assert!(lines[1].contains("403"), "{}", r.data);
+    assert!(lines[1].contains("error consent_revoked"), "{}", r.data);
+    assert!(
+        lines[1].contains("metash consent grant native-c"),
+        "{}",
+        r.data
+    );
+}
+
+#[test]
+fn process_starts_are_asked_per_program() {
+    let Some(p) = project(&["files.read", "process.spawn:true"]) else {
+        return;
+    };
+    let h = host(&p, &["native", "process.spawn:true"], None);
+    let r = spawn(&h, "run /bin/true");
+    assert_eq!(r.data, "exit 0");
+    let asked = ledger(&p, "consent_request", "process.spawn:/bin/true");
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0]["sensitive"], "process_spawn");
+
+    // Undeclared program: refused without asking.
+    let r = spawn(&h, "run /bin/false");
+    assert!(r.data.starts_with("refused"), "{}", r.data);
+    assert!(r.data.contains("error capability_undeclared"), "{}", r.data);
+    assert!(ledger(&p, "consent_request", "process.spawn:/bin/false").is_empty());
+
+    // Declared, but nobody says yes.
+    let h = host(&p, &["native"], None);
+    let r = spawn(&h, "run /bin/true");
+    assert!(r.data.contains("error consent_denied"), "{}", r.data);
+}

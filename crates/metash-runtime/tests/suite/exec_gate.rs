@@ -1,0 +1,246 @@
+//! Per-action consent for starting processes (the native exec gate): with a live gate every exec of
+//! the agent and its children waits for the gate; the agent's own start does not; a refusal fails
+//! the exec with `EPERM`, is logged as `sandbox_denied` and explained to the agent on stdin; a gate
+//! that never answers does not outlive the invocation's deadline; without a gate nothing is
+//! installed.
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use metash_runtime::sink::kinds;
+use metash_runtime::{ActionGate, Gate, GateVerdict, GatedAction, InvocationStatus};
+
+use super::common::*;
+
+macro_rules! require_exec_gate {
+    () => {
+        require_native!();
+        if let Err(why) = metash_runtime::native::exec_gate::available() {
+            println!("SKIP {}: {why}", module_path!());
+            return;
+        }
+    };
+}
+
+/// A gate that records every exec it is asked about and answers with a fixed verdict, optionally
+/// after waiting until the test releases it.
+struct TestGate {
+    verdict: GateVerdict,
+    calls: Mutex<Vec<(String, Vec<String>)>>,
+    hold: Option<(Mutex<bool>, Condvar)>,
+}
+
+impl TestGate {
+    fn new(verdict: GateVerdict) -> Arc<Self> {
+        Arc::new(Self {
+            verdict,
+            calls: Mutex::new(Vec::new()),
+            hold: None,
+        })
+    }
+
+    fn holding(verdict: GateVerdict) -> Arc<Self> {
+        Arc::new(Self {
+            verdict,
+            calls: Mutex::new(Vec::new()),
+            hold: Some((Mutex::new(true), Condvar::new())),
+        })
+    }
+
+    fn release(&self) {
+        if let Some((held, cv)) = &self.hold {
+            *held.lock().unwrap() = false;
+            cv.notify_all();
+        }
+    }
+
+    fn calls(&self) -> Vec<(String, Vec<String>)> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    fn programs(&self) -> Vec<String> {
+        self.calls().into_iter().map(|(p, _)| p).collect()
+    }
+}
+
+impl ActionGate for TestGate {
+    fn decide(&self, _agent: &str, action: &GatedAction<'_>) -> GateVerdict {
+        if let GatedAction::Exec { program, argv } = action {
+            self.calls
+                .lock()
+                .unwrap()
+                .push((program.to_string(), argv.to_vec()));
+        }
+        if let Some((held, cv)) = &self.hold {
+            // Bounded, so a failing test cannot leave the supervisor blocked forever.
+            let g = held.lock().unwrap();
+            let _ = cv
+                .wait_timeout_while(g, Duration::from_secs(20), |h| *h)
+                .unwrap();
+        }
+        self.verdict.clone()
+    }
+}
+
+fn deny() -> GateVerdict {
+    GateVerdict::Deny {
+        code: "exec_refused_by_test".into(),
+        message: "the test says no".into(),
+        hint: Some("ask again later".into()),
+    }
+}
+
+/// `Seccomp_filters` of a live process (how many filters it runs under).
+fn seccomp_filters(pid: i32) -> Option<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("Seccomp_filters:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[test]
+fn exec_gate_allows_and_sees_program_and_argv() {
+    require_exec_gate!();
+    let f = Fixture::new();
+    let gate = TestGate::new(GateVerdict::Allow);
+    let mut spec = f.native("g-allow", &["files.read"], None);
+    spec.gate = Gate(Some(gate.clone()));
+    // A PATH search: the first candidate does not exist and is not asked about.
+    spec.env = vec![("PATH".into(), "/nonexistent-dir:/usr/bin".into())];
+    let mut a = f.start(spec);
+    let report = &f.events("g-allow", kinds::STARTED)[0].data;
+    assert_eq!(report["exec_gate"], "seccomp-user-notif", "{report}");
+    assert_eq!(seccomp_filters(a.pid().unwrap()), Some(2));
+
+    // The agent's own start (the exec of the entry) was not gated.
+    assert_eq!(text(&run(&mut a, "echo hi").1), "hi");
+    assert!(gate.calls().is_empty(), "{:?}", gate.calls());
+
+    let (_, ev) = run(&mut a, "exec /bin/true");
+    assert_eq!(text(&ev), "EXEC-OK:exit=0:stdout=", "{ev:?}");
+    assert_eq!(
+        gate.calls(),
+        vec![("/bin/true".to_string(), vec!["/bin/true".to_string()])]
+    );
+
+    let (_, ev) = run(&mut a, "exec /bin/echo hello gate");
+    assert_eq!(text(&ev), "EXEC-OK:exit=0:stdout=hello gate");
+    assert_eq!(
+        gate.calls()[1],
+        (
+            "/bin/echo".to_string(),
+            vec!["/bin/echo".into(), "hello".into(), "gate".into()]
+        )
+    );
+
+    let (_, ev) = run(&mut a, "exec true");
+    assert_eq!(text(&ev), "EXEC-OK:exit=0:stdout=");
+    assert_eq!(gate.programs()[2..], ["/usr/bin/true".to_string()]);
+
+    // A child's exec and a re-exec in the same process are gated too.
+    let (_, ev) = run(&mut a, "exec /bin/sh -c /bin/true");
+    assert_eq!(text(&ev), "EXEC-OK:exit=0:stdout=");
+    let calls = gate.calls();
+    assert_eq!(
+        calls[3],
+        (
+            "/bin/sh".to_string(),
+            vec!["/bin/sh".into(), "-c".into(), "/bin/true".into()]
+        )
+    );
+    assert_eq!(calls[4].0, "/bin/true");
+    assert_eq!(calls.len(), 5, "{calls:?}");
+    assert!(f.events("g-allow", kinds::DENIED).is_empty());
+    a.shutdown().unwrap();
+}
+
+#[test]
+fn exec_gate_denial_reaches_agent_and_log() {
+    require_exec_gate!();
+    let f = Fixture::new();
+    let gate = TestGate::new(deny());
+    let mut spec = f.native("g-deny", &["files.read"], None);
+    spec.gate = Gate(Some(gate.clone()));
+    let mut a = f.start(spec);
+    let (o, ev) = run(&mut a, "exec /bin/true");
+    assert!(matches!(o.status, InvocationStatus::Done { .. }), "{o:?}");
+    let t = text(&ev);
+    // The agent's exec failed with EPERM...
+    assert!(t.contains("(errno 1)"), "{t}");
+    assert!(!t.contains("EXEC-OK"), "{t}");
+    // ...and the host's explanation reached it on stdin.
+    let host = t
+        .split('|')
+        .find_map(|part| part.strip_prefix("HOST:"))
+        .unwrap_or_else(|| panic!("the agent got no notice: {t}"));
+    let notice: serde_json::Value = serde_json::from_str(host).unwrap();
+    assert_eq!(notice["type"], "error");
+    assert_eq!(notice["code"], "exec_refused_by_test");
+    assert_eq!(notice["hint"], "ask again later");
+    assert!(
+        notice["message"].as_str().unwrap().contains("/bin/true"),
+        "{notice}"
+    );
+    assert!(f.logged_denial("g-deny"));
+    let denied = f.events("g-deny", kinds::DENIED);
+    assert_eq!(denied.len(), 1, "{denied:?}");
+    let d = &denied[0].data;
+    assert_eq!(d["what"], "exec");
+    assert_eq!(d["program"], "/bin/true");
+    assert_eq!(d["code"], "exec_refused_by_test");
+    assert_eq!(d["via"], "seccomp-user-notif");
+    assert_eq!(gate.programs(), ["/bin/true"]);
+    // The agent keeps working after a refusal.
+    assert_eq!(text(&run(&mut a, "echo still here").1), "still here");
+    a.shutdown().unwrap();
+}
+
+#[test]
+fn exec_without_gate_installs_nothing() {
+    require_native!();
+    let f = Fixture::new();
+    let mut a = f.start(f.native("g-none", &["files.read"], None));
+    let report = &f.events("g-none", kinds::STARTED)[0].data;
+    assert_eq!(report["exec_gate"], false, "{report}");
+    // Only the EPERM filter: no notify filter, so no listener and no supervisor to answer it.
+    assert_eq!(seccomp_filters(a.pid().unwrap()), Some(1));
+    let (_, ev) = run(&mut a, "exec /bin/echo free");
+    assert_eq!(text(&ev), "EXEC-OK:exit=0:stdout=free");
+    assert!(f.events("g-none", kinds::DENIED).is_empty());
+    a.shutdown().unwrap();
+}
+
+#[test]
+fn exec_gate_that_never_answers_does_not_hang_the_host() {
+    require_exec_gate!();
+    const TIMEOUT: Duration = Duration::from_millis(400);
+    const SLACK: Duration = Duration::from_millis(250);
+    let f = Fixture::new();
+    let gate = TestGate::holding(deny());
+    let mut spec = f.native("g-slow", &["files.read"], None);
+    spec.gate = Gate(Some(gate.clone()));
+    spec.timeout = TIMEOUT;
+    let mut a = f.start(spec);
+    let pgid = a.pid().unwrap();
+    let t = Instant::now();
+    let (o, _) = run(&mut a, "exec /bin/true");
+    let took = t.elapsed();
+    assert_eq!(o.status, InvocationStatus::Timeout, "{o:?}");
+    assert!(took < TIMEOUT + SLACK, "took {took:?}");
+    assert_eq!(gate.programs(), ["/bin/true"]);
+    // Nothing of the agent survived, the waiting child included.
+    assert!(group_gone(pgid, Duration::ZERO), "survivors in the group");
+    // Dropping the agent (and its sandbox) does not wait for the gate either.
+    let t = Instant::now();
+    drop(a);
+    assert!(
+        t.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        t.elapsed()
+    );
+    // The late answer finds the notification gone: no denial is logged for a dead process.
+    gate.release();
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(f.events("g-slow", kinds::DENIED).is_empty());
+}
