@@ -12,6 +12,7 @@
 //! - `fetch METHOD URL [WAIT_FILE]`: a plain-HTTP request through `$HTTP_PROXY`; outputs the status
 //!   line and body, or the status and the `error` event the host sent. With WAIT_FILE, waits (at
 //!   most 20 s) for that file to exist and then does the same request again.
+//! - `write PATH`: writes `written` to PATH; outputs `wrote` or `refused ERR`
 //! - `run PROGRAM [ARGS...]`: starts PROGRAM; outputs `exit CODE`, or `refused ERR` plus the host's
 //!   `error` event
 
@@ -125,6 +126,13 @@ fn main() {
                     }
                     text = format!("{text}\n{}", fetch(s, method, url));
                 }
+                s.output("text/plain", &text).map_err(io)
+            }
+            "write" => {
+                let text = match std::fs::write(arg, "written") {
+                    Ok(()) => "wrote".to_string(),
+                    Err(e) => format!("refused {e}"),
+                };
                 s.output("text/plain", &text).map_err(io)
             }
             "run" => {

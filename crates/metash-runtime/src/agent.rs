@@ -185,7 +185,7 @@ impl Agent {
             SandboxKind::Wasm => GUEST_WORKSPACE.to_string(),
             SandboxKind::Native => self.spec.workspace.display().to_string(),
         };
-        let has_fs = self.spec.has(caps::FILES_READ) || self.spec.has(caps::FILES_WRITE);
+        let has_fs = self.spec.has_files();
         self.start_line = codec::encode(AgentEvent::Start {
             agent_id: self.spec.id.clone(),
             workspace: has_fs.then_some(workspace),
@@ -236,6 +236,7 @@ impl Agent {
                     "load_ms": t0.elapsed().as_secs_f64() * 1000.0,
                     "preopen": if self.spec.has(caps::FILES_WRITE) { "read-write" }
                         else if self.spec.has(caps::FILES_READ) { "read-only" } else { "none" },
+                    "paths": crate::limits::paths_report(&self.spec, Some(GUEST_WORKSPACE)),
                     "network": wasm.network_report(),
                     "env": self.spec.env.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
                 });

@@ -40,5 +40,5 @@ pub use invocation::{InvocationStatus, Outcome};
 pub use lifecycle::{Action, LifecycleState};
 pub use reply::Replier;
 pub use sink::{EventSink, MemorySink, NullSink, Recorded};
-pub use spec::{ActionGate, AgentSpec, Gate, GateVerdict, GatedAction, NetworkAccess};
+pub use spec::{ActionGate, AgentSpec, Gate, GateVerdict, GatedAction, NetworkAccess, PathAccess};
 pub use stream::{Card, ChunkAssembler, Throttle, TokenBucket};

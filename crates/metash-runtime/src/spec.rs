@@ -94,6 +94,27 @@ impl Gate {
     }
 }
 
+/// A scoped file grant (`files.read:src`, `files.write:/tmp/out`): one more path the agent may
+/// read, or read and write, beyond what `files.read`/`files.write` give for the whole workspace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PathAccess {
+    /// Absolute (the host resolves workspace-relative scopes).
+    pub path: PathBuf,
+    pub write: bool,
+}
+
+impl PathAccess {
+    /// Where the path appears inside a WASM guest: under the guest's workspace for a path inside
+    /// the workspace, at its own absolute path otherwise.
+    pub fn guest_path(&self, workspace: &std::path::Path, guest_workspace: &str) -> String {
+        match self.path.strip_prefix(workspace) {
+            Ok(rel) if rel.as_os_str().is_empty() => guest_workspace.to_string(),
+            Ok(rel) => format!("{guest_workspace}/{}", rel.display()),
+            Err(_) => self.path.display().to_string(),
+        }
+    }
+}
+
 /// One agent to run.
 #[derive(Debug, Clone)]
 pub struct AgentSpec {
@@ -107,6 +128,9 @@ pub struct AgentSpec {
     pub workspace: PathBuf,
     /// Capabilities declared AND granted (the policy layer computes the intersection).
     pub granted: Vec<String>,
+    /// Scoped file grants, each applied on its own (a path that does not exist is skipped and the
+    /// start report says so).
+    pub paths: Vec<PathAccess>,
     /// Network mode; only honoured when `network` is granted.
     pub network: NetworkAccess,
     /// The user's consent to run this agent natively (stands in for the policy layer's consent).
@@ -151,6 +175,7 @@ impl AgentSpec {
             args: Vec::new(),
             workspace: workspace.into(),
             granted: Vec::new(),
+            paths: Vec::new(),
             network: NetworkAccess::None,
             allow_native: false,
             config: Value::Null,
@@ -169,6 +194,16 @@ impl AgentSpec {
 
     pub fn has(&self, cap: &str) -> bool {
         self.granted.iter().any(|c| c == cap)
+    }
+
+    /// Whether the agent can see any file of its own (the workspace, or a scoped path).
+    pub fn has_files(&self) -> bool {
+        self.has(caps::FILES_READ) || self.has(caps::FILES_WRITE) || !self.paths.is_empty()
+    }
+
+    /// The scoped paths that exist (applied) and those that do not (skipped, reported).
+    pub fn split_paths(&self) -> (Vec<&PathAccess>, Vec<&PathAccess>) {
+        self.paths.iter().partition(|p| p.path.exists())
     }
 
     /// The network mode in force: `None` unless `network` is granted.

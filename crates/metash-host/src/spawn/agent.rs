@@ -1,12 +1,13 @@
 //! Running a registered WASM or native agent for one spawn: a fresh instance each time (so it has
 //! no memory of any earlier conversation), granted only what it declared and the user allowed.
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use metash_policy::{Authorization, CapabilityRequest, Category, Decision};
 use metash_protocol::{AgentEvent, AgentStatus, CheckpointSignal, ResumeData, SandboxKind};
-use metash_runtime::{AgentSpec, Gate, InvocationStatus, NetworkAccess};
+use metash_runtime::{AgentSpec, Gate, InvocationStatus, NetworkAccess, PathAccess};
 use metash_store::NewEvent;
 use serde_json::{json, Value};
 
@@ -56,6 +57,7 @@ pub(crate) fn run(
     let mut granted = Vec::new();
     let mut domains = Vec::new();
     let mut unrestricted = false;
+    let mut paths = Vec::new();
     for cap in &agent.declared {
         if matches!(cap.category, Category::Native | Category::Oauth) {
             continue;
@@ -64,13 +66,41 @@ pub(crate) fn run(
         if cap.category == Category::ProcessSpawn {
             continue;
         }
-        let ask = CapabilityRequest::new(cap.clone(), format!("spawn of `{}`", agent.id));
+        let reason = format!("spawn of `{}`", agent.id);
+        // A scoped file grant is one path; outside the workspace, writing is sensitive (asked at
+        // every spawn unless a sensitive grant covers it).
+        let scoped_path = match (&cap.category, &cap.scope) {
+            (Category::FilesRead | Category::FilesWrite, Some(scope)) => {
+                let p = Path::new(scope);
+                Some(if p.is_absolute() {
+                    p.to_path_buf()
+                } else {
+                    workspace.join(p)
+                })
+            }
+            _ => None,
+        };
+        let ask = match (&cap.category, &scoped_path) {
+            (Category::FilesWrite, Some(p)) => {
+                CapabilityRequest::files_write(&workspace, p, reason)
+            }
+            (Category::FilesRead, Some(p)) => CapabilityRequest::files_read(&workspace, p, reason),
+            _ => CapabilityRequest::new(cap.clone(), reason),
+        };
         let allowed = match gate.policy.check(&agent.id, &ask)? {
             Decision::Allow { .. } => true,
             Decision::Ask => gate.authorize(&agent.id, &ask).is_allowed(),
             _ => false,
         };
         if !allowed {
+            continue;
+        }
+        if let Some(path) = scoped_path {
+            paths.push(PathAccess {
+                path,
+                write: cap.category == Category::FilesWrite,
+            });
+            granted.push(cap.to_string());
             continue;
         }
         let name = cap.category.as_str().to_string();
@@ -92,6 +122,7 @@ pub(crate) fn run(
         workspace,
     );
     spec.granted = granted;
+    spec.paths = paths;
     // Every connection goes through the host's proxy, which asks the gate per connection (writes
     // are sensitive, so they are asked per action); "unrestricted" is the proxy with every host.
     spec.network = if unrestricted {

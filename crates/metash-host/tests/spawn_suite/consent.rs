@@ -225,3 +225,41 @@ fn process_starts_are_asked_per_program() {
     let r = spawn(&h, "run /bin/true");
     assert!(r.data.contains("error consent_denied"), "{}", r.data);
 }
+
+/// Scoped file grants are paths of their own: `files.write:sub` opens `sub` and nothing else of the
+/// workspace; a path outside the workspace is a sensitive write, asked at every spawn.
+#[test]
+fn scoped_file_grants_open_only_their_paths() {
+    let outside = tempfile::tempdir().unwrap();
+    let out = outside.path().display().to_string();
+    let Some(p) = project(&["files.write:sub", &format!("files.write:{out}")]) else {
+        return;
+    };
+    std::fs::create_dir_all(p.path().join("sub")).unwrap();
+    let write = |h: &Host, path: PathBuf| spawn(h, &format!("write {}", path.display())).data;
+
+    let h = host(&p, &["native", "files.write:sub"], None);
+    assert_eq!(write(&h, p.path().join("sub/a.txt")), "wrote");
+    assert!(write(&h, p.path().join("b.txt")).starts_with("refused"));
+    assert!(write(&h, outside.path().join("c.txt")).starts_with("refused"));
+    let asked = ledger(&p, "consent_request", &format!("files.write:{out}"));
+    assert!(
+        !asked.is_empty()
+            && asked
+                .iter()
+                .all(|d| d["sensitive"] == "write_outside_workspace"),
+        "{asked:?}"
+    );
+
+    let h = host(
+        &p,
+        &["native", "files.write:sub", &format!("files.write:{out}")],
+        None,
+    );
+    assert_eq!(write(&h, outside.path().join("c.txt")), "wrote");
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("c.txt")).unwrap(),
+        "written"
+    );
+    assert!(!p.path().join("b.txt").exists());
+}

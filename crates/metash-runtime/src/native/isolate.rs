@@ -19,7 +19,7 @@ use seccompiler::{
 };
 
 use crate::error::{Result, RuntimeError};
-use crate::spec::NetworkAccess;
+use crate::spec::{NetworkAccess, PathAccess};
 
 /// System paths an executable needs to load (read + execute, never write). `/etc` is deliberately
 /// not listed whole: only the loader and locale files in it (no `shadow`, no `passwd`).
@@ -77,6 +77,8 @@ pub struct LandlockPlan<'a> {
     pub workspace: &'a Path,
     pub write: bool,
     pub read: bool,
+    /// Scoped grants (existing paths only): each its own rule.
+    pub paths: &'a [&'a PathAccess],
     /// The agent's own executable (always readable and executable).
     pub entry: &'a Path,
     pub network: &'a NetworkAccess,
@@ -158,6 +160,17 @@ pub fn landlock_ruleset(plan: &LandlockPlan<'_>) -> Result<(OwnedFd, i64)> {
                 plan.workspace.display()
             ))
         })?;
+        created = created.add_rule(PathBeneath::new(fd, access)).map_err(ll)?;
+    }
+    for p in plan.paths {
+        let access = match (p.write, p.path.is_dir()) {
+            (true, true) => AccessFs::from_all(abi),
+            (true, false) => AccessFs::from_file(abi),
+            (false, true) => AccessFs::from_read(abi),
+            (false, false) => AccessFs::ReadFile.into(),
+        };
+        let fd = PathFd::new(&p.path)
+            .map_err(|e| setup(format!("landlock open {}: {e}", p.path.display())))?;
         created = created.add_rule(PathBeneath::new(fd, access)).map_err(ll)?;
     }
     if let (NetworkAccess::Allowlist(_), Some(port)) = (plan.network, plan.proxy_port) {

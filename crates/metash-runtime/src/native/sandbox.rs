@@ -67,6 +67,7 @@ impl Sandbox {
             workspace: &workspace,
             read: spec.has(caps::FILES_READ),
             write: spec.has(caps::FILES_WRITE),
+            paths: &spec.split_paths().0,
             entry: &entry,
             network: &network,
             proxy_port: proxy.as_ref().map(ConnectProxy::port),
@@ -182,6 +183,7 @@ impl Sandbox {
             "proxy_port": proxy.as_ref().map(ConnectProxy::port),
             "workspace_access": if spec.has(caps::FILES_WRITE) { "read-write" }
                 else if spec.has(caps::FILES_READ) { "read-only" } else { "none" },
+            "paths": crate::limits::paths_report(spec, None),
         });
         let mut env = spec.env.clone();
         if let Some(p) = &proxy {

@@ -421,6 +421,22 @@ impl WasmAgent {
             b.preopened_dir(&spec.workspace, GUEST_WORKSPACE, perms)
                 .map_err(|e| RuntimeError::SandboxSetup(format!("preopen workspace: {e:#}")))?;
         }
+        // Scoped grants: directories only (WASI preopens are directories; a file grant is
+        // reported as skipped by the start report's `paths`).
+        for p in spec.split_paths().0 {
+            if !p.path.is_dir() {
+                continue;
+            }
+            let perms = if p.write {
+                FsPerms::ReadWrite
+            } else {
+                FsPerms::ReadOnly
+            };
+            let guest = p.guest_path(&spec.workspace, GUEST_WORKSPACE);
+            b.preopened_dir(&p.path, &guest, perms).map_err(|e| {
+                RuntimeError::SandboxSetup(format!("preopen {}: {e:#}", p.path.display()))
+            })?;
+        }
         let limits = Limits {
             memory: self.memory,
             used: 0,

@@ -230,11 +230,11 @@ macro_rules! require_native {
 pub(crate) use require_native;
 
 /// Escape a string for a WAT data segment.
-fn wat_bytes(s: &str) -> String {
+pub fn wat_bytes(s: &str) -> String {
     s.bytes().map(|b| format!("\\{b:02x}")).collect()
 }
 
-fn line(json: &str) -> String {
+pub fn line(json: &str) -> String {
     format!("{json}\n")
 }
 

@@ -7,15 +7,7 @@ use std::time::{Duration, Instant};
 use metash_protocol::AgentEvent;
 use metash_runtime::InvocationStatus;
 
-use super::common::{native_unavailable, text, Fixture};
-
-fn line(json: &str) -> String {
-    format!("{json}\n")
-}
-
-fn wat_bytes(s: &str) -> String {
-    s.bytes().map(|b| format!("\\{b:02x}")).collect()
-}
+use super::common::{line, native_unavailable, text, wat_bytes, Fixture};
 
 /// A WASI p1 module that sends a `consent_request`, reads stdin byte by byte until the third line
 /// (after `start` and `input`: the host's answer), writes that line back verbatim (it is itself a

@@ -186,3 +186,33 @@ fn wasm_ignoring_shutdown_is_interrupted() {
     assert_eq!(f.events("w-ign", kinds::KILLED).len(), 1);
     a.shutdown().unwrap();
 }
+
+/// A scoped grant preopens only its directory: `sub/x.txt` opens, the rest of the workspace does
+/// not (fd 3 is `sub`, and `..` cannot leave it).
+#[test]
+fn wasm_scoped_grant_opens_only_its_directory() {
+    let f = Fixture::new();
+    let sub = f.workspace().join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    std::fs::write(sub.join("x.txt"), "x").unwrap();
+    for (id, path, want) in [
+        ("w-sub-in", "x.txt", "OK"),
+        ("w-sub-up", "../inside.txt", "the sandbox refused"),
+    ] {
+        let mut spec = f.wasm(id, &wat_open(path, false), &[], None);
+        spec.paths = vec![metash_runtime::PathAccess {
+            path: sub.clone(),
+            write: false,
+        }];
+        let mut a = f.start(spec);
+        let (_, ev) = run(&mut a, "go");
+        assert_eq!(text(&ev), want, "{path}");
+    }
+    let started = f.events("w-sub-in", kinds::STARTED);
+    assert_eq!(
+        started[0].data["paths"]["applied"][0]["guest"],
+        "/workspace/sub",
+        "{:?}",
+        started[0].data
+    );
+}
