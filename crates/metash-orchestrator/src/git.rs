@@ -299,6 +299,102 @@ impl Git {
         }
     }
 
+    /// Before merging `rev`: undo what an interrupted merge of `rev` left in `dir`. A run killed
+    /// while git was writing the merge leaves the working tree (and index) partly updated and no
+    /// `MERGE_HEAD`, and the next `git merge` refuses. Each changed or new path the merge writes
+    /// (changed between the merge base and `rev`; other local changes are left alone) whose content is
+    /// `HEAD`'s or `rev`'s version (or is absent where `rev` has none) is what that merge wrote:
+    /// it is put back to `HEAD`. Anything else is somebody's work and is never touched: those
+    /// paths are returned, for a person to commit or stash.
+    pub fn undo_interrupted_merge(&self, dir: &Path, rev: &str) -> Result<Vec<String>> {
+        // Not `run`: its trimming would eat the first entry's leading status column.
+        let out = self.output(
+            dir,
+            &[
+                "status",
+                "--porcelain",
+                "-z",
+                "--no-renames",
+                "--untracked-files=all",
+                "--",
+                ".",
+                EXCLUDE_META,
+            ],
+        )?;
+        if !out.status.success() {
+            return Err(self.failed(dir, "status", &out));
+        }
+        let status = String::from_utf8_lossy(&out.stdout).into_owned();
+        if status.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Only paths the merge writes matter: other local changes do not stop it.
+        let touched = self.run(
+            dir,
+            &[
+                "diff",
+                "--name-only",
+                "--no-renames",
+                "-z",
+                &format!("HEAD...{rev}"),
+            ],
+        )?;
+        let touched: std::collections::HashSet<&str> = touched.split('\0').collect();
+        let dirty: Vec<String> = status
+            .split('\0')
+            .filter(|e| e.len() > 3 && touched.contains(&e[3..]))
+            .map(|e| e[3..].to_string())
+            .collect();
+        if dirty.is_empty() {
+            return Ok(Vec::new());
+        }
+        let blob = |tree: &str, path: &str| -> Result<Option<String>> {
+            let out = self.output(
+                dir,
+                &["rev-parse", "-q", "--verify", &format!("{tree}:{path}")],
+            )?;
+            Ok(out
+                .status
+                .success()
+                .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string()))
+        };
+        let mut foreign = Vec::new();
+        let (mut in_head, mut not_in_head) = (Vec::new(), Vec::new());
+        for path in &dirty {
+            let on_disk = if dir.join(path).is_file() {
+                Some(self.run(dir, &["hash-object", "--", path])?)
+            } else {
+                None
+            };
+            let head = blob("HEAD", path)?;
+            let theirs = blob(rev, path)?;
+            if on_disk == head || on_disk == theirs {
+                if head.is_some() {
+                    in_head.push(path.clone());
+                } else {
+                    not_in_head.push(path.clone());
+                }
+            } else {
+                foreign.push(path.clone());
+            }
+        }
+        if !foreign.is_empty() {
+            return Ok(foreign);
+        }
+        let mut args = vec!["reset", "-q", "HEAD", "--"];
+        args.extend(dirty.iter().map(String::as_str));
+        self.run(dir, &args)?;
+        if !in_head.is_empty() {
+            let mut args = vec!["checkout", "-q", "HEAD", "--"];
+            args.extend(in_head.iter().map(String::as_str));
+            self.run(dir, &args)?;
+        }
+        for path in not_in_head {
+            let _ = std::fs::remove_file(dir.join(path));
+        }
+        Ok(Vec::new())
+    }
+
     /// Merges `rev` into the branch checked out in `dir` (always a merge commit, so a task's work
     /// stays one unit in history). A conflict leaves the merge in progress for a person.
     pub fn merge(&self, dir: &Path, rev: &str, message: &str) -> Result<Merge> {

@@ -45,6 +45,14 @@ impl Orchestrator<'_> {
                 },
             );
         }
+        if waiting_on_person && book_answer(&state) == Some("abort") {
+            return self.halt(Halt {
+                reason: "merge_aborted".into(),
+                phase,
+                failed: vec![],
+                message: format!("phase {phase} halted: merging was abandoned"),
+            });
+        }
         for id in order {
             let Some(node) = nodes.iter().find(|n| n.id == id) else {
                 continue;
@@ -56,6 +64,24 @@ impl Orchestrator<'_> {
             // No branch left: nothing of it is outside HEAD. A branch already contained in HEAD
             // merges as "Already up to date", making no commit: merging is idempotent.
             if self.git.branch_exists(&branch)? {
+                let blocking = self.git.undo_interrupted_merge(&root, &branch)?;
+                if !blocking.is_empty() {
+                    return self.raise_own(
+                        format!(
+                            "Uncommitted changes in {} block merging task {id} ({}): {}. Commit \
+                             or stash them, then run `metash run --answer done` (or `--answer \
+                             abort` to halt).",
+                            root.display(),
+                            node.title,
+                            blocking.join(", ")
+                        ),
+                        vec!["done".into(), "abort".into()],
+                        ResumeFor {
+                            role: "merge".into(),
+                            task: Some(id.clone()),
+                        },
+                    );
+                }
                 let msg = format!("metash: merge task {id}: {}", node.title);
                 if let Merge::Conflict { files } = self.git.merge(&root, &branch, &msg)? {
                     return self.raise_own(

@@ -1,4 +1,5 @@
 mod common;
+mod interrupted_merge;
 mod kill;
 mod loop_sim;
 mod model_roles;

@@ -210,8 +210,7 @@ fn wasm_scoped_grant_opens_only_its_directory() {
     }
     let started = f.events("w-sub-in", kinds::STARTED);
     assert_eq!(
-        started[0].data["paths"]["applied"][0]["guest"],
-        "/workspace/sub",
+        started[0].data["paths"]["applied"][0]["guest"], "/workspace/sub",
         "{:?}",
         started[0].data
     );
