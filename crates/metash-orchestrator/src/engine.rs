@@ -180,7 +180,8 @@ impl<'a> Orchestrator<'a> {
         if let Some(j) = options.jobs {
             self.jobs = j.max(1);
         }
-        let _run = crate::run_lock(self.store())?;
+        let run = crate::run_lock(self.store())?;
+        let _handed = self.git.handing_down(&run);
         self.git.ensure_repo()?;
         if let Some(answer) = &options.answer {
             self.answer(answer)?;

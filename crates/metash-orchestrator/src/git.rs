@@ -4,14 +4,26 @@
 //! behind the orchestrator's back. When the repository has no identity configured, commits are made
 //! as `metash <metash@localhost>`.
 
+use std::os::fd::RawFd;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::error::{OrchestratorError, Result};
 
 /// Paths of the project the orchestrator never commits: its own `.meta/`.
 const EXCLUDE_META: &str = ":(exclude).meta";
+
+/// Stops handing the run lock down when dropped.
+pub struct HandDown<'a>(&'a Git);
+
+impl Drop for HandDown<'_> {
+    fn drop(&mut self) {
+        self.0.hand_down(None);
+    }
+}
 
 #[derive(Debug)]
 pub struct Git {
@@ -21,6 +33,8 @@ pub struct Git {
     /// worktree's metadata for these, and a worktree being created concurrently makes it fail
     /// (`failed to read .git/worktrees/<x>/commondir`).
     worktrees: Mutex<()>,
+    /// The run lock's fd, inherited by every git child (see [`Git::hand_down`]); -1 for none.
+    run_lock: AtomicI32,
 }
 
 /// The outcome of a merge or revert that may conflict.
@@ -36,6 +50,7 @@ impl Git {
             root: root.to_path_buf(),
             identity: OnceLock::new(),
             worktrees: Mutex::new(()),
+            run_lock: AtomicI32::new(-1),
         }
     }
 
@@ -77,9 +92,37 @@ impl Git {
         }
     }
 
+    /// Every git started from now on inherits `fd` (the run lock): if this process is killed while
+    /// git runs, git finishes its work on its own, and the next run must not start before it has
+    /// (it would find a worktree half removed, a merge half written). Holding the lock's open file
+    /// keeps the next run waiting exactly that long. `None` stops it.
+    pub fn hand_down(&self, fd: Option<RawFd>) {
+        self.run_lock.store(fd.unwrap_or(-1), Ordering::SeqCst);
+    }
+
+    /// [`Git::hand_down`] for as long as the returned guard lives.
+    pub fn handing_down(&self, lock: &metash_store::lock::LockGuard) -> HandDown<'_> {
+        use std::os::fd::AsRawFd;
+        self.hand_down(Some(lock.as_raw_fd()));
+        HandDown(self)
+    }
+
     fn output_once(&self, dir: &Path, args: &[&str]) -> Result<Output> {
-        Command::new("git")
-            .arg("-C")
+        let mut cmd = Command::new("git");
+        let lock = self.run_lock.load(Ordering::SeqCst);
+        if lock >= 0 {
+            // SAFETY: only fcntl(2), async-signal-safe, between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let flags = libc::fcntl(lock, libc::F_GETFD);
+                    if flags >= 0 {
+                        libc::fcntl(lock, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+                    }
+                    Ok(())
+                });
+            }
+        }
+        cmd.arg("-C")
             .arg(dir)
             .args([
                 "-c",
@@ -215,7 +258,13 @@ impl Git {
             }
         };
         if add(self).is_err() {
-            // A worktree whose directory vanished is still registered: forget it and try again.
+            // A worktree whose directory vanished is still registered, or a killed `worktree add`
+            // left its directory without `.git`: (both are ours, under `.meta/worktrees`) clear
+            // them and try again.
+            if path.exists() {
+                std::fs::remove_dir_all(path)
+                    .map_err(|e| OrchestratorError::io(path.display().to_string(), e))?;
+            }
             self.run(&self.root, &["worktree", "prune"])?;
             add(self)?;
         }

@@ -46,6 +46,7 @@ pub(crate) fn run_lock(store: &metash_store::Store) -> Result<metash_store::lock
     })
 }
 
+/// Long enough for a killed run's last git command (which holds the lock too) to finish.
 fn engine_wait() -> std::time::Duration {
-    std::time::Duration::from_millis(200)
+    std::time::Duration::from_secs(5)
 }

@@ -68,7 +68,8 @@ impl Orchestrator<'_> {
     /// Dependents with work exist but `with_dependents` is false; a revert conflicts (it is
     /// aborted, nothing of that task is changed); another run holds the run lock.
     pub fn rollback(&self, plan: &RollbackPlan, with_dependents: bool) -> Result<Vec<RolledBack>> {
-        let _run = crate::run_lock(self.store())?;
+        let run = crate::run_lock(self.store())?;
+        let _handed = self.git.handing_down(&run);
         if !plan.dependents.is_empty() && !with_dependents {
             return Err(OrchestratorError::Refused(format!(
                 "tasks {} depend on {}; roll them back too (--yes) or not at all",

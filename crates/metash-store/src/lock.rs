@@ -22,6 +22,14 @@ pub struct LockGuard {
     file: File,
 }
 
+impl std::os::fd::AsRawFd for LockGuard {
+    /// The locked file: a child process given this fd (without close-on-exec) holds the lock with
+    /// the holder, so if the holder is killed, the lock stays taken until that child exits too.
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.file)
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
         let _ = flock(&self.file, FlockOperation::Unlock);

@@ -3,6 +3,7 @@ mod interrupted_merge;
 mod kill;
 mod loop_sim;
 mod model_roles;
+mod orphan_git;
 mod parallel;
 mod plans;
 mod provider;
