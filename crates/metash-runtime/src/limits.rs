@@ -108,23 +108,6 @@ pub struct AppliedLimits {
     pub fuel: Option<Applied>,
 }
 
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    #[test]
-    fn quantities() {
-        assert_eq!(parse_mem("512Mi").unwrap(), 512 * 1024 * 1024);
-        assert_eq!(parse_mem("1G").unwrap(), 1_000_000_000);
-        assert_eq!(parse_mem("4096").unwrap(), 4096);
-        assert!(parse_mem("12XB").is_err());
-        assert_eq!(parse_cpu("500m").unwrap(), 500);
-        assert_eq!(parse_cpu("1.5").unwrap(), 1500);
-        assert!(parse_cpu("0").is_err());
-    }
-}
-
 /// The start report's view of the scoped file grants: each path, read-only or read-write, where a
 /// WASM guest sees it, and the ones skipped (missing; for WASM also plain files, since WASI preopens
 /// are directories).
@@ -154,4 +137,21 @@ pub fn paths_report(
         "skipped_missing": missing.into_iter().map(|p| &p.path).collect::<Vec<_>>(),
         "skipped_not_a_directory": not_dirs,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn quantities() {
+        assert_eq!(parse_mem("512Mi").unwrap(), 512 * 1024 * 1024);
+        assert_eq!(parse_mem("1G").unwrap(), 1_000_000_000);
+        assert_eq!(parse_mem("4096").unwrap(), 4096);
+        assert!(parse_mem("12XB").is_err());
+        assert_eq!(parse_cpu("500m").unwrap(), 500);
+        assert_eq!(parse_cpu("1.5").unwrap(), 1500);
+        assert!(parse_cpu("0").is_err());
+    }
 }
