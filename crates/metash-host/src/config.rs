@@ -5,6 +5,7 @@
 //! ```toml
 //! [host]
 //! default_timeout_seconds = 600
+//! wasm_fuel = 2000000000   # optional: deterministic work bound per WASM invocation
 //!
 //! [budget]                 # across all spawns of the session
 //! max_tokens = 200000
@@ -32,6 +33,10 @@ use crate::error::{HostError, Result};
 pub struct HostSection {
     #[serde(default)]
     pub default_timeout_seconds: Option<f64>,
+    /// Deterministic work bound for every WASM agent invocation (wasmtime fuel units); running out
+    /// ends the spawn as an error naming the `fuel` limit. Absent: only the timeout applies.
+    #[serde(default)]
+    pub wasm_fuel: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

@@ -133,6 +133,7 @@ pub(crate) fn run(
         NetworkAccess::Allowlist(domains)
     };
     spec.allow_native = allow_native;
+    spec.fuel = host.config().host.wasm_fuel;
     spec.gate = Gate(Some(gate.clone()));
     spec.timeout = timeout;
     spec.config = json!({

@@ -59,6 +59,20 @@ fn wasm_timeout_returns_partial_output() {
     super::common::assert_clean(_p.path());
 }
 
+/// `[host] wasm_fuel`: a spinning agent runs out of fuel (a deterministic bound) long before its
+/// 60 s timeout, and the answer names the limit.
+#[test]
+fn wasm_fuel_from_the_config_bounds_the_work() {
+    let (p, _) = with_wasm(&[], true);
+    p.config("[host]\nwasm_fuel = 5000000\n");
+    let host = p.host(&[]);
+    let t = Instant::now();
+    let r = spawn(&host, Some(60.0));
+    assert_eq!(r.status, AgentStatus::Error, "{r:?}");
+    assert!(r.data.contains("fuel"), "{}", r.data);
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
+}
+
 #[test]
 fn wasm_checkpoint_is_persisted_before_it_is_returned() {
     let cp = msg(
