@@ -8,7 +8,7 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{json, Value};
 
 use super::http::{post_sse, Flow, StreamLimits};
-use super::{join_url, parse_json, ApiCall, ApiOutput, OnEvent, ToolResultInput};
+use super::{join_url, parse_json, ApiCall, ApiOutput, Emitter, OnEvent, ToolResultInput};
 use crate::error::{HarnessError, Result};
 
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -93,25 +93,15 @@ pub(crate) async fn stream(
     let mut out = ApiOutput::default();
     let mut blocks: Vec<Block> = Vec::new();
     let mut usage = Usage::default();
-    let on = std::sync::Mutex::new(on);
-    let emit = |e: HarnessEvent| {
-        if let Ok(mut f) = on.lock() {
-            f(e);
-        }
-    };
+    let emitter = Emitter::new(on);
+    let emit = |e: HarnessEvent| emitter.emit(e);
     post_sse(
         client,
         &url,
         headers,
         &body,
         limits,
-        &mut |attempt, delay, status| {
-            emit(HarnessEvent::Retry {
-                attempt,
-                delay_ms: delay.as_millis() as u64,
-                status,
-            });
-        },
+        &mut |attempt, delay, status| emitter.retry(attempt, delay, status),
         &mut |ev| {
             // Hot path: text deltas are nearly every event of a long answer; decode them into a
             // borrowed struct instead of a `Value` tree.

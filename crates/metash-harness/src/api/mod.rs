@@ -71,6 +71,30 @@ pub struct ApiOutput {
 /// What clients report while streaming.
 pub(crate) type OnEvent<'a> = &'a mut (dyn FnMut(HarnessEvent) + Send);
 
+/// The caller's callback, shared by the retry and the event closures of one request (both emit).
+pub(crate) struct Emitter<'a>(std::sync::Mutex<OnEvent<'a>>);
+
+impl<'a> Emitter<'a> {
+    pub(crate) fn new(on: OnEvent<'a>) -> Self {
+        Self(std::sync::Mutex::new(on))
+    }
+
+    pub(crate) fn emit(&self, e: HarnessEvent) {
+        if let Ok(mut f) = self.0.lock() {
+            f(e);
+        }
+    }
+
+    /// `post_sse`'s retry callback: each retry is a `Retry` event.
+    pub(crate) fn retry(&self, attempt: u32, delay: std::time::Duration, status: Option<u16>) {
+        self.emit(HarnessEvent::Retry {
+            attempt,
+            delay_ms: delay.as_millis() as u64,
+            status,
+        });
+    }
+}
+
 fn join_url(base: &str, path: &str) -> String {
     format!(
         "{}/{}",

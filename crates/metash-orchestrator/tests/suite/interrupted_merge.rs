@@ -3,25 +3,9 @@
 //! anybody's own local changes are never touched (a change to a file the merge writes is returned
 //! for a person; a change elsewhere does not stop the merge).
 
-use std::path::Path;
-use std::process::Command;
-
 use metash_orchestrator::git::{Git, Merge};
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
+use super::common::git;
 
 /// A repository whose `task` branch changes `bye.txt` and adds `new.txt`.
 fn repo() -> tempfile::TempDir {
