@@ -1,7 +1,7 @@
 //! The agent side of metash's agent protocol (seed 002 section 4, `docs/agent-protocol.md`).
 //!
 //! An agent is a program that reads JSON lines on stdin and writes JSON lines on stdout. This crate
-//! hides the framing so the same Rust agent builds natively and for `wasm32-wasip1`: it depends on
+//! hides the framing so the same Rust agent builds natively and for `wasm32-wasip1`/`-wasip2`: it depends on
 //! `metash-protocol` and `serde_json` only, and does its I/O through `std::io` (which WASI maps to
 //! the host's in-memory pipes).
 //!
