@@ -33,7 +33,7 @@ pub struct Git {
     /// worktree's metadata for these, and a worktree being created concurrently makes it fail
     /// (`failed to read .git/worktrees/<x>/commondir`).
     worktrees: Mutex<()>,
-    /// The run lock's fd, inherited by every git child (see [`Git::hand_down`]); -1 for none.
+    /// The run lock's fd, inherited by every git child (see [`Git::handing_down`]); -1 for none.
     run_lock: AtomicI32,
 }
 
@@ -92,19 +92,18 @@ impl Git {
         }
     }
 
-    /// Every git started from now on inherits `fd` (the run lock): if this process is killed while
-    /// git runs, git finishes its work on its own, and the next run must not start before it has
-    /// (it would find a worktree half removed, a merge half written). Holding the lock's open file
-    /// keeps the next run waiting exactly that long. `None` stops it.
-    pub fn hand_down(&self, fd: Option<RawFd>) {
-        self.run_lock.store(fd.unwrap_or(-1), Ordering::SeqCst);
-    }
-
-    /// [`Git::hand_down`] for as long as the returned guard lives.
+    /// Every git started while the returned guard lives inherits `lock` (the run lock): if this
+    /// process is killed while git runs, git finishes its work on its own, and the next run must
+    /// not start before it has (it would find a worktree half removed, a merge half written).
+    /// Holding the lock's open file keeps the next run waiting exactly that long.
     pub fn handing_down(&self, lock: &metash_store::lock::LockGuard) -> HandDown<'_> {
         use std::os::fd::AsRawFd;
         self.hand_down(Some(lock.as_raw_fd()));
         HandDown(self)
+    }
+
+    fn hand_down(&self, fd: Option<RawFd>) {
+        self.run_lock.store(fd.unwrap_or(-1), Ordering::SeqCst);
     }
 
     fn output_once(&self, dir: &Path, args: &[&str]) -> Result<Output> {

@@ -162,8 +162,10 @@ pub(crate) fn run(
         }
         match event {
             AgentEvent::ConsentRequest { .. } => {
-                let _ = host.flush_events();
-                replier.send(answer_consent(&gate, &agent.id, event));
+                if let Some(req) = CapabilityRequest::from_agent_event(event) {
+                    let _ = host.flush_events();
+                    replier.send(answer_consent(&gate, &agent.id, req));
+                }
             }
             AgentEvent::Output { data, .. } => output.push_str(data),
             AgentEvent::StateUpdate { key, value, scope } => {
@@ -220,20 +222,19 @@ pub(crate) fn run(
 /// and hint. Undeclared capabilities are refused without asking (the policy's rule). A grant is
 /// persisted; what the runtime gates live (proxied network, process starts) uses it at once, what
 /// the sandbox fixes at start (the workspace preopen, Landlock paths) from the agent's next start.
-fn answer_consent(gate: &PolicyGate, agent: &str, event: &AgentEvent) -> AgentEvent {
-    match CapabilityRequest::from_agent_event(event) {
-        Some(Ok(req)) => gate.authorize(agent, &req).to_event(&req.capability),
-        Some(Err(e)) => AgentEvent::Error {
+fn answer_consent(
+    gate: &PolicyGate,
+    agent: &str,
+    req: metash_policy::Result<CapabilityRequest>,
+) -> AgentEvent {
+    match req {
+        Ok(req) => gate.authorize(agent, &req).to_event(&req.capability),
+        Err(e) => AgentEvent::Error {
             code: "invalid_capability".into(),
             message: e.to_string(),
             hint: Some(
                 "name a capability like `network:api.github.com` or `files.write:out/`".into(),
             ),
-        },
-        None => AgentEvent::Error {
-            code: "not_a_consent_request".into(),
-            message: "internal: only consent_request events are answered".into(),
-            hint: None,
         },
     }
 }

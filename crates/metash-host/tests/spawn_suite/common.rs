@@ -50,6 +50,19 @@ impl Project {
         .unwrap()
     }
 
+    /// The `data` of every logged event of `kind`, oldest first.
+    pub fn log_data(&self, kind: &str) -> Vec<serde_json::Value> {
+        metash_store::Store::open(self.path())
+            .unwrap()
+            .log()
+            .read_all()
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.kind == kind)
+            .map(|r| r.data)
+            .collect()
+    }
+
     pub fn log_kinds(&self) -> Vec<String> {
         metash_store::Store::open(self.path())
             .unwrap()

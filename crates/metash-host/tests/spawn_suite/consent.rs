@@ -52,14 +52,9 @@ fn spawn(host: &Host, message: &str) -> AgentResponse {
 
 /// The ledger's events of `kind` about `capability`.
 fn ledger(p: &Project, kind: &str, capability: &str) -> Vec<Value> {
-    metash_store::Store::open(p.path())
-        .unwrap()
-        .log()
-        .read_all()
-        .unwrap()
+    p.log_data(kind)
         .into_iter()
-        .filter(|r| r.kind == kind && r.data["capability"] == capability)
-        .map(|r| r.data)
+        .filter(|d| d["capability"] == capability)
         .collect()
 }
 

@@ -73,20 +73,9 @@ fn native_timeout_kills_the_tree_and_returns_partial_output() {
     assert_eq!(r.status, AgentStatus::Timeout, "{r:?}");
     assert!(r.data.contains("partial"), "{}", r.data);
     // The grandchild really started (its start was asked and allowed), so its death is real.
-    let started_sleep = metash_store::Store::open(p.path())
-        .unwrap()
-        .log()
-        .read_all()
-        .unwrap()
-        .into_iter()
-        .any(|e| {
-            e.kind == "consent_answer"
-                && e.data["capability"]
-                    .as_str()
-                    .unwrap_or("")
-                    .ends_with("/sleep")
-                && e.data["answer"] == "allow_once"
-        });
+    let started_sleep = p.log_data("consent_answer").iter().any(|d| {
+        d["capability"].as_str().unwrap_or("").ends_with("/sleep") && d["answer"] == "allow_once"
+    });
     assert!(started_sleep, "the grandchild was never allowed to start");
     assert!(
         t.elapsed() < Duration::from_secs(5),
