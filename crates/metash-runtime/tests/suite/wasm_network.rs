@@ -42,8 +42,10 @@ impl Listener {
                     let mut line = String::new();
                     if BufReader::new(&conn).read_line(&mut line).is_ok() && !line.is_empty() {
                         let line = line.trim_end().to_string();
+                        // Recorded before the reply: once the agent has its answer, the test
+                        // may look.
+                        seen.lock().unwrap().push(line.clone());
                         let _ = (&conn).write_all(format!("pong: {line}\n").as_bytes());
-                        seen.lock().unwrap().push(line);
                     }
                 });
             }
