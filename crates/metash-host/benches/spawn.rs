@@ -108,6 +108,7 @@ fn main() {
     let rt = Runtime::new(
         RuntimeConfig {
             cache_dir: ws.join("rawcache"),
+            cache_key: metash_runtime::CacheKey::ephemeral().expect("cache key"),
         },
         Arc::new(NullSink),
     )

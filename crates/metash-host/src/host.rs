@@ -228,9 +228,12 @@ impl Host {
             return Ok(r);
         }
         let sink: Arc<dyn metash_runtime::EventSink> = self.journal.clone();
+        let cache_key = metash_runtime::CacheKey::for_user()
+            .map_err(|e| HostError::Other(format!("the WASM cache key: {e}")))?;
         let rt = metash_runtime::Runtime::new(
             metash_runtime::RuntimeConfig {
                 cache_dir: self.store.meta_dir().join("cache").join("wasm"),
+                cache_key,
             },
             sink,
         )

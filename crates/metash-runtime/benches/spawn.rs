@@ -228,13 +228,21 @@ fn main() {
         let rt = Runtime::new(
             RuntimeConfig {
                 cache_dir: cache.clone(),
+                cache_key: metash_runtime::CacheKey::ephemeral().expect("cache key"),
             },
             Arc::clone(&sink),
         )
         .unwrap();
         rt.register(wspec.clone()).unwrap().start().unwrap();
     }
-    let rt = Runtime::new(RuntimeConfig { cache_dir: cache }, Arc::clone(&sink)).unwrap();
+    let rt = Runtime::new(
+        RuntimeConfig {
+            cache_dir: cache,
+            cache_key: metash_runtime::CacheKey::ephemeral().expect("cache key"),
+        },
+        Arc::clone(&sink),
+    )
+    .unwrap();
     let mut agent = rt.register(wspec.clone()).unwrap();
     let t = Instant::now();
     let report = agent.start().unwrap();

@@ -29,6 +29,9 @@ const DEFAULT_WASM_MEM: u64 = 256 * 1024 * 1024;
 pub struct RuntimeConfig {
     /// Where compiled WASM modules are cached (e.g. `.meta/cache/wasm`).
     pub cache_dir: PathBuf,
+    /// Authenticates the cache's entries (`CacheKey::for_user()` for a host; an ephemeral key
+    /// for tests). Kept outside every project, so no agent can forge an entry.
+    pub cache_key: crate::wasm::cache::CacheKey,
 }
 
 /// Shared state for all agents: the sink and the WASM engine.
@@ -41,10 +44,8 @@ impl Runtime {
     /// # Errors
     /// The WASM engine cannot be created.
     pub fn new(config: RuntimeConfig, sink: Arc<dyn EventSink>) -> Result<Self> {
-        Ok(Self {
-            sink,
-            wasm: WasmEngine::new(config.cache_dir)?,
-        })
+        let wasm = WasmEngine::new(config.cache_dir, config.cache_key, Some(Arc::clone(&sink)))?;
+        Ok(Self { sink, wasm })
     }
 
     pub fn wasm_engine(&self) -> &Arc<WasmEngine> {

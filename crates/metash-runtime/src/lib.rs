@@ -12,7 +12,10 @@
 //! # use metash_runtime::*;
 //! # fn demo(manifest: metash_protocol::Manifest) -> Result<()> {
 //! let sink = Arc::new(MemorySink::new());
-//! let rt = Runtime::new(RuntimeConfig { cache_dir: ".meta/cache/wasm".into() }, sink)?;
+//! let rt = Runtime::new(
+//!     RuntimeConfig { cache_dir: ".meta/cache/wasm".into(), cache_key: CacheKey::for_user()? },
+//!     sink,
+//! )?;
 //! let mut agent = rt.register(AgentSpec::new("a1", manifest, "agent.wasm", "."))?;
 //! agent.start()?;
 //! let outcome = agent.invoke("hello", &[], &mut |event| println!("{event:?}"))?;
@@ -42,3 +45,4 @@ pub use reply::Replier;
 pub use sink::{EventSink, MemorySink, NullSink, Recorded};
 pub use spec::{ActionGate, AgentSpec, Gate, GateVerdict, GatedAction, NetworkAccess, PathAccess};
 pub use stream::{Card, ChunkAssembler, Throttle, TokenBucket};
+pub use wasm::cache::CacheKey;

@@ -31,6 +31,9 @@ pub mod kinds {
     pub const PROTOCOL_ERROR: &str = "protocol_error";
     /// The token bucket delayed the agent (reported once per invocation).
     pub const THROTTLED: &str = "agent_throttled";
+    /// A compiled-code cache entry failed authentication: deleted, never deserialized, and the
+    /// module compiled anew (`{file, reason, source, action}`).
+    pub const CACHE_REJECTED: &str = "cache_rejected";
 }
 
 /// Receives the runtime's events. Implementations must be cheap and must not call back into the

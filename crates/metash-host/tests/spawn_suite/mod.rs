@@ -1,3 +1,4 @@
+mod cache_forgery;
 mod checkpoints;
 mod common;
 mod consent;

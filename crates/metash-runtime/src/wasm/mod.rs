@@ -12,7 +12,7 @@
 //! timer thread per engine, and, when the spec asks for it, CPU work by fuel on a second engine
 //! that meters it (created on first use: metering slows every guest down).
 
-mod cache;
+pub mod cache;
 mod net;
 mod pool;
 mod stdin;
@@ -79,6 +79,9 @@ pub struct WasmEngine {
     /// Created the first time a spec asks for fuel; the timer thread ticks it too.
     fuel_engine: Arc<OnceLock<Engine>>,
     cache_dir: PathBuf,
+    cache_key: cache::CacheKey,
+    /// Where a rejected cache entry is reported.
+    sink: Option<Arc<dyn EventSink>>,
     compiled: Mutex<HashMap<String, Compiled>>,
     stop: Arc<AtomicBool>,
     workers: pool::Pool,
@@ -89,7 +92,11 @@ impl WasmEngine {
     ///
     /// # Errors
     /// The engine configuration is rejected or the timer thread cannot start.
-    pub fn new(cache_dir: impl Into<PathBuf>) -> Result<Arc<Self>> {
+    pub fn new(
+        cache_dir: impl Into<PathBuf>,
+        cache_key: cache::CacheKey,
+        sink: Option<Arc<dyn EventSink>>,
+    ) -> Result<Arc<Self>> {
         let engine =
             Engine::new(&config(false)).map_err(|e| RuntimeError::Wasm(format!("{e:#}")))?;
         let fuel_engine: Arc<OnceLock<Engine>> = Arc::new(OnceLock::new());
@@ -111,6 +118,8 @@ impl WasmEngine {
             engine,
             fuel_engine,
             cache_dir: cache_dir.into(),
+            cache_key,
+            sink,
             compiled: Mutex::new(HashMap::new()),
             stop,
             workers: pool::Pool::new(),
@@ -156,11 +165,21 @@ impl WasmEngine {
         if let Some(c) = self.compiled.lock().ok().and_then(|g| g.get(&key).cloned()) {
             return Ok((c, CacheHit::Memory, engine));
         }
-        let (c, hit) = cache::load_or_compile(&engine, &self.cache_dir, &hash, &bytes)?;
+        let loaded =
+            cache::load_or_compile(&engine, &self.cache_dir, &self.cache_key, &hash, &bytes)?;
+        if let (Some(r), Some(sink)) = (&loaded.rejected, &self.sink) {
+            sink.record(
+                kinds::CACHE_REJECTED,
+                None,
+                json!({"file": r.file.display().to_string(), "reason": r.reason,
+                       "source": path.display().to_string(), "action": "deleted and recompiled"}),
+            );
+        }
+        let c = loaded.compiled;
         if let Ok(mut g) = self.compiled.lock() {
             g.insert(key, c.clone());
         }
-        Ok((c, hit, engine))
+        Ok((c, loaded.hit, engine))
     }
 
     /// Forget the in-process cache (so the next load exercises the disk cache; benchmarks).

@@ -72,6 +72,7 @@ impl Fixture {
         let rt = Runtime::new(
             RuntimeConfig {
                 cache_dir: dir.path().join("cache"),
+                cache_key: metash_runtime::CacheKey::ephemeral().expect("cache key"),
             },
             Arc::clone(&sink) as Arc<dyn EventSink>,
         )

@@ -43,6 +43,7 @@ fn flood_with_slow_consumer_stays_bounded_and_ordered() {
     let rt = Runtime::new(
         RuntimeConfig {
             cache_dir: f.dir.path().join("cache2"),
+            cache_key: metash_runtime::CacheKey::ephemeral().expect("cache key"),
         },
         Arc::clone(&sink) as Arc<dyn EventSink>,
     )
@@ -183,6 +184,7 @@ fn wasm_flood_streams_live_with_bounded_memory() {
     let rt = Runtime::new(
         RuntimeConfig {
             cache_dir: f.dir.path().join("cache2"),
+            cache_key: metash_runtime::CacheKey::ephemeral().expect("cache key"),
         },
         Arc::new(CountingSink::default()),
     )

@@ -146,6 +146,7 @@ fn module_cache_survives_a_new_runtime() {
     let rt2 = metash_runtime::Runtime::new(
         metash_runtime::RuntimeConfig {
             cache_dir: f.dir.path().join("cache"),
+            cache_key: metash_runtime::CacheKey::ephemeral().expect("cache key"),
         },
         std::sync::Arc::new(metash_runtime::NullSink),
     )

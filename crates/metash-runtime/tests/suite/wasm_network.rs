@@ -138,6 +138,7 @@ fn wasm_p2_component_runs_the_echo_protocol() {
     let rt2 = metash_runtime::Runtime::new(
         metash_runtime::RuntimeConfig {
             cache_dir: f.dir.path().join("cache"),
+            cache_key: metash_runtime::CacheKey::ephemeral().expect("cache key"),
         },
         Arc::clone(&sink) as Arc<dyn metash_runtime::EventSink>,
     )
