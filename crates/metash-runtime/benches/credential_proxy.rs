@@ -43,7 +43,10 @@ impl Conn {
 
     /// One GET; returns the body length.
     fn get(&mut self, target: &str) -> usize {
-        let req = format!("GET {target} HTTP/1.1\r\nhost: {}\r\nx-api-key: placeholder\r\n\r\n", self.addr);
+        let req = format!(
+            "GET {target} HTTP/1.1\r\nhost: {}\r\nx-api-key: placeholder\r\n\r\n",
+            self.addr
+        );
         self.w.write_all(req.as_bytes()).expect("write");
         let mut line = String::new();
         self.r.read_line(&mut line).expect("status");
@@ -91,13 +94,14 @@ fn main() {
         }
     }));
     let source = StaticSource::new().with("model", Secret::new("sk-bench"));
-    let proxy = CredentialProxy::start(config, Arc::new(source), Arc::new(NullSink)).expect("proxy");
+    let proxy =
+        CredentialProxy::start(config, Arc::new(source), Arc::new(NullSink)).expect("proxy");
     let (direct, via) = (up.addr, proxy.addr());
     let mut conns = [Conn::new(direct), Conn::new(via)];
     let small = "/v1/messages";
     let big = format!("/big?n={MIB}");
     // [small keep-alive, small new connection, 1 MiB keep-alive] x [direct, proxy]
-    let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(n); 6];
+    let mut samples: Vec<Vec<Duration>> = (0..6).map(|_| Vec::with_capacity(n)).collect();
     for round in 0..n + n / 10 {
         let warm = round < n / 10;
         for (i, addr) in [direct, via].into_iter().enumerate() {

@@ -153,6 +153,7 @@ impl CredentialProxy {
         listener
             .set_nonblocking(true)
             .map_err(CredentialError::Bind)?;
+        // One thread: measured no faster with two workers (see docs/runtime.md, Benchmark).
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

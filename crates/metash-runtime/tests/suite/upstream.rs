@@ -109,6 +109,8 @@ impl Drop for Upstream {
 }
 
 fn serve(conn: TcpStream, state: &State) {
+    // Each answer goes out in whole writes with Nagle off: no delayed-ACK stalls in the bench.
+    let _ = conn.set_nodelay(true);
     let mut reader = BufReader::new(conn.try_clone().expect("clone upstream socket"));
     let mut out = conn;
     while let Some(req) = read_request(&mut reader) {
@@ -120,13 +122,12 @@ fn serve(conn: TcpStream, state: &State) {
         } else if let Some(n) = target.split("/big?n=").nth(1) {
             answer_big(&mut out, n.parse().unwrap_or(0))
         } else {
-            let body = b"{\"ok\":true}";
-            let head = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            let body = "{\"ok\":true}";
+            let whole = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
                 body.len()
             );
-            out.write_all(head.as_bytes())
-                .and_then(|()| out.write_all(body))
+            out.write_all(whole.as_bytes())
         };
         if ok.is_err() || close {
             return;
@@ -135,10 +136,10 @@ fn serve(conn: TcpStream, state: &State) {
 }
 
 fn chunk(out: &mut TcpStream, data: &[u8]) -> std::io::Result<()> {
-    out.write_all(format!("{:x}\r\n", data.len()).as_bytes())?;
-    out.write_all(data)?;
-    out.write_all(b"\r\n")?;
-    out.flush()
+    let mut whole = format!("{:x}\r\n", data.len()).into_bytes();
+    whole.extend_from_slice(data);
+    whole.extend_from_slice(b"\r\n");
+    out.write_all(&whole)
 }
 
 const CHUNKED_HEAD: &str = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n";
