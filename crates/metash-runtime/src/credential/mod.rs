@@ -87,7 +87,8 @@ pub struct ProxyConfig {
     /// Bound on a request head (request line and headers); at least 8 KiB (hyper's minimum).
     /// Over it: 431 and `limit_exceeded`.
     pub max_header_bytes: usize,
-    /// Time allowed to send a request head (slow clients do not hold a connection slot).
+    /// Time allowed to send a request head; a kept-alive connection idle this long is closed too,
+    /// so slow or idle clients do not hold a connection slot.
     pub header_timeout: Duration,
     /// Connecting to the upstream.
     pub connect_timeout: Duration,

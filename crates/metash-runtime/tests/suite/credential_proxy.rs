@@ -451,3 +451,23 @@ fn a_reqwest_client_works_end_to_end_and_the_proxy_stops_on_drop() {
         "still listening after drop"
     );
 }
+
+#[test]
+fn an_idle_connection_gives_its_slot_back_after_the_header_timeout() {
+    let s = setup_with(|c| {
+        c.max_connections = 1;
+        c.header_timeout = Duration::from_millis(300);
+    });
+    let mut idle = Client::new(&s);
+    assert_eq!(idle.get(&s, "/anthropic/a", "").status, 200);
+    std::thread::sleep(Duration::from_millis(800));
+    // The proxy closed the idle keep-alive connection, so a new one is served.
+    let mut line = String::new();
+    let n = idle
+        .r
+        .read_line(&mut line)
+        .expect("read the closed connection");
+    assert_eq!(n, 0, "idle connection still open: {line}");
+    let mut next = Client::new(&s);
+    assert_eq!(next.get(&s, "/anthropic/b", "").status, 200);
+}
