@@ -14,6 +14,7 @@ use metash_runtime::credential::{
 use metash_runtime::sink::kinds;
 use metash_runtime::MemorySink;
 
+use super::common::Fixture;
 use super::upstream::{read_body, read_chunk, read_headers, Upstream, SSE_FIRST, SSE_REST};
 
 const REAL: &str = "sk-real-KEY-0f9e8d7c6b5a";
@@ -23,6 +24,8 @@ struct Setup {
     up: Upstream,
     proxy: CredentialProxy,
     sink: Arc<MemorySink>,
+    /// A shared turn: the flood test measures the process's RSS alone.
+    _turn: Fixture,
 }
 
 fn route(id: &str, mount: Mount, upstream: String, auth: AuthStyle) -> Route {
@@ -69,10 +72,16 @@ fn setup_with(edit: impl FnOnce(&mut ProxyConfig)) -> Setup {
     let source = ["anthropic", "openai", "custom"]
         .into_iter()
         .fold(StaticSource::new(), |s, r| s.with(r, Secret::new(REAL)));
-    let sink = Arc::new(MemorySink::new());
+    let turn = Fixture::new();
+    let sink = Arc::clone(&turn.sink);
     let proxy =
         CredentialProxy::start(config, Arc::new(source), sink.clone()).expect("proxy starts");
-    Setup { up, proxy, sink }
+    Setup {
+        up,
+        proxy,
+        sink,
+        _turn: turn,
+    }
 }
 
 fn setup() -> Setup {
