@@ -30,7 +30,7 @@ pub use invocation::{
     BuildProcessInvocationSpecRequest, BuildProcessInvocationSpecResponse, Endpoint,
     HarnessOptions, Materialized,
 };
-pub use programs::{Program, Programs};
+pub use programs::{program_version, Program, Programs};
 pub use registry::{check_continuation, check_model, get_harness_capabilities};
 pub use tokio_util::sync::CancellationToken;
 pub use turn::{Harness, RunTurnNonInteractiveRequest};

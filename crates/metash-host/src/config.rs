@@ -18,6 +18,10 @@
 //! base_url = "http://127.0.0.1:8080"   # optional; the provider's default otherwise
 //! api_key_env = "ANTHROPIC_API_KEY"    # optional; the frontend's usual variable otherwise
 //! max_tokens = 4096                    # used when the spawn gives none
+//!
+//! [prices."my-finetune"]   # USD per million tokens; overrides the built-in table (pricing.rs)
+//! input_per_mtok = 3.0
+//! output_per_mtok = 15.0
 //! ```
 
 use std::collections::BTreeMap;
@@ -105,6 +109,8 @@ pub struct HostConfig {
     pub host: HostSection,
     pub budget: Budget,
     pub roles: BTreeMap<String, Role>,
+    /// `[prices."MODEL"]`: what usage costs, on top of the built-in table.
+    pub prices: crate::pricing::PriceTable,
 }
 
 impl HostConfig {
@@ -132,6 +138,8 @@ impl HostConfig {
             budget: Budget,
             #[serde(default)]
             roles: BTreeMap<String, Role>,
+            #[serde(default)]
+            prices: BTreeMap<String, crate::pricing::Price>,
             #[serde(flatten)]
             _others: toml::Table,
         }
@@ -142,10 +150,24 @@ impl HostConfig {
                 .unwrap_or(1);
             HostError::Config(format!("{}:{line}: {}", path.display(), e.message()))
         })?;
+        for (model, price) in &parsed.prices {
+            price.check().map_err(|why| {
+                HostError::Config(format!("{}: [prices.\"{model}\"]: {why}", path.display()))
+            })?;
+        }
+        if let Some(max) = parsed.budget.max_cost_usd {
+            if !(max.is_finite() && max >= 0.0) {
+                return Err(HostError::Config(format!(
+                    "{}: [budget] max_cost_usd must be a number >= 0, not {max}",
+                    path.display()
+                )));
+            }
+        }
         Ok(Self {
             host: parsed.host,
             budget: parsed.budget,
             roles: parsed.roles,
+            prices: crate::pricing::PriceTable::new(parsed.prices),
         })
     }
 }

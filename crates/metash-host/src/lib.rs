@@ -8,6 +8,7 @@ pub mod config;
 mod error;
 mod host;
 mod journal;
+pub mod pricing;
 pub mod progress;
 pub mod serve;
 mod spawn;

@@ -15,6 +15,8 @@
 //! - `write PATH`: writes `written` to PATH; outputs `wrote` or `refused ERR`
 //! - `run PROGRAM [ARGS...]`: starts PROGRAM; outputs `exit CODE`, or `refused ERR` plus the host's
 //!   `error` event
+//! - `claim CAPABILITY`: sends a `consent_grant` of CAPABILITY as if it were the host (it is not
+//!   allowed to), then outputs the host's answer (`error CODE HINT`)
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -142,6 +144,15 @@ fn main() {
                     Ok(st) => format!("exit {}", st.code().unwrap_or(-1)),
                     Err(e) => format!("refused {e} | {}", host_error(s)),
                 };
+                s.output("text/plain", &text).map_err(io)
+            }
+            "claim" => {
+                s.send(AgentEvent::ConsentGrant {
+                    capability: arg.to_string(),
+                    expires_at: None,
+                })
+                .map_err(io)?;
+                let text = host_error(s);
                 s.output("text/plain", &text).map_err(io)
             }
             other => Err(format!("unknown command `{other}`")),

@@ -46,6 +46,7 @@ fn dag(n: usize) -> Vec<PlannedTask> {
                 title: format!("task {i}"),
                 dependencies: deps,
                 phase: None,
+                expects_change: None,
             }
         })
         .collect()

@@ -4,6 +4,7 @@
 //! | key | meaning |
 //! |---|---|
 //! | `phases.<id>` | the task's phase (the session's `Task` has no phase field) |
+//! | `noChange.<id>` | `true`: the planner said the task expects no change (else a task whose executor changed nothing fails verification) |
 //! | `running.<id>` | `{attempt, head, since}` while an executor works on the task; found at startup it means the run was killed mid-task: the task is failed and retryable, its worktree reset to `head` |
 //! | `attempts.<id>` | executor attempts so far (errors and timeouts count against `max_task_attempts`) |
 //! | `findings.<id>` | the verifier's last findings, sent with the next executor prompt |
@@ -31,6 +32,7 @@ pub const NS: &str = "metash";
 #[serde(default, rename_all = "camelCase")]
 pub struct Book {
     pub phases: BTreeMap<String, u32>,
+    pub no_change: BTreeMap<String, bool>,
     pub running: BTreeMap<String, Option<Running>>,
     pub attempts: BTreeMap<String, u32>,
     pub findings: BTreeMap<String, Option<Vec<String>>>,
@@ -96,6 +98,11 @@ impl Book {
             .get(NS)
             .and_then(|v| serde_json::from_value(v.clone()).ok())
             .unwrap_or_default()
+    }
+
+    /// The planner said this task may rightly change nothing.
+    pub fn expects_no_change(&self, id: &str) -> bool {
+        self.no_change.get(id).copied().unwrap_or(false)
     }
 
     pub fn phase_of(&self, id: &str, default: u32) -> u32 {

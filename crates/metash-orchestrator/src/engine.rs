@@ -362,6 +362,7 @@ impl<'a> Orchestrator<'a> {
                         title: t.title.clone(),
                         dependencies: t.dependencies.clone(),
                         phase: book.phase_of(&t.id, state.current_phase),
+                        expects_change: !book.expects_no_change(&t.id),
                     })
                     .collect()
             })

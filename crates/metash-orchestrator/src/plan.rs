@@ -1,6 +1,7 @@
 //! The planner's reply and the rules a plan must follow before it becomes state.
 //!
-//! A reply is `{"tasks": [{"id", "title", "dependencies", "phase"?}], "done"?: bool}` (a bare array
+//! A reply is `{"tasks": [{"id", "title", "dependencies", "phase"?, "expects_change"?}], "done"?:
+//! bool}` (a bare array
 //! of tasks is accepted too). **Phases** live beside the plan: `phase` defaults to the phase being
 //! planned and may name a later one (planning ahead); the session's `Task` type has no phase field,
 //! so the orchestrator keeps each task's phase in `variables.metash.phases.<id>`. A task may depend
@@ -25,6 +26,10 @@ pub struct PlannedTask {
     pub dependencies: Vec<String>,
     #[serde(default)]
     pub phase: Option<u32>,
+    /// `false` for a task whose right outcome may be no change at all (a check, an
+    /// investigation). Absent: the task must change something, or it fails verification.
+    #[serde(default)]
+    pub expects_change: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -41,6 +46,7 @@ pub struct TaskNode {
     pub title: String,
     pub dependencies: Vec<String>,
     pub phase: u32,
+    pub expects_change: bool,
 }
 
 /// Parses the planner's `data`.
@@ -107,6 +113,7 @@ pub fn validate(
             title: t.title.trim().to_string(),
             dependencies: t.dependencies.clone(),
             phase: p,
+            expects_change: t.expects_change.unwrap_or(true),
         });
     }
     let by_id: HashMap<&str, &TaskNode> = all.iter().map(|t| (t.id.as_str(), t)).collect();

@@ -148,6 +148,9 @@ impl Orchestrator<'_> {
             tasks.push(json!({"id": n.id, "title": n.title, "status": "pending",
                               "dependencies": n.dependencies, "commits": []}));
             updates.push(book::set(&["phases", &n.id], json!(n.phase)));
+            if !n.expects_change {
+                updates.push(book::set(&["noChange", &n.id], json!(true)));
+            }
         }
         let idx = state.plan.as_ref().map(|p| p.current_task_idx).unwrap_or(0);
         updates.insert(

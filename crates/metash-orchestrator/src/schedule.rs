@@ -144,6 +144,7 @@ mod tests {
             title: id.into(),
             dependencies: deps.iter().map(|d| d.to_string()).collect(),
             phase: 1,
+            expects_change: true,
         }
     }
 

@@ -26,6 +26,10 @@ pub struct Verdict {
     pub findings: Vec<String>,
 }
 
+/// The finding of a task whose executor changed nothing.
+pub const NO_CHANGE: &str = "the executor changed nothing in the worktree, and the task does not \
+    say it expects no change (a planner marks such a task \"expects_change\": false)";
+
 /// Reads `{"pass": bool, "findings": [...]}` (also `"verdict": "pass"|"fail"`, and findings given
 /// as one string).
 ///
@@ -249,9 +253,9 @@ impl Orchestrator<'_> {
         }
     }
 
-    fn check(&self, id: &str) -> Result<Checked> {
-        let state = self.store().state()?;
-        let book = Book::of(&state);
+    /// The verifier's verdict on the task (asked a few times if it fails to run), or the
+    /// checkpoint it raised.
+    fn ask_verifier(&self, id: &str, book: &Book) -> Result<std::result::Result<Verdict, Checked>> {
         let summary = book.summaries.get(id).cloned().flatten();
         let wt = worktree_of(&self.workspace(), id);
         let workdir = wt.join(".git").exists().then_some(wt);
@@ -285,9 +289,9 @@ impl Orchestrator<'_> {
             }
         }
         let Some(response) = response else {
-            return Ok(Checked::Fail);
+            return Ok(Err(Checked::Fail));
         };
-        let verdict = match response.status {
+        Ok(Ok(match response.status {
             AgentStatus::Checkpoint => {
                 let p = self.on_checkpoint(
                     &self.config.verifier,
@@ -297,7 +301,7 @@ impl Orchestrator<'_> {
                         task: Some(id.to_string()),
                     },
                 )?;
-                return Ok(Checked::Checkpoint(p));
+                return Ok(Err(Checked::Checkpoint(p)));
             }
             AgentStatus::Success => parse_verdict(&response.data).unwrap_or_else(|why| Verdict {
                 pass: false,
@@ -311,6 +315,30 @@ impl Orchestrator<'_> {
                     clip(&response.data)
                 )],
             },
+        }))
+    }
+
+    fn check(&self, id: &str) -> Result<Checked> {
+        let state = self.store().state()?;
+        let book = Book::of(&state);
+        // An executor that changed nothing did not do the task, whatever it says, unless the
+        // planner said the task expects no change: it fails without asking the verifier.
+        let commits = state
+            .plan
+            .as_ref()
+            .and_then(|p| p.tasks.iter().find(|t| t.id == id))
+            .and_then(|t| t.commits.clone())
+            .unwrap_or_default();
+        let verdict = if commits.is_empty() && !book.expects_no_change(id) {
+            Verdict {
+                pass: false,
+                findings: vec![NO_CHANGE.to_string()],
+            }
+        } else {
+            match self.ask_verifier(id, &book)? {
+                Ok(v) => v,
+                Err(checkpoint) => return Ok(checkpoint),
+            }
         };
         if verdict.pass {
             self.update(vec![

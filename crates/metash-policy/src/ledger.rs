@@ -45,6 +45,7 @@ pub const LEDGER_KINDS: &[&str] = &[
     kinds::CONSENT_REVOKE,
     kinds::ERROR,
     kinds::AGENT_ACTION,
+    metash_protocol::log::kinds::PROTOCOL_VIOLATION,
 ];
 
 /// Which records to show or export.
@@ -159,6 +160,23 @@ pub fn records(store: &Store, filter: &Filter) -> Result<Vec<LogRecord>> {
 pub fn summary(rec: &LogRecord) -> String {
     let d = &rec.data;
     let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    // Logs written before the runtime rejected host-only events hold an agent's own
+    // `consent_grant`/`consent_revoke` under that kind; they carry the event's `type` field, which
+    // the policy's records never do. Shown as what they are.
+    let agent_claim = matches!(
+        rec.kind.as_str(),
+        kinds::CONSENT_GRANT | kinds::CONSENT_REVOKE
+    ) && d.get("type").is_some();
+    if agent_claim || rec.kind == metash_protocol::log::kinds::PROTOCOL_VIOLATION {
+        let ty = d.get("type").and_then(Value::as_str).unwrap_or("?");
+        let cap = d
+            .get("capability")
+            .or_else(|| d.get("event").and_then(|e| e.get("capability")))
+            .and_then(Value::as_str)
+            .map(|c| format!(" ({c})"))
+            .unwrap_or_default();
+        return format!("VIOLATION: the agent sent the host-only event `{ty}`{cap}; rejected, nothing was granted or revoked");
+    }
     match rec.kind.as_str() {
         kinds::AGENT_REGISTERED => format!(
             "{} {} ({}) from {}",

@@ -104,6 +104,40 @@ pub enum AgentEvent {
     },
 }
 
+impl AgentEvent {
+    /// Whether only the host may send this event. An agent that emits one is trying to speak for
+    /// the host (grant itself a capability in the audit trail, start or stop a session): the
+    /// runtime rejects it as a protocol violation instead of passing it on.
+    pub fn is_host_only(&self) -> bool {
+        matches!(
+            self,
+            Self::Input { .. }
+                | Self::ConsentGrant { .. }
+                | Self::ConsentRevoke { .. }
+                | Self::Start { .. }
+                | Self::Shutdown { .. }
+        )
+    }
+
+    /// The protocol `type` of the event, as on the wire.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Self::Input { .. } => "input",
+            Self::Output { .. } => "output",
+            Self::Artifact { .. } => "artifact",
+            Self::ConsentRequest { .. } => "consent_request",
+            Self::ConsentGrant { .. } => "consent_grant",
+            Self::ConsentRevoke { .. } => "consent_revoke",
+            Self::Error { .. } => "error",
+            Self::StateUpdate { .. } => "state_update",
+            Self::Start { .. } => "start",
+            Self::Done { .. } => "done",
+            Self::Checkpoint { .. } => "checkpoint",
+            Self::Shutdown { .. } => "shutdown",
+        }
+    }
+}
+
 /// An event as it travels over an agent's stdio: the version first, then the event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ProtocolMessage {

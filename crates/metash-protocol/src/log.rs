@@ -15,6 +15,11 @@ pub mod kinds {
     pub const KV_SET: &str = "kv_set";
     /// A progress line for people: `data` is `{message, level}`.
     pub const PROGRESS: &str = "progress";
+    /// An agent sent something only the host may say (a `consent_grant`, `consent_revoke`,
+    /// `input`, `start` or `shutdown` event): `data` is `{code: "host_only_event", type, message,
+    /// event}`. Written by the runtime under the agent's id; the ledger shows it as a violation,
+    /// never as what the agent claimed.
+    pub const PROTOCOL_VIOLATION: &str = "protocol_violation";
 }
 
 /// One line of the event log. `hash` is the SHA-256 of the line's bytes before `,"hash":…` and

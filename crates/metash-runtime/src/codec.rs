@@ -40,14 +40,6 @@ pub fn decode(line: &[u8]) -> Result<AgentEvent> {
     Ok(msg.event)
 }
 
-/// The protocol `type` of an event (for log records).
-pub fn type_name(event: &AgentEvent) -> String {
-    serde_json::to_value(event)
-        .ok()
-        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_string))
-        .unwrap_or_else(|| "unknown".to_string())
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -10,6 +10,7 @@ use metash_protocol::AgentEvent;
 use serde_json::json;
 
 use crate::codec;
+use crate::reply::Replier;
 use crate::sink::{kinds, EventSink};
 use crate::stream::TokenBucket;
 
@@ -29,6 +30,8 @@ pub(crate) struct PumpCfg {
     pub agent: String,
     pub sink: Arc<dyn EventSink>,
     pub max_line: usize,
+    /// Where the agent is told that a message was refused (its stdin).
+    pub replier: Replier,
 }
 
 /// Read lines from `reader` until EOF or until `deliver` returns false. Lines longer than
@@ -88,6 +91,10 @@ pub(crate) fn pump<R: BufRead>(
             continue;
         }
         let msg = match codec::decode(text) {
+            Ok(event) if event.is_host_only() => {
+                reject_host_only(cfg, &event);
+                Msg::Bad
+            }
             Ok(event) => {
                 let waited = bucket.take();
                 cfg.sink.record(
@@ -114,3 +121,29 @@ pub(crate) fn pump<R: BufRead>(
     // Best effort: the consumer may already be gone.
     let _ = deliver(Msg::Eof);
 }
+
+/// An agent spoke for the host (`consent_grant`, `consent_revoke`, `input`, `start`,
+/// `shutdown`). The event goes no further: the log records a `protocol_violation` under the
+/// agent's id (with what it sent, for the audit trail, but never under the kind it claimed), and
+/// the agent gets an `error` saying why.
+fn reject_host_only(cfg: &PumpCfg, event: &AgentEvent) {
+    let ty = event.type_name();
+    let message = format!("`{ty}` is an event only the host sends; an agent may not emit it");
+    cfg.sink.record(
+        metash_protocol::log::kinds::PROTOCOL_VIOLATION,
+        Some(&cfg.agent),
+        json!({"code": HOST_ONLY, "type": ty, "message": message,
+               "event": serde_json::to_value(event).unwrap_or_default()}),
+    );
+    cfg.replier.send(AgentEvent::Error {
+        code: HOST_ONLY.into(),
+        message,
+        hint: Some(
+            "ask for a capability with a `consent_request` event; only the host grants or revokes"
+                .into(),
+        ),
+    });
+}
+
+/// The error code of [`reject_host_only`].
+pub const HOST_ONLY: &str = "host_only_event";

@@ -7,3 +7,13 @@
 pub mod anthropic;
 pub mod procs;
 pub mod wasm;
+
+/// A test whose prerequisite is missing: on a laptop it prints `SKIP <test>: <why>` and the caller
+/// returns; on CI (the `CI` variable set) it fails, because a skipped test there would hide a
+/// missing install step.
+pub fn skip(test: &str, why: &str) {
+    if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
+        panic!("{test} cannot run, and CI is set: {why}");
+    }
+    eprintln!("SKIP {test}: {why}");
+}

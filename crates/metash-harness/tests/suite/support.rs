@@ -503,10 +503,12 @@ pub fn programs() -> metash_harness::Programs {
 pub fn require(p: metash_harness::Program) -> Option<PathBuf> {
     let found = programs().get(p).map(|p| p.to_path_buf());
     if found.is_none() {
-        eprintln!(
-            "SKIPPED: {} is not installed under {} (run scripts/setup, which installs the harness CLIs from the npm registry)",
+        metash_testkit::skip(
             p.name(),
-            tools_dir().display()
+            &format!(
+                "not installed under {} (run scripts/setup, which installs the harness CLIs from the npm registry)",
+                tools_dir().display()
+            ),
         );
     }
     found

@@ -9,7 +9,7 @@ use metash_policy::{Authorization, CapabilityRequest, Category, Decision};
 use metash_protocol::{AgentEvent, AgentStatus, CheckpointSignal, ResumeData, SandboxKind};
 use metash_runtime::{AgentSpec, Gate, InvocationStatus, NetworkAccess, PathAccess};
 use metash_store::NewEvent;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::gate::PolicyGate;
 use super::Ran;
@@ -151,16 +151,12 @@ pub(crate) fn run(
     let mut output = String::new();
     let mut failure: Option<String> = None;
     let replier = running.replier();
-    let outcome = running.invoke(&req.user_message, &[], &mut |event: &AgentEvent| {
-        // The policy writes consent requests to the ledger itself, with their answers.
-        if !matches!(event, AgentEvent::ConsentRequest { .. }) {
-            let _ = host.record_later(NewEvent::new(
-                event_kind(event),
-                Some(&agent.id),
-                serde_json::to_value(event).unwrap_or(Value::Null),
-            ));
-        }
-        match event {
+    // The runtime has already logged each event once (`agent_event`, host-only kinds rejected as
+    // `protocol_violation`); here the host only acts on them.
+    let outcome = running.invoke(
+        &req.user_message,
+        &[],
+        &mut |event: &AgentEvent| match event {
             AgentEvent::ConsentRequest { .. } => {
                 if let Some(req) = CapabilityRequest::from_agent_event(event) {
                     let _ = host.flush_events();
@@ -181,8 +177,8 @@ pub(crate) fn run(
                 failure.get_or_insert_with(|| format!("{code}: {message}"));
             }
             _ => {}
-        }
-    });
+        },
+    );
     if running.state() != metash_runtime::LifecycleState::Terminated {
         let _ = running.shutdown();
     }
@@ -236,22 +232,5 @@ fn answer_consent(
                 "name a capability like `network:api.github.com` or `files.write:out/`".into(),
             ),
         },
-    }
-}
-
-/// The log `kind` of an agent event: its protocol `type`.
-fn event_kind(event: &AgentEvent) -> &'static str {
-    match event {
-        AgentEvent::Input { .. } => "input",
-        AgentEvent::Output { .. } => "output",
-        AgentEvent::Artifact { .. } => "artifact",
-        AgentEvent::ConsentRequest { .. } => "consent_request",
-        AgentEvent::ConsentGrant { .. } => "consent_grant",
-        AgentEvent::ConsentRevoke { .. } => "consent_revoke",
-        AgentEvent::Error { .. } => "agent_error",
-        AgentEvent::StateUpdate { .. } => "agent_state_update",
-        AgentEvent::Done { .. } => "done",
-        AgentEvent::Checkpoint { .. } => "checkpoint",
-        _ => "agent_event",
     }
 }

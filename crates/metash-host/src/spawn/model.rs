@@ -2,7 +2,6 @@
 //! role's frontend and model, `max_tokens` passed to the API and counted as the turn streams, the
 //! deadline enforced by cancelling the request (or killing the CLI's process group).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,6 +16,7 @@ use super::Ran;
 use crate::config::Role;
 use crate::error::{HostError, Result};
 use crate::host::Host;
+use crate::pricing::{Stop, TurnMeter};
 use crate::spawner::SpawnRequest;
 
 pub(crate) fn run(
@@ -62,14 +62,21 @@ pub(crate) fn run(
     }
 
     let cancel = CancellationToken::new();
-    let streamed_tokens = Arc::new(AtomicU64::new(0));
-    let over_budget = Arc::new(AtomicBool::new(false));
+    let model = turn.model.clone().unwrap_or_default();
+    let budget = &host.config().budget;
+    let cost_budget = match budget.max_cost_usd {
+        Some(max) => Some((max, crate::budget::used(host.store())?.cost_usd)),
+        None => None,
+    };
+    let price = host.config().prices.price(&model);
+    let meter = Arc::new(Mutex::new(TurnMeter::new(max_tokens, cost_budget, price)));
+    let stopped: Arc<Mutex<Option<Stop>>> = Arc::new(Mutex::new(None));
     let partial = Arc::new(Mutex::new(String::new()));
     let agent = req.agent_name.clone();
     let mut sink = {
         let cancel = cancel.clone();
-        let streamed = Arc::clone(&streamed_tokens);
-        let over = Arc::clone(&over_budget);
+        let meter = Arc::clone(&meter);
+        let stopped = Arc::clone(&stopped);
         let partial = Arc::clone(&partial);
         move |ev: HarnessEventEnvelope| {
             match &ev.payload {
@@ -79,11 +86,12 @@ pub(crate) fn run(
                     }
                 }
                 Some(HarnessEvent::Usage { usage }) => {
-                    let total = usage.input_tokens + usage.output_tokens;
-                    streamed.fetch_max(total, Ordering::SeqCst);
-                    // Multi-turn harnesses report usage as they go: stop at the cap.
-                    if max_tokens.is_some_and(|m| usage.output_tokens > m) {
-                        over.store(true, Ordering::SeqCst);
+                    // Charged as it streams: the turn stops at the first report past a limit.
+                    let stop = meter.lock().ok().and_then(|mut m| m.observe(usage));
+                    if let Some(stop) = stop {
+                        if let Ok(mut s) = stopped.lock() {
+                            s.get_or_insert(stop);
+                        }
                         cancel.cancel();
                     }
                 }
@@ -117,23 +125,25 @@ pub(crate) fn run(
         Err(e) => return Ok(Ran::error(format!("{}: {e}", e.code().as_str()))),
     };
     let result = response.result;
-    let usage_tokens = result
-        .usage
-        .as_ref()
-        .map(|u| u.input_tokens + u.output_tokens)
-        .unwrap_or(0)
-        .max(streamed_tokens.load(Ordering::SeqCst));
+    let (usage_tokens, metered_cost) = {
+        let mut m = meter
+            .lock()
+            .map_err(|_| HostError::Other("the turn's meter was poisoned".into()))?;
+        if let Some(u) = &result.usage {
+            m.observe(u);
+        }
+        (m.total_tokens(), m.cost())
+    };
+    // The frontend's own figure when it gives one (Claude Code), else the host's pricing.
+    let cost_usd = result.cost_usd.or(metered_cost);
     let partial = partial.lock().map(|p| p.clone()).unwrap_or_default();
     let text = result.final_output.clone().unwrap_or(partial);
-    if over_budget.load(Ordering::SeqCst) {
+    if let Some(stop) = stopped.lock().ok().and_then(|s| s.clone()) {
         return Ok(Ran {
             status: AgentStatus::Error,
-            data: format!(
-                "max_tokens exceeded: the turn used more than {} output tokens and was stopped",
-                max_tokens.unwrap_or(0)
-            ),
+            data: stop.explain(),
             tokens_used: usage_tokens,
-            cost_usd: result.cost_usd,
+            cost_usd,
             checkpoint: None,
         });
     }
@@ -162,7 +172,7 @@ pub(crate) fn run(
         status,
         data,
         tokens_used: usage_tokens,
-        cost_usd: result.cost_usd,
+        cost_usd,
         checkpoint,
     })
 }

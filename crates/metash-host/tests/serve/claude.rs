@@ -26,15 +26,19 @@ fn is_tool_result_request(body: &str) -> bool {
 async fn claude_code_orchestrates_through_metash_mcp() {
     let programs = Programs::in_tools_dir(&tools_dir());
     if programs.get(Program::Claude).is_none() {
-        eprintln!(
-            "SKIPPED: Claude Code is not installed under {} (run scripts/setup)",
-            tools_dir().display()
+        metash_testkit::skip(
+            "claude_code_orchestrates_through_metash_mcp",
+            &format!(
+                "Claude Code is not installed under {} (run scripts/setup)",
+                tools_dir().display()
+            ),
         );
         return;
     }
     let Some(metash) = metash_bin() else {
-        eprintln!(
-            "SKIPPED: the metash binary is not built next to this test (cargo build -p metash, or set METASH_BIN)"
+        metash_testkit::skip(
+            "claude_code_orchestrates_through_metash_mcp",
+            "the metash binary is not built next to this test (cargo build -p metash, or set METASH_BIN)",
         );
         return;
     };

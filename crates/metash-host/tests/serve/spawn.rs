@@ -115,7 +115,7 @@ fn spawn_errors_from_the_host_are_json_rpc_errors_and_serving_goes_on() {
 fn the_python_client_drives_the_metash_serve_process() {
     let Some(python) = python3() else { return };
     let Some(metash) = metash_bin() else {
-        eprintln!("SKIPPED: the metash binary is not built next to this test (cargo build -p metash, or set METASH_BIN)");
+        metash_testkit::skip("metash binary tests", "the metash binary is not built next to this test (cargo build -p metash, or set METASH_BIN)");
         return;
     };
     let model = ModelServer::start(|_| sse_text("PROCESS-SUBAGENT-ANSWER"));

@@ -306,7 +306,7 @@ pub fn python3() -> Option<PathBuf> {
             .find(|p| p.is_file())
     });
     if found.is_none() {
-        eprintln!("SKIPPED: python3 is not on PATH");
+        metash_testkit::skip("python client tests", "python3 is not on PATH");
     }
     found
 }

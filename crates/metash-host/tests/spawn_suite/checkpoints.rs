@@ -9,7 +9,7 @@ use super::common::{msg, native_agent_exe, native_unavailable, wat_agent, Projec
 #[test]
 fn answer_is_delivered_to_the_next_spawn_once() {
     if let Some(why) = native_unavailable() {
-        eprintln!("SKIP answer_is_delivered_to_the_next_spawn_once: {why}");
+        metash_testkit::skip("answer_is_delivered_to_the_next_spawn_once", &why);
         return;
     }
     let p = Project::new();

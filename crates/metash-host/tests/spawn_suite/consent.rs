@@ -17,7 +17,7 @@ use super::common::{native_agent_exe, native_unavailable, Project};
 
 fn project(caps: &[&str]) -> Option<Project> {
     if let Some(why) = native_unavailable() {
-        eprintln!("SKIP consent tests: {why}");
+        metash_testkit::skip("consent tests", &why);
         return None;
     }
     let p = Project::new();

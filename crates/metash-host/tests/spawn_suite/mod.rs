@@ -1,6 +1,7 @@
 mod checkpoints;
 mod common;
 mod consent;
+mod host_only;
 mod model_role;
 mod native_agent;
 mod progress;

@@ -232,3 +232,73 @@ fn streamed_usage_past_max_tokens_ends_the_agent() {
     assert!(r.data.contains("max_tokens exceeded"), "{}", r.data);
     assert_eq!(r.metadata.tokens_used, 55);
 }
+
+/// Cost is priced from streamed usage with the project's price table: a turn that would pass the
+/// run's `max_cost_usd` is stopped, what it used is charged, and the next spawn meets the budget
+/// checkpoint, as for tokens.
+#[test]
+fn streamed_cost_past_max_cost_usd_ends_the_turn() {
+    let provider = Provider::start(vec![
+        Reply::Text {
+            text: "cheap".into(),
+            input_tokens: 0,
+            output_tokens: 1_000,
+            stop: "end_turn",
+        },
+        Reply::Text {
+            text: "a provider that talks too long".into(),
+            input_tokens: 0,
+            output_tokens: 50_000,
+            stop: "end_turn",
+        },
+    ]);
+    let p = role_project(
+        &provider,
+        "[budget]\nmax_cost_usd = 0.1\n[prices.\"smart-model\"]\ninput_per_mtok = 0.0\noutput_per_mtok = 10.0\n",
+    );
+    let h = host(&p);
+    let big = SpawnOptions {
+        max_tokens: Some(100_000),
+        ..SpawnOptions::default()
+    };
+    let r = spawn(&h, "hi", big.clone());
+    assert_eq!(r.status, AgentStatus::Success, "{r:?}");
+    let used = metash_host::budget::used(h.store()).unwrap();
+    assert!(
+        (used.cost_usd - 0.01).abs() < 1e-9,
+        "priced by the host: {used:?}"
+    );
+    let r = spawn(&h, "more", big.clone());
+    assert_eq!(r.status, AgentStatus::Error, "{r:?}");
+    assert!(r.data.contains("max_cost_usd exceeded"), "{}", r.data);
+    let used = metash_host::budget::used(h.store()).unwrap();
+    assert!((used.cost_usd - 0.51).abs() < 1e-9, "{used:?}");
+    let r = spawn(&h, "again", big);
+    assert_eq!(
+        r.status,
+        AgentStatus::Checkpoint,
+        "the budget checkpoint follows: {r:?}"
+    );
+    assert!(r.data.contains("run budget"), "{}", r.data);
+    assert_eq!(
+        provider.bodies().len(),
+        2,
+        "no request after the budget is spent"
+    );
+}
+
+#[test]
+fn a_bad_price_names_the_file_and_the_field() {
+    let provider = Provider::start(vec![Reply::text("unused")]);
+    let p = role_project(
+        &provider,
+        "[prices.\"m\"]\ninput_per_mtok = -1.0\noutput_per_mtok = 1.0\n",
+    );
+    let err = Host::open(p.path(), HostOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("config.toml") && err.contains("prices") && err.contains("input_per_mtok"),
+        "{err}"
+    );
+}

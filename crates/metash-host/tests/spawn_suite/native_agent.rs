@@ -7,7 +7,7 @@ use super::common::{live_processes, native_agent_exe, native_unavailable, Projec
 
 fn project() -> Option<Project> {
     if let Some(why) = native_unavailable() {
-        eprintln!("SKIP native agent tests: {why}");
+        metash_testkit::skip("native agent tests", &why);
         return None;
     }
     let p = Project::new();
@@ -45,7 +45,7 @@ fn native_agent_success_and_error() {
     assert_eq!(r.status, AgentStatus::Error);
     assert!(r.data.contains("boom"), "{}", r.data);
     let kinds = p.log_kinds();
-    for k in ["spawn", "agent_started", "output", "spawn_end"] {
+    for k in ["spawn", "agent_started", "agent_event", "spawn_end"] {
         assert!(kinds.iter().any(|x| x == k), "no `{k}` event in {kinds:?}");
     }
 }

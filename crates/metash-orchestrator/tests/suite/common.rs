@@ -152,6 +152,10 @@ pub struct Sim {
     pub same_file: bool,
     /// The first executor attempt at these tasks leaves a half-written file and times out.
     pub timeout_first: Vec<String>,
+    /// The executor reports success on these tasks and changes nothing.
+    pub idle: Vec<String>,
+    /// The verifier passes these tasks whatever their files.
+    pub verifier_passes: Vec<String>,
     pub spawns: Mutex<Vec<Spawned>>,
 }
 
@@ -164,6 +168,8 @@ impl Sim {
             verifier_fails: vec![],
             same_file: false,
             timeout_first: vec![],
+            idle: vec![],
+            verifier_passes: vec![],
             spawns: Mutex::new(vec![]),
         }
     }
@@ -177,6 +183,8 @@ impl Sim {
             verifier_fails: vec![],
             same_file: false,
             timeout_first: vec![],
+            idle: vec![],
+            verifier_passes: vec![],
             spawns: Mutex::new(vec![]),
         }
     }
@@ -241,13 +249,18 @@ impl Spawner for Sim {
                 });
                 return Ok(out);
             }
+            "executor" if req.task_id.as_ref().is_some_and(|t| self.idle.contains(t)) => {
+                Reply::Output("{\"summary\": \"all done (nothing written)\"}".into())
+            }
             "executor" => {
                 std::thread::sleep(self.executor_sleep);
                 metash_example_agents::executor(&req.user_message, resume.as_ref(), &ws)
             }
             "verifier" => {
                 let task = req.task_id.clone().unwrap_or_default();
-                if self.verifier_fails.contains(&task) {
+                if self.verifier_passes.contains(&task) {
+                    Reply::Output("{\"pass\": true}".into())
+                } else if self.verifier_fails.contains(&task) {
                     Reply::Output(json!({"pass": false, "findings": [format!("{task} is never good enough")]}).to_string())
                 } else {
                     metash_example_agents::verifier(&req.user_message, resume.as_ref(), &ws)

@@ -276,3 +276,51 @@ fn a_timed_out_task_is_reset_to_its_last_commit_and_retried() {
     // A failure of the executor is not a verifier finding.
     assert!(!retry.user_message.contains("fix these findings"));
 }
+
+/// A task whose executor changed nothing is not "complete" by default: it fails verification
+/// without the verifier being asked, unless the planner said it expects no change.
+#[test]
+fn a_task_that_changed_nothing_fails_unless_it_expects_no_change() {
+    let p = Project::new("max_gap_retries = 2");
+    p.decide("english");
+    let mut sim = Sim::new(&p);
+    sim.planner_script.lock().unwrap().push_back(
+        r#"{"tasks": [{"id": "look", "title": "check the greeting", "expects_change": false},
+                      {"id": "lazy", "title": "write lazy.txt"}]}"#
+            .into(),
+    );
+    sim.idle = vec!["look".into(), "lazy".into()];
+    sim.verifier_passes = vec!["look".into(), "lazy".into()];
+    let RunOutcome::Halted(h) = run(&p, &sim, RunOptions::default()) else {
+        panic!("halts");
+    };
+    assert_eq!(h.reason, "gap_limit");
+    assert_eq!(h.failed.len(), 1, "{h:?}");
+    assert_eq!(h.failed[0].id, "lazy");
+    assert!(
+        h.failed[0].why[0].contains("changed nothing"),
+        "{:?}",
+        h.failed[0].why
+    );
+    let spawns = sim.spawned();
+    let verified = |id: &str| {
+        spawns
+            .iter()
+            .filter(|s| s.agent == "verifier" && s.task.as_deref() == Some(id))
+            .count()
+    };
+    assert_eq!(
+        verified("lazy"),
+        0,
+        "the verifier is not asked about no work"
+    );
+    assert_eq!(
+        verified("look"),
+        1,
+        "a task expecting no change is judged as usual"
+    );
+    let state = p.state();
+    assert_eq!(state["variables"]["metash"]["verified"]["look"], true);
+    assert_eq!(state["variables"]["metash"]["noChange"]["look"], true);
+    assert_eq!(state["gapCount"], 2);
+}

@@ -11,6 +11,7 @@ fn t(id: &str, deps: &[&str]) -> PlannedTask {
         title: format!("task {id}"),
         dependencies: deps.iter().map(|d| d.to_string()).collect(),
         phase: None,
+        expects_change: None,
     }
 }
 
@@ -39,6 +40,7 @@ fn validation_names_the_broken_rule() {
         title: "a".into(),
         dependencies: vec![],
         phase: 1,
+        expects_change: true,
     }];
     let clash = plan::validate(&existing, &[t("a", &[])], 2).unwrap_err();
     assert!(clash.contains("duplicate"), "{clash}");

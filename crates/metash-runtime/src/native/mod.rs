@@ -6,6 +6,7 @@
 mod cgroup;
 pub mod exec_gate;
 pub mod isolate;
+pub mod probe;
 pub mod procs;
 mod proxy;
 mod sandbox;
@@ -100,6 +101,7 @@ impl NativeProcess {
             agent: spec.id.clone(),
             sink: Arc::clone(sink),
             max_line: spec.max_line,
+            replier: replier.clone(),
         };
         let throttle = spec.throttle;
         thread::Builder::new()

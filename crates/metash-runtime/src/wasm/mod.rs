@@ -502,6 +502,7 @@ impl WasmAgent {
             agent: spec.id.clone(),
             sink: Arc::clone(sink),
             max_line: spec.max_line,
+            replier: replier.clone(),
         };
         let throttle = spec.throttle;
         self.engine.workers.run(move || {

@@ -7,6 +7,7 @@ use clap::Subcommand;
 
 mod harness;
 pub(crate) mod host;
+pub(crate) mod onboard;
 mod orchestrator;
 mod policy;
 mod serve;
@@ -32,6 +33,8 @@ pub enum Command {
     Serve(serve::ServeCommand),
     #[command(flatten)]
     Host(host::HostCommand),
+    #[command(flatten)]
+    Onboard(onboard::OnboardCommand),
 }
 
 pub fn run(command: Command, ctx: &Ctx) -> anyhow::Result<ExitCode> {
@@ -42,5 +45,6 @@ pub fn run(command: Command, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         Command::Orchestrator(c) => orchestrator::run(c, ctx),
         Command::Serve(c) => serve::run(c, ctx),
         Command::Host(c) => host::run(c, ctx),
+        Command::Onboard(c) => onboard::run(c, ctx),
     }
 }

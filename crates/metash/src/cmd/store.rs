@@ -19,6 +19,8 @@ pub enum StoreCommand {
         /// Use this file as context.md instead of the template.
         #[arg(long)]
         context: Option<PathBuf>,
+        #[command(flatten)]
+        agent: super::onboard::InitAgent,
         #[arg(long)]
         json: bool,
     },
@@ -137,7 +139,11 @@ pub struct AgentArg {
 
 pub fn run(cmd: StoreCommand, ctx: &Ctx) -> Result<ExitCode> {
     match cmd {
-        StoreCommand::Init { context, json } => init(ctx, context, json),
+        StoreCommand::Init {
+            context,
+            agent,
+            json,
+        } => init(ctx, context, &agent, json),
         StoreCommand::State { cmd } => state(ctx, cmd),
         StoreCommand::Log { cmd } => log(ctx, cmd),
         StoreCommand::Kv { cmd } => kv(ctx, cmd),
@@ -169,7 +175,12 @@ pub fn run(cmd: StoreCommand, ctx: &Ctx) -> Result<ExitCode> {
     }
 }
 
-fn init(ctx: &Ctx, context: Option<PathBuf>, json: bool) -> Result<ExitCode> {
+fn init(
+    ctx: &Ctx,
+    context: Option<PathBuf>,
+    agent: &super::onboard::InitAgent,
+    json: bool,
+) -> Result<ExitCode> {
     let text = match &context {
         Some(p) => {
             Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
@@ -178,16 +189,40 @@ fn init(ctx: &Ctx, context: Option<PathBuf>, json: bool) -> Result<ExitCode> {
     };
     std::fs::create_dir_all(&ctx.workspace)
         .with_context(|| format!("creating {}", ctx.workspace.display()))?;
-    let store = Store::init(&ctx.workspace, text.as_deref())?;
+    // `init --agent` on a project that exists adds the roles (config.toml must not exist yet).
+    let store = match Store::init(&ctx.workspace, text.as_deref()) {
+        Err(metash_store::StoreError::AlreadyInitialized(_))
+            if agent.agent.is_some() && context.is_none() =>
+        {
+            Store::open(&ctx.workspace)?
+        }
+        r => r?,
+    };
+    let chosen = super::onboard::write_roles(ctx, agent)?;
     let state = store.state()?;
     if json {
-        println!("{}", serde_json::to_string(&state)?);
+        let mut v = serde_json::to_value(&state)?;
+        if let (Some(a), Value::Object(m)) = (chosen, &mut v) {
+            m.insert("agent".into(), Value::String(a.name().into()));
+        }
+        println!("{v}");
     } else {
         println!(
             "initialised {} (session {})",
             store.meta_dir().display(),
             state.session_id
         );
+        match chosen {
+            Some(a) => println!(
+                "roles: planner, executor and verifier run {} (.meta/config.toml); next: metash run",
+                a.name()
+            ),
+            None => println!(
+                "no agent found (no installed claude, codex or pi with its key, no API key): \
+                 `metash doctor` says what is missing; then `metash init --agent \
+                 claude-code|codex|pi|api` here adds the roles"
+            ),
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
