@@ -5,7 +5,8 @@
 //! which may have network through the allowlist proxy) or, with the user's consent,
 //! as a native Linux process under Landlock, seccomp and cgroups ([`native`]). Both are driven
 //! through the same lifecycle ([`Agent`]), report to the same [`EventSink`], and stream through the
-//! same bounded, throttled reader.
+//! same bounded, throttled reader. A CLI executor's model key stays in the host: the agent talks to
+//! the [`credential`] proxy, which adds the key on the way out.
 //!
 //! ```no_run
 //! # use std::sync::Arc;
@@ -25,6 +26,7 @@
 
 mod agent;
 pub mod codec;
+pub mod credential;
 mod error;
 mod invocation;
 pub mod lifecycle;

@@ -1,4 +1,5 @@
 mod common;
+mod credential_proxy;
 mod exec_gate;
 mod flood;
 mod lifecycle;
@@ -7,6 +8,7 @@ mod protocol;
 mod replies;
 mod runaway;
 mod rust_agent;
+mod upstream;
 mod wasm_escape;
 mod wasm_fuel;
 mod wasm_network;

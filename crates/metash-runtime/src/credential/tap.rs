@@ -1,0 +1,186 @@
+//! The usage hook: every response body passes through [`TappedBody`], which shows each chunk to
+//! the host's [`UsageTap`] as it is forwarded (the host parses SSE usage events from it for budget
+//! enforcement). The tap sees bytes, never request headers, so it never sees the secret.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+
+/// How a forwarded response stream ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamEnd {
+    /// The upstream finished the body.
+    Complete,
+    /// The upstream connection failed mid-body (the agent sees a truncated response).
+    UpstreamError,
+    /// The agent closed its connection (or the proxy stopped) before the body ended.
+    ClientGone,
+}
+
+/// What the tap is shown, per exchange (one forwarded request).
+#[derive(Debug)]
+pub enum TapEvent<'a> {
+    /// The upstream answered; the body follows.
+    Response {
+        exchange: u64,
+        route: &'a str,
+        status: u16,
+    },
+    /// A body chunk, as it is passed on (an SSE stream arrives in pieces that need not align
+    /// with events).
+    Chunk {
+        exchange: u64,
+        route: &'a str,
+        bytes: &'a Bytes,
+    },
+    /// The body ended (exactly once per `Response`).
+    End {
+        exchange: u64,
+        route: &'a str,
+        end: StreamEnd,
+    },
+}
+
+/// Sees every response as it streams. Called on the proxy's runtime thread while the chunk is in
+/// flight: keep it cheap (append to a buffer, send on a channel).
+pub trait UsageTap: Send + Sync {
+    fn event(&self, event: TapEvent<'_>);
+}
+
+impl<F: Fn(TapEvent<'_>) + Send + Sync> UsageTap for F {
+    fn event(&self, event: TapEvent<'_>) {
+        self(event)
+    }
+}
+
+/// An upstream body that reports to the tap.
+pub(crate) struct TappedBody {
+    inner: reqwest::Body,
+    tap: Option<Arc<dyn UsageTap>>,
+    exchange: u64,
+    route: Arc<str>,
+    ended: bool,
+}
+
+impl TappedBody {
+    pub fn new(
+        inner: reqwest::Body,
+        tap: Option<Arc<dyn UsageTap>>,
+        exchange: u64,
+        route: Arc<str>,
+        status: u16,
+    ) -> Self {
+        if let Some(t) = &tap {
+            t.event(TapEvent::Response {
+                exchange,
+                route: &route,
+                status,
+            });
+        }
+        Self {
+            inner,
+            tap,
+            exchange,
+            route,
+            ended: false,
+        }
+    }
+
+    fn end(&mut self, end: StreamEnd) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        if let Some(t) = &self.tap {
+            t.event(TapEvent::End {
+                exchange: self.exchange,
+                route: &self.route,
+                end,
+            });
+        }
+    }
+}
+
+impl Body for TappedBody {
+    type Data = Bytes;
+    type Error = reqwest::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, reqwest::Error>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let (Some(t), Some(bytes)) = (&this.tap, frame.data_ref()) {
+                    t.event(TapEvent::Chunk {
+                        exchange: this.exchange,
+                        route: &this.route,
+                        bytes,
+                    });
+                }
+            }
+            Poll::Ready(Some(Err(_))) => this.end(StreamEnd::UpstreamError),
+            Poll::Ready(None) => this.end(StreamEnd::Complete),
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for TappedBody {
+    fn drop(&mut self) {
+        if !self.ended && self.inner.is_end_stream() {
+            self.end(StreamEnd::Complete);
+        }
+        self.end(StreamEnd::ClientGone);
+    }
+}
+
+/// What the server side sends back: the proxy's own short answers, or an upstream stream.
+pub(crate) enum OutBody {
+    Full(Option<Bytes>),
+    Stream(TappedBody),
+}
+
+impl Body for OutBody {
+    type Data = Bytes;
+    type Error = reqwest::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, reqwest::Error>>> {
+        match self.get_mut() {
+            OutBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            OutBody::Stream(s) => Pin::new(s).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            OutBody::Full(b) => b.is_none(),
+            OutBody::Stream(s) => s.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            OutBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            OutBody::Full(None) => SizeHint::with_exact(0),
+            OutBody::Stream(s) => s.size_hint(),
+        }
+    }
+}
