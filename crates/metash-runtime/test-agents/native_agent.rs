@@ -51,6 +51,24 @@ fn host_notice<W: Write>(s: &mut Session<W>, within: Duration) -> Option<String>
     serde_json::to_string(&event).ok()
 }
 
+/// A datagram to a host socket at `path`: first from a socket of its own, then (if that is
+/// refused) from a datagram socket pair, both ways a sandbox must close.
+fn unix_dgram<W: Write>(s: &mut Session<W>, path: &str) -> Result<(), String> {
+    use std::os::unix::net::UnixDatagram;
+    if let Ok(d) = UnixDatagram::unbound() {
+        if d.send_to(b"escaped", path).is_ok() {
+            return out(s, "DGRAM-OK");
+        }
+    }
+    match UnixDatagram::pair() {
+        Ok((d, _)) => match d.send_to(b"escaped", path) {
+            Ok(_) => out(s, "DGRAM-OK"),
+            Err(e) => fail(s, "unix datagram send", e),
+        },
+        Err(e) => fail(s, "datagram socketpair", e),
+    }
+}
+
 fn handle<W: Write>(s: &mut Session<W>, prompt: &str) -> Result<(), String> {
     let (cmd, arg) = prompt.split_once(' ').unwrap_or((prompt, ""));
     match cmd {
@@ -80,6 +98,22 @@ fn handle<W: Write>(s: &mut Session<W>, prompt: &str) -> Result<(), String> {
                 Err(e) => fail(s, "connect", e),
             }
         }
+        "unix" => match std::os::unix::net::UnixStream::connect(arg) {
+            Ok(_) => out(s, "UNIX-OK"),
+            Err(e) => fail(s, "unix connect", e),
+        },
+        "unixdgram" => unix_dgram(s, arg),
+        "pair" => match std::os::unix::net::UnixStream::pair() {
+            Ok((mut a, mut b)) => {
+                a.write_all(b"through the pair")
+                    .map_err(|e| e.to_string())?;
+                drop(a);
+                let mut got = String::new();
+                b.read_to_string(&mut got).map_err(|e| e.to_string())?;
+                out(s, &format!("PAIR-OK:{got}"))
+            }
+            Err(e) => fail(s, "socketpair", e),
+        },
         "proxy" => {
             let Ok(proxy) = std::env::var("HTTPS_PROXY") else {
                 return fail(s, "proxy", "no HTTPS_PROXY in the environment");

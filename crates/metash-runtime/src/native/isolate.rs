@@ -183,7 +183,8 @@ pub fn landlock_ruleset(plan: &LandlockPlan<'_>) -> Result<(OwnedFd, i64)> {
     Ok((fd, abi_v))
 }
 
-/// The seccomp program: EPERM for sockets the network mode does not allow, for leaving the process
+/// The seccomp program: EPERM for sockets the network mode does not allow (never a Unix-domain
+/// socket, and Unix socket pairs only as connected streams), for leaving the process
 /// group or session (so killing the group reaches every descendant), and for a few syscalls no
 /// agent needs (ptrace, mount, namespaces, kernel keyring, bpf).
 ///
@@ -195,36 +196,44 @@ pub fn seccomp_program(network: &NetworkAccess) -> Result<Vec<libc::sock_filter>
         SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, v).map_err(sc)
     };
     let unix = libc::AF_UNIX as u64;
+    let inet = libc::AF_INET as u64;
+    let inet6 = libc::AF_INET6 as u64;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    // No Unix-domain socket() in any mode: Landlock (ABI <= 7) does not check connect() to a
+    // pathname socket, so a container engine's or the session bus's socket would be one connect
+    // away. Abstract sockets are scoped by Landlock (ABI >= 6) as well.
     let socket_rules = match network {
-        NetworkAccess::None => {
-            vec![SeccompRule::new(vec![cond(0, SeccompCmpOp::Ne, unix)?]).map_err(sc)?]
-        }
+        NetworkAccess::None => vec![],
+        // TCP over inet/inet6 only (Landlock confines connects to the proxy port).
         NetworkAccess::Allowlist(_) => vec![
-            // Only unix, inet, inet6 families...
             SeccompRule::new(vec![
-                cond(0, SeccompCmpOp::Ne, unix)?,
-                cond(0, SeccompCmpOp::Ne, libc::AF_INET as u64)?,
-                cond(0, SeccompCmpOp::Ne, libc::AF_INET6 as u64)?,
+                cond(0, SeccompCmpOp::Ne, inet)?,
+                cond(0, SeccompCmpOp::Ne, inet6)?,
             ])
             .map_err(sc)?,
-            // ...and inet only as TCP streams (Landlock confines those to the proxy port).
-            SeccompRule::new(vec![
-                cond(0, SeccompCmpOp::Ne, unix)?,
-                cond(1, SeccompCmpOp::MaskedEq(0xff), libc::SOCK_DGRAM as u64)?,
-            ])
+            SeccompRule::new(vec![cond(
+                1,
+                SeccompCmpOp::MaskedEq(0xff),
+                libc::SOCK_DGRAM as u64,
+            )?])
             .map_err(sc)?,
-            SeccompRule::new(vec![
-                cond(0, SeccompCmpOp::Ne, unix)?,
-                cond(1, SeccompCmpOp::MaskedEq(0xff), libc::SOCK_RAW as u64)?,
-            ])
+            SeccompRule::new(vec![cond(
+                1,
+                SeccompCmpOp::MaskedEq(0xff),
+                libc::SOCK_RAW as u64,
+            )?])
+            .map_err(sc)?,
+            SeccompRule::new(vec![cond(
+                1,
+                SeccompCmpOp::MaskedEq(0xff),
+                libc::SOCK_SEQPACKET as u64,
+            )?])
             .map_err(sc)?,
         ],
         NetworkAccess::Unrestricted => vec![
             SeccompRule::new(vec![
-                cond(0, SeccompCmpOp::Ne, unix)?,
-                cond(0, SeccompCmpOp::Ne, libc::AF_INET as u64)?,
-                cond(0, SeccompCmpOp::Ne, libc::AF_INET6 as u64)?,
+                cond(0, SeccompCmpOp::Ne, inet)?,
+                cond(0, SeccompCmpOp::Ne, inet6)?,
             ])
             .map_err(sc)?,
             SeccompRule::new(vec![cond(
@@ -235,6 +244,26 @@ pub fn seccomp_program(network: &NetworkAccess) -> Result<Vec<libc::sock_filter>
             .map_err(sc)?,
         ],
     };
+    // A connected pair of Unix stream sockets is how node/libuv (and others) wire a child's
+    // stdio: allowed. It can reach nothing: connect() on it is EISCONN, sendmsg() with an address
+    // is refused on a connected stream, bind() needs Landlock's MAKE_SOCK on the directory. A
+    // datagram pair could connect()/sendto() any host datagram socket by path: refused.
+    let mut pair_rules =
+        vec![SeccompRule::new(vec![cond(0, SeccompCmpOp::Ne, unix)?]).map_err(sc)?];
+    // "type & 0xff != SOCK_STREAM", spelled as the other types (seccompiler has no masked `!=`).
+    for ty in [
+        libc::SOCK_DGRAM,
+        libc::SOCK_RAW,
+        libc::SOCK_RDM,
+        libc::SOCK_SEQPACKET,
+        libc::SOCK_PACKET,
+    ] {
+        pair_rules.push(
+            SeccompRule::new(vec![cond(1, SeccompCmpOp::MaskedEq(0xff), ty as u64)?])
+                .map_err(sc)?,
+        );
+    }
+    rules.insert(libc::SYS_socketpair, pair_rules);
     rules.insert(libc::SYS_socket, socket_rules);
     for nr in [
         libc::SYS_setsid,

@@ -280,3 +280,52 @@ fn native_requires_consent_and_fails_closed() {
     assert_eq!(err.code(), "sandbox_setup_failed", "{err}");
     assert_eq!(f.events("n-closed", kinds::STARTED).len(), 0);
 }
+
+/// Issue 13 item 3: no native agent reaches a Unix-domain socket of the host (a container
+/// engine's, the session bus), with or without network; a connected stream pair (how node wires a
+/// child's stdio) still works.
+#[test]
+fn native_cannot_reach_host_unix_sockets() {
+    require_native!();
+    let f = Fixture::new();
+    let outside = tempfile::tempdir().unwrap();
+    let stream_path = outside.path().join("engine.sock");
+    let dgram_path = outside.path().join("bus.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&stream_path).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let dgram = std::os::unix::net::UnixDatagram::bind(&dgram_path).unwrap();
+    dgram.set_nonblocking(true).unwrap();
+    let none = f.native("n-unix", &["files.read", "files.write"], None);
+    let mut allow = f.native("n-unix-net", &["network"], None);
+    allow.network = NetworkAccess::Allowlist(vec!["localhost".into()]);
+    for spec in [none, allow] {
+        let id = spec.id.clone();
+        let mut a = f.start(spec);
+        let (_, ev) = run(&mut a, &format!("unix {}", stream_path.display()));
+        assert!(!text(&ev).contains("UNIX-OK"), "{id}: {}", text(&ev));
+        let (_, ev) = run(&mut a, &format!("unixdgram {}", dgram_path.display()));
+        assert!(!text(&ev).contains("DGRAM-OK"), "{id}: {}", text(&ev));
+        assert!(
+            f.events(&id, kinds::AGENT_EVENT)
+                .iter()
+                .any(|e| e.data["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("unix connect"))),
+            "{id}: the refusal is in the log"
+        );
+        let (_, ev) = run(&mut a, "pair");
+        assert_eq!(text(&ev), "PAIR-OK:through the pair", "{id}");
+        let _ = a.shutdown();
+    }
+    assert!(
+        listener.accept().is_err(),
+        "an agent reached the stream socket"
+    );
+    let mut buf = [0u8; 64];
+    assert!(
+        dgram.recv(&mut buf).is_err(),
+        "an agent reached the datagram socket"
+    );
+    // Positive control: the same connect from outside the sandbox works.
+    assert!(std::os::unix::net::UnixStream::connect(&stream_path).is_ok());
+}
