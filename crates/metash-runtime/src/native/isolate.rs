@@ -256,7 +256,6 @@ pub fn seccomp_program(network: &NetworkAccess) -> Result<Vec<libc::sock_filter>
         libc::SOCK_RAW,
         libc::SOCK_RDM,
         libc::SOCK_SEQPACKET,
-        libc::SOCK_PACKET,
     ] {
         pair_rules.push(
             SeccompRule::new(vec![cond(1, SeccompCmpOp::MaskedEq(0xff), ty as u64)?])
