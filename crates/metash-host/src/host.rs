@@ -271,6 +271,17 @@ impl Host {
         Ok(dir)
     }
 
+    /// The directories no agent may see, whatever it is granted: the project's `.meta/`.
+    pub fn hidden_dirs(&self) -> Vec<PathBuf> {
+        vec![self.store.meta_dir().to_path_buf()]
+    }
+
+    /// Whether `path` (resolved as far as it exists, `..` and symlinks included) is inside
+    /// metash's state directory.
+    pub fn is_hidden(&self, path: &Path) -> bool {
+        metash_policy::in_state_dir(&self.store, path)
+    }
+
     pub(crate) fn session_id(&self) -> Result<String> {
         Ok(self.store.state()?.session_id)
     }

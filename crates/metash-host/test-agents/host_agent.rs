@@ -15,6 +15,9 @@
 //! - `write PATH`: writes `written` to PATH; outputs `wrote` or `refused ERR`
 //! - `run PROGRAM [ARGS...]`: starts PROGRAM; outputs `exit CODE`, or `refused ERR` plus the host's
 //!   `error` event
+//! - `try OP PATH [PATH2]`: one filesystem attempt, answered `OK …` or `DENIED …`: `ls` (lists),
+//!   `read`, `write`, `symlink-read` (PATH2 -> PATH, then read PATH2), `hardlink` (PATH to PATH2),
+//!   `rename` (PATH to PATH2)
 //! - `claim CAPABILITY`: sends a `consent_grant` of CAPABILITY as if it were the host (it is not
 //!   allowed to), then outputs the host's answer (`error CODE HINT`)
 
@@ -64,6 +67,38 @@ fn fetch<W: Write>(s: &mut Session<W>, method: &str, url: &str) -> String {
         Ok((status, body)) if status.contains(" 200") => format!("{status} {body}"),
         Ok((status, _)) => format!("{status} | {}", host_error(s)),
         Err(e) => format!("failed {e}"),
+    }
+}
+
+/// One filesystem attempt for the isolation tests.
+fn attempt(arg: &str) -> String {
+    let mut w = arg.split_whitespace();
+    let (op, a, b) = (
+        w.next().unwrap_or(""),
+        w.next().unwrap_or(""),
+        w.next().unwrap_or(""),
+    );
+    let r: std::io::Result<String> = match op {
+        "ls" => std::fs::read_dir(a).map(|d| {
+            let names: Vec<String> = d
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            names.join(",")
+        }),
+        "read" => std::fs::read_to_string(a).map(|t| t.chars().take(40).collect()),
+        "write" => std::fs::write(a, "forged").map(|()| String::new()),
+        "symlink-read" => std::os::unix::fs::symlink(a, b)
+            .and_then(|()| std::fs::read_to_string(b))
+            .map(|t| t.chars().take(40).collect()),
+        "hardlink" => std::fs::hard_link(a, b).map(|()| String::new()),
+        "rename" => std::fs::rename(a, b).map(|()| String::new()),
+        other => return format!("DENIED unknown op {other}"),
+    };
+    match r {
+        Ok(t) if op == "ls" && t.is_empty() => "DENIED empty".into(),
+        Ok(t) => format!("OK {t}"),
+        Err(e) => format!("DENIED {e}"),
     }
 }
 
@@ -144,6 +179,10 @@ fn main() {
                     Ok(st) => format!("exit {}", st.code().unwrap_or(-1)),
                     Err(e) => format!("refused {e} | {}", host_error(s)),
                 };
+                s.output("text/plain", &text).map_err(io)
+            }
+            "try" => {
+                let text = attempt(arg);
                 s.output("text/plain", &text).map_err(io)
             }
             "claim" => {

@@ -57,7 +57,9 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use consent::Grant;
 pub use error::{PolicyError, Result};
 pub use manifest::{Diagnostic, Diagnostics};
-pub use policy::{Authorization, CapabilityRequest, Decision, DenyCode, Policy, Sensitive};
+pub use policy::{
+    in_state_dir, Authorization, CapabilityRequest, Decision, DenyCode, Policy, Sensitive,
+};
 pub use policy_file::PolicyFile;
 pub use prompt::{
     Answer, ConsentPrompter, ConsentQuestion, DenyAll, NonInteractive, TerminalPrompter,

@@ -3,7 +3,7 @@
 //! time (unless a grant explicitly covers sensitive use). Undeclared capabilities are refused
 //! without asking anyone: the manifest is the agent's contract, consent cannot widen it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use metash_protocol::AgentEvent;
@@ -485,6 +485,18 @@ impl Policy {
                 manifest: a.manifest_path.clone(),
             });
         }
+        if let (Category::FilesRead | Category::FilesWrite, Some(scope)) =
+            (&capability.category, &capability.scope)
+        {
+            let path = self.store.workspace().join(scope);
+            if in_state_dir(&self.store, &path) {
+                return Err(PolicyError::Invalid(format!(
+                    "`{capability}` names a path inside {}, metash's own state: no agent is ever \
+                     granted it (context reaches agents through their prompt)",
+                    self.store.meta_dir().display()
+                )));
+            }
+        }
         consent::grant(
             &self.store,
             self.clock.now(),
@@ -535,4 +547,40 @@ impl Policy {
             json!({"capability": capability, "detail": detail}),
         )?)
     }
+}
+
+/// Whether `path` is inside the project's state directory (`.meta/`), with `..` and symlinks
+/// resolved for the part of it that exists (a grant may name a path not created yet).
+pub fn in_state_dir(store: &Store, path: &Path) -> bool {
+    let meta = store.meta_dir();
+    let meta = std::fs::canonicalize(meta).unwrap_or_else(|_| meta.to_path_buf());
+    resolve_existing(path).starts_with(meta)
+}
+
+fn resolve_existing(path: &Path) -> PathBuf {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut normal = PathBuf::new();
+    for c in abs.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                normal.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => normal.push(other),
+        }
+    }
+    let mut base = normal.clone();
+    let mut rest = Vec::new();
+    while !base.exists() {
+        match (base.file_name().map(|n| n.to_owned()), base.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                base = parent.to_path_buf();
+            }
+            _ => return normal,
+        }
+    }
+    let mut out = std::fs::canonicalize(&base).unwrap_or(base);
+    out.extend(rest.iter().rev());
+    out
 }

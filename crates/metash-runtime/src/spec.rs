@@ -158,6 +158,11 @@ pub struct AgentSpec {
     /// the wall-clock deadline applies). Running out ends the invocation `limit_exceeded: fuel`.
     /// Metering costs speed, so such agents run on a second engine, created on first use.
     pub fuel: Option<u64>,
+    /// Directories no agent may see, whatever it is granted: the host's own state (`.meta/`).
+    /// A grant that contains one gets it masked (natively: an empty read-only mount over it in the
+    /// agent's own mount namespace); a WASM preopen that contains one is refused. The runtime
+    /// knows no names: the host says which.
+    pub hidden: Vec<PathBuf>,
 }
 
 impl AgentSpec {
@@ -189,7 +194,19 @@ impl AgentSpec {
             channel_capacity: 64,
             gate: Gate::default(),
             fuel: None,
+            hidden: Vec::new(),
         }
+    }
+
+    /// The directories the agent is granted (the workspace with a files capability, and each
+    /// existing scoped path): what [`Self::hidden`] is checked against.
+    pub fn granted_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = Vec::new();
+        if self.has(caps::FILES_READ) || self.has(caps::FILES_WRITE) {
+            dirs.push(self.workspace.clone());
+        }
+        dirs.extend(self.split_paths().0.into_iter().map(|p| p.path.clone()));
+        dirs
     }
 
     pub fn has(&self, cap: &str) -> bool {

@@ -80,6 +80,15 @@ pub(crate) fn run(
             }
             _ => None,
         };
+        if let Some(p) = scoped_path.as_deref().filter(|p| host.is_hidden(p)) {
+            let _ = host.record_later(NewEvent::new(
+                "sandbox_denied",
+                Some(&agent.id),
+                json!({"what": "files", "capability": cap.to_string(), "path": p,
+                       "reason": "inside metash's state directory (.meta), which no grant reaches"}),
+            ));
+            continue;
+        }
         let ask = match (&cap.category, &scoped_path) {
             (Category::FilesWrite, Some(p)) => {
                 CapabilityRequest::files_write(&workspace, p, reason)
@@ -134,6 +143,8 @@ pub(crate) fn run(
     };
     spec.allow_native = allow_native;
     spec.fuel = host.config().host.wasm_fuel;
+    // metash's own state is never in an agent's view, whatever it was granted.
+    spec.hidden = host.hidden_dirs();
     spec.gate = Gate(Some(gate.clone()));
     spec.timeout = timeout;
     spec.config = json!({

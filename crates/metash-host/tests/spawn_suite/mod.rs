@@ -3,6 +3,7 @@ mod checkpoints;
 mod common;
 mod consent;
 mod host_only;
+mod meta_isolation;
 mod model_role;
 mod native_agent;
 mod progress;

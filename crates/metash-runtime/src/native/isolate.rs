@@ -321,6 +321,8 @@ pub struct ChildPlan {
     pub drop_caps: bool,
     /// With a live gate: the exec notify filter and the socket its listener goes to the host on.
     pub exec_gate: Option<super::exec_gate::ChildSide>,
+    /// The host's state directories a grant would expose, hidden under empty mounts.
+    pub mask: Option<super::mask::Mask>,
 }
 
 fn check(rc: libc::c_long, step: &str) -> io::Result<()> {
@@ -370,6 +372,10 @@ impl ChildPlan {
                     rlim_max: value,
                 };
                 check(libc::setrlimit(res, &lim) as libc::c_long, "setrlimit")?;
+            }
+            if let Some(mask) = &self.mask {
+                // Before capabilities go (the mounts need them) and before Landlock.
+                mask.apply()?;
             }
             if self.drop_caps {
                 // Drop every capability (the host may run as root; Landlock confines root too, but

@@ -6,6 +6,7 @@
 mod cgroup;
 pub mod exec_gate;
 pub mod isolate;
+mod mask;
 pub mod probe;
 pub mod procs;
 mod proxy;

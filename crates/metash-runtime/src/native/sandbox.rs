@@ -73,6 +73,10 @@ impl Sandbox {
             proxy_port: proxy.as_ref().map(ConnectProxy::port),
         })?;
         let seccomp = isolate::seccomp_program(&network)?;
+        let mask = super::mask::plan(&spec.hidden, &spec.granted_dirs())?;
+        let hidden_report = mask.as_ref().map(
+            |m| json!({"dirs": m.shown, "via": "mount-namespace", "as": "empty read-only tmpfs"}),
+        );
         // Per-action consent for process starts: only with a live gate.
         let (exec_gate, exec_child) = match &spec.gate.0 {
             Some(gate) => {
@@ -170,6 +174,7 @@ impl Sandbox {
             parent_pid: unsafe { libc::getpid() },
             drop_caps: true,
             exec_gate: exec_child,
+            mask,
         };
         let report = json!({
             "sandbox": "native",
@@ -184,6 +189,7 @@ impl Sandbox {
             "workspace_access": if spec.has(caps::FILES_WRITE) { "read-write" }
                 else if spec.has(caps::FILES_READ) { "read-only" } else { "none" },
             "paths": crate::limits::paths_report(spec, None),
+            "state_hidden": hidden_report,
         });
         let mut env = spec.env.clone();
         if let Some(p) = &proxy {

@@ -357,6 +357,7 @@ impl WasmAgent {
                 (Pre::Component(pre), Kind::Component)
             }
         };
+        refuse_hidden(spec)?;
         let net = net::Net::prepare(spec, kind, sink, replier)?;
         Ok(Self {
             engine,
@@ -740,4 +741,32 @@ fn component_linker(engine: &Engine) -> Result<wasmtime::component::Linker<State
     .map_err(link)?;
     linker.allow_shadowing(false);
     Ok(linker)
+}
+
+/// A preopen is a whole directory, and wasmtime-wasi's cap-std layer cannot subtract a
+/// subdirectory from it; a writable one would even let the guest rename the host's state away and
+/// plant its own. So a WASM agent is never given a directory that holds a hidden one (the
+/// project root, which holds `.meta/`): it runs in a task worktree or on a subdirectory. Fail
+/// closed, before anything runs.
+fn refuse_hidden(spec: &AgentSpec) -> Result<()> {
+    let hidden: Vec<PathBuf> = spec
+        .hidden
+        .iter()
+        .filter_map(|h| std::fs::canonicalize(h).ok())
+        .collect();
+    for g in spec.granted_dirs() {
+        let Ok(g) = std::fs::canonicalize(&g) else {
+            continue;
+        };
+        if let Some(h) = hidden.iter().find(|h| h.starts_with(&g)) {
+            return Err(RuntimeError::SandboxSetup(format!(
+                "{} holds {}, metash's own state, which no agent may see: a WASM agent cannot be \
+                 given it (WASI preopens cannot hide a subdirectory); run it in a task worktree \
+                 or grant a subdirectory (files.read:src/)",
+                g.display(),
+                h.display()
+            )));
+        }
+    }
+    Ok(())
 }
