@@ -407,11 +407,93 @@ fn apply_files(wt: &Path, data: &str) -> std::result::Result<(), String> {
                 "file path `{path}` must be relative, inside the worktree, outside .git and .meta"
             ));
         }
-        let target = wt.join(rel);
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| format!("{path}: {e}"))?;
-        }
-        std::fs::write(&target, content).map_err(|e| format!("{path}: {e}"))?;
+        write_no_follow(wt, rel, content).map_err(|e| format!("{path}: {e}"))?;
     }
     Ok(())
+}
+
+/// Writes `content` at `rel` under `wt` without following a symlink anywhere on the way: a link
+/// in the worktree (committed by an earlier task, or in the project itself) pointing at `../..`
+/// would otherwise carry the write into `.meta/` or out of the project.
+fn write_no_follow(wt: &Path, rel: &Path, content: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut at = wt.to_path_buf();
+    let mut parts = rel.components().peekable();
+    while let Some(part) = parts.next() {
+        at.push(part);
+        let last = parts.peek().is_none();
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(std::io::Error::other(format!(
+                    "{} is a symbolic link; metash writes no file through one",
+                    at.display()
+                )));
+            }
+            Ok(m) if !last && !m.is_dir() => {
+                return Err(std::io::Error::other(format!(
+                    "{} is not a directory",
+                    at.display()
+                )));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !last => {
+                std::fs::create_dir(&at)?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&at)?;
+    f.write_all(content.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A model executor's `files` reply cannot write through a symlink in the worktree (into
+    /// `.meta/` two levels up, or anywhere), nor name `..`, `.git` or `.meta`.
+    #[test]
+    fn files_are_never_written_through_a_link_or_out_of_the_worktree() {
+        let project = tempfile::tempdir().unwrap();
+        let meta = project.path().join(".meta");
+        let wt = meta.join("worktrees/t1");
+        std::fs::create_dir_all(&wt).unwrap();
+        std::fs::write(meta.join("consent.json"), "{}").unwrap();
+        std::os::unix::fs::symlink("../..", wt.join("up")).unwrap();
+        std::os::unix::fs::symlink("../../consent.json", wt.join("grants")).unwrap();
+        let reply = |path: &str| {
+            serde_json::json!({"files": [{"path": path, "content": "forged"}]}).to_string()
+        };
+        for bad in [
+            "up/consent.json",
+            "grants",
+            "../../consent.json",
+            ".meta/x",
+            ".git/config",
+            "/etc/x",
+        ] {
+            let err = apply_files(&wt, &reply(bad)).unwrap_err();
+            assert!(
+                err.contains(bad.trim_start_matches('/')) || err.contains("link"),
+                "{bad}: {err}"
+            );
+        }
+        assert_eq!(
+            std::fs::read_to_string(meta.join("consent.json")).unwrap(),
+            "{}"
+        );
+        apply_files(&wt, &reply("src/new/file.txt")).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(wt.join("src/new/file.txt")).unwrap(),
+            "forged"
+        );
+    }
 }
