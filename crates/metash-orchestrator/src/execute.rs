@@ -227,9 +227,7 @@ impl Orchestrator<'_> {
                 let message = format!("metash: task {id}: {title}\n\n{summary}");
                 let sha = self.git.commit_all(&wt, message.trim_end())?;
                 let mut commits: Vec<String> = state
-                    .plan
-                    .as_ref()
-                    .and_then(|p| p.tasks.iter().find(|t| t.id == id))
+                    .task(id)
                     .and_then(|t| t.commits.clone())
                     .unwrap_or_default();
                 commits.extend(sha.clone());
@@ -300,9 +298,7 @@ impl Orchestrator<'_> {
         let state = self.store().state()?;
         let book = Book::of(&state);
         let task = state
-            .plan
-            .as_ref()
-            .and_then(|p| p.tasks.iter().find(|t| t.id == id))
+            .task(id)
             .ok_or_else(|| OrchestratorError::UnknownTask(id.to_string()))?;
         let unmerged: Vec<String> = task
             .dependencies
@@ -352,12 +348,7 @@ impl Orchestrator<'_> {
 }
 
 pub(crate) fn title_of(state: &SessionState, id: &str) -> String {
-    state
-        .plan
-        .as_ref()
-        .and_then(|p| p.tasks.iter().find(|t| t.id == id))
-        .map(|t| t.title.clone())
-        .unwrap_or_default()
+    state.task(id).map(|t| t.title.clone()).unwrap_or_default()
 }
 
 /// Index of the first task that is not complete, counting `id` as complete.

@@ -94,9 +94,7 @@ impl Orchestrator<'_> {
             let state = self.store().state()?;
             let book = Book::of(&state);
             let commits: Vec<String> = state
-                .plan
-                .as_ref()
-                .and_then(|p| p.tasks.iter().find(|t| t.id == id))
+                .task(&id)
                 .and_then(|t| t.commits.clone())
                 .unwrap_or_default();
             min_phase = min_phase.min(book.phase_of(&id, state.current_phase));

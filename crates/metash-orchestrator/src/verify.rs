@@ -324,9 +324,7 @@ impl Orchestrator<'_> {
         // An executor that changed nothing did not do the task, whatever it says, unless the
         // planner said the task expects no change: it fails without asking the verifier.
         let commits = state
-            .plan
-            .as_ref()
-            .and_then(|p| p.tasks.iter().find(|t| t.id == id))
+            .task(id)
             .and_then(|t| t.commits.clone())
             .unwrap_or_default();
         let verdict = if commits.is_empty() && !book.expects_no_change(id) {

@@ -95,6 +95,11 @@ impl SessionState {
             .unwrap_or(&[])
     }
 
+    /// The planned task `id`, if there is one.
+    pub fn task(&self, id: &str) -> Option<&Task> {
+        self.tasks().iter().find(|t| t.id == id)
+    }
+
     /// A fresh session: planning phase 1, nothing done yet.
     pub fn new(session_id: impl Into<String>) -> Self {
         Self {

@@ -17,6 +17,24 @@ fn snapshot(p: &Project) -> (Vec<u8>, Vec<u8>) {
     )
 }
 
+/// A project with the native test agent `n`, granted read and write (None, having said why,
+/// where native agents cannot run).
+fn native_project(test: &str) -> Option<(Project, metash_host::Host)> {
+    if let Some(why) = native_unavailable() {
+        metash_testkit::skip(test, &why);
+        return None;
+    }
+    let p = Project::new();
+    p.agent(
+        "n",
+        "native",
+        &native_agent_exe(),
+        &["files.read", "files.write"],
+    );
+    let host = p.host(&["native", "files.read", "files.write"]);
+    Some((p, host))
+}
+
 fn attempt(host: &metash_host::Host, what: &str) -> String {
     let r = host
         .spawn_agent(&SpawnRequest::new("n", "", &format!("try {what}")))
@@ -27,21 +45,10 @@ fn attempt(host: &metash_host::Host, what: &str) -> String {
 
 #[test]
 fn a_native_agent_with_the_whole_project_cannot_reach_meta() {
-    if let Some(why) = native_unavailable() {
-        metash_testkit::skip(
-            "a_native_agent_with_the_whole_project_cannot_reach_meta",
-            &why,
-        );
+    let Some((p, host)) = native_project("a_native_agent_with_the_whole_project_cannot_reach_meta")
+    else {
         return;
-    }
-    let p = Project::new();
-    p.agent(
-        "n",
-        "native",
-        &native_agent_exe(),
-        &["files.read", "files.write"],
-    );
-    let host = p.host(&["native", "files.read", "files.write"]);
+    };
     let root = std::fs::canonicalize(p.path()).expect("root");
     let meta = root.join(".meta");
     std::fs::create_dir_all(meta.join("cache/wasm")).expect("cache dir");
@@ -95,21 +102,10 @@ fn a_native_agent_with_the_whole_project_cannot_reach_meta() {
 
 #[test]
 fn a_native_agent_in_a_task_worktree_cannot_climb_to_meta() {
-    if let Some(why) = native_unavailable() {
-        metash_testkit::skip(
-            "a_native_agent_in_a_task_worktree_cannot_climb_to_meta",
-            &why,
-        );
+    let Some((p, host)) = native_project("a_native_agent_in_a_task_worktree_cannot_climb_to_meta")
+    else {
         return;
-    }
-    let p = Project::new();
-    p.agent(
-        "n",
-        "native",
-        &native_agent_exe(),
-        &["files.read", "files.write"],
-    );
-    let host = p.host(&["native", "files.read", "files.write"]);
+    };
     let root = std::fs::canonicalize(p.path()).expect("root");
     let wt = root.join(".meta/worktrees/t1");
     std::fs::create_dir_all(&wt).expect("worktree");
