@@ -241,6 +241,11 @@ impl Host {
         Ok(self.runtime.get_or_init(|| rt))
     }
 
+    /// Where runtime components started by the host (a credential proxy) report.
+    pub(crate) fn event_sink(&self) -> Arc<dyn metash_runtime::EventSink> {
+        self.journal.clone()
+    }
+
     pub(crate) fn harness(&self) -> Result<&metash_harness::Harness> {
         if let Some(h) = self.harness.get() {
             return Ok(h);

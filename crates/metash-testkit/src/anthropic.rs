@@ -13,10 +13,19 @@ use serde_json::{json, Value};
 #[derive(Debug, Clone)]
 pub struct Captured {
     pub method: String,
+    /// Header names lowercased, in the order received.
+    pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
 
 impl Captured {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
     pub fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap_or(Value::Null)
     }
@@ -79,6 +88,7 @@ fn serve_conn(
         let method = parts.next().unwrap_or("").to_string();
         let mut len = 0usize;
         let mut chunked = false;
+        let mut headers = Vec::new();
         loop {
             let mut h = String::new();
             if reader.read_line(&mut h)? == 0 {
@@ -90,6 +100,7 @@ fn serve_conn(
             }
             if let Some((k, v)) = h.split_once(':') {
                 let (k, v) = (k.trim().to_ascii_lowercase(), v.trim());
+                headers.push((k.clone(), v.to_string()));
                 if k == "content-length" {
                     len = v.parse().unwrap_or(0);
                 } else if k == "transfer-encoding" && v.contains("chunked") {
@@ -114,7 +125,11 @@ fn serve_conn(
             body = vec![0; len];
             reader.read_exact(&mut body)?;
         }
-        let captured = Captured { method, body };
+        let captured = Captured {
+            method,
+            headers,
+            body,
+        };
         reqs.lock().unwrap().push(captured.clone());
         if captured.method != "POST" {
             let resp = if captured.method == "HEAD" {

@@ -3,6 +3,7 @@
 
 mod agent;
 mod gate;
+mod key_proxy;
 mod model;
 
 use std::time::{Duration, Instant};

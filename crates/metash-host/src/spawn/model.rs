@@ -48,16 +48,31 @@ pub(crate) fn run(
     turn.timeout_ms = Some(timeout.as_millis() as u64);
     turn.options.system_prompt = (!req.system_prompt.is_empty()).then(|| req.system_prompt.clone());
     turn.options.isolated_home = role.isolated_home;
-    if let Some(base_url) = &role.base_url {
-        turn.options.endpoint = Some(Endpoint {
-            base_url: base_url.clone(),
-            api_key_env: role.key_env(),
-            provider_name: None,
-        });
-    }
-    if let Some(var) = role.key_env() {
-        if let Some(v) = host.env_var(&var) {
-            turn.env.insert(var, v);
+    // A CLI gets a placeholder key and the credential proxy's URL; only the in-process API
+    // clients hold the key itself.
+    let key_proxy = if super::key_proxy::is_cli(role.frontend) {
+        super::key_proxy::start(host, &req.agent_name, role)?
+    } else {
+        None
+    };
+    if let Some((_, endpoint, vars)) = &key_proxy {
+        turn.options.endpoint = Some(endpoint.clone());
+        for var in vars {
+            turn.env
+                .insert(var.clone(), super::key_proxy::PLACEHOLDER.to_string());
+        }
+    } else {
+        if let Some(base_url) = &role.base_url {
+            turn.options.endpoint = Some(Endpoint {
+                base_url: base_url.clone(),
+                api_key_env: role.key_env(),
+                provider_name: None,
+            });
+        }
+        if let Some(var) = role.key_env() {
+            if let Some(v) = host.env_var(&var) {
+                turn.env.insert(var, v);
+            }
         }
     }
 
@@ -120,6 +135,7 @@ pub(crate) fn run(
         }
     });
     drop(spawn_dir);
+    drop(key_proxy);
     let response = match response {
         Ok(r) => r,
         Err(e) => return Ok(Ran::error(format!("{}: {e}", e.code().as_str()))),

@@ -1,5 +1,6 @@
 mod cache_forgery;
 mod checkpoints;
+mod cli_key;
 mod common;
 mod consent;
 mod host_only;

@@ -1,0 +1,129 @@
+//! Issue 13 item 4: the model key of a CLI role never enters the CLI. The real Claude Code runs
+//! headless against a loopback Anthropic server through metash's credential proxy: the server
+//! receives the real key; the CLI's environment and arguments hold only a placeholder.
+
+use metash_host::{Host, HostOptions, SpawnRequest, Spawner, Terminal};
+use metash_protocol::AgentStatus;
+use metash_testkit::anthropic::{sse_text, ModelServer};
+
+use super::common::Project;
+
+const REAL_KEY: &str = "sk-ant-real-0123456789-never-in-the-sandbox";
+
+/// Every live process whose command line names `needle`: (cmdline, environ), as text.
+fn processes(needle: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let p = e.path();
+        let (Ok(cmd), Ok(env)) = (
+            std::fs::read(p.join("cmdline")),
+            std::fs::read(p.join("environ")),
+        ) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains(needle) {
+            out.push((cmd, String::from_utf8_lossy(&env).replace('\0', "\n")));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_cli_role_gets_a_placeholder_and_the_upstream_the_real_key() {
+    let tools = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools");
+    let claude = tools.join("node_modules/@anthropic-ai/claude-code/bin/claude.exe");
+    if !claude.exists() {
+        metash_testkit::skip(
+            "a_cli_role_gets_a_placeholder_and_the_upstream_the_real_key",
+            "Claude Code is not installed under .tools (run scripts/setup)",
+        );
+        return;
+    }
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let server = {
+        let seen = seen.clone();
+        ModelServer::start(move |_| {
+            // While the CLI waits for this answer, look at what it holds.
+            seen.lock().expect("lock").extend(processes("claude.exe"));
+            sse_text("the answer from the model")
+        })
+    };
+    let p = Project::new();
+    std::os::unix::fs::symlink(
+        std::fs::canonicalize(&tools).expect("tools"),
+        p.path().join(".tools"),
+    )
+    .expect("link .tools");
+    p.config(&format!(
+        "[roles.coder]\nfrontend = \"agent-sdk\"\nmodel_smart = \"claude-sonnet-4-5\"\n\
+         base_url = \"{}\"\napi_key_env = \"METASH_TEST_CLI_KEY\"\n",
+        server.base
+    ));
+    let host = Host::open(
+        p.path(),
+        HostOptions {
+            terminal: Terminal::Silent,
+            env: [("METASH_TEST_CLI_KEY".to_string(), REAL_KEY.to_string())].into(),
+            ..HostOptions::default()
+        },
+    )
+    .expect("host");
+    let mut req = SpawnRequest::new("coder", "Answer briefly.", "Say something.");
+    req.options.timeout_seconds = Some(120.0);
+    let r = host.spawn_agent(&req).expect("spawn");
+    assert_eq!(r.status, AgentStatus::Success, "{r:?}");
+    assert!(r.data.contains("the answer from the model"), "{}", r.data);
+
+    let posts = server.posts();
+    assert!(!posts.is_empty());
+    for c in &posts {
+        assert_eq!(
+            c.header("x-api-key"),
+            Some(REAL_KEY),
+            "the upstream gets the real key"
+        );
+        assert!(
+            c.headers.iter().all(|(_, v)| !v.contains("placeholder")),
+            "{:?}",
+            c.headers
+        );
+    }
+    let seen = seen.lock().expect("lock").clone();
+    assert!(!seen.is_empty(), "the CLI was running during its request");
+    for (cmd, env) in &seen {
+        assert!(
+            !cmd.contains(REAL_KEY) && !env.contains(REAL_KEY),
+            "the key reached the CLI: {cmd}"
+        );
+        assert!(
+            env.contains("metash-placeholder"),
+            "the CLI has the placeholder: {cmd}"
+        );
+    }
+    // Nor is it anywhere in the project's files (the log included).
+    for e in walk(p.path()) {
+        let text = std::fs::read(&e).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&text).contains(REAL_KEY),
+            "{} holds the key",
+            e.display()
+        );
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        let Ok(m) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        if m.is_dir() {
+            out.extend(walk(&p));
+        } else if m.is_file() {
+            out.push(p);
+        }
+    }
+    out
+}
