@@ -5,6 +5,7 @@ mod agent;
 mod gate;
 mod key_proxy;
 mod model;
+mod tool_events;
 
 use std::time::{Duration, Instant};
 

@@ -112,11 +112,15 @@ pub(crate) fn run(
                 }
                 _ => {}
             }
-            let _ = host.record_later(NewEvent::new(
-                "harness_event",
-                Some(&agent),
-                serde_json::to_value(&ev).unwrap_or(Value::Null),
-            ));
+            let line = match ev.payload.as_ref().and_then(super::tool_events::summarize) {
+                Some((kind, data)) => NewEvent::new(kind, Some(&agent), data),
+                None => NewEvent::new(
+                    "harness_event",
+                    Some(&agent),
+                    serde_json::to_value(&ev).unwrap_or(Value::Null),
+                ),
+            };
+            let _ = host.record_later(line);
         }
     };
     let rt = host.tokio()?;

@@ -4,7 +4,7 @@
 
 use metash_host::{Host, HostOptions, SpawnRequest, Spawner, Terminal};
 use metash_protocol::AgentStatus;
-use metash_testkit::anthropic::{sse_text, ModelServer};
+use metash_testkit::anthropic::{sse_text, sse_tool_use, ModelServer};
 
 use super::common::Project;
 
@@ -43,10 +43,21 @@ fn a_cli_role_gets_a_placeholder_and_the_upstream_the_real_key() {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let server = {
         let seen = seen.clone();
-        ModelServer::start(move |_| {
+        ModelServer::start(move |c| {
             // While the CLI waits for this answer, look at what it holds.
             seen.lock().expect("lock").extend(processes("claude.exe"));
-            sse_text("the answer from the model")
+            let body = c.text();
+            if body.contains("tool_result") {
+                sse_text("the answer from the model")
+            } else if body.contains("Say something.") {
+                sse_tool_use(
+                    "toolu_1",
+                    "Bash",
+                    &serde_json::json!({"command": "echo from-the-tool", "description": "echo"}),
+                )
+            } else {
+                sse_text("ok")
+            }
         })
     };
     let p = Project::new();
@@ -101,7 +112,25 @@ fn a_cli_role_gets_a_placeholder_and_the_upstream_the_real_key() {
             "the CLI has the placeholder: {cmd}"
         );
     }
-    // Nor is it anywhere in the project's files (the log included).
+    // The CLI's stream became metash events: one line per tool call and per result.
+    let calls = p.log_data("tool_call");
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0]["tool"], "Bash");
+    assert!(calls[0]["args"]
+        .as_str()
+        .is_some_and(|a| a.contains("from-the-tool")));
+    let results = p.log_data("tool_result");
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(results[0]["id"], calls[0]["id"]);
+    assert!(matches!(
+        results[0]["status"].as_str(),
+        Some("ok" | "error")
+    ));
+    assert!(p
+        .log_data("harness_event")
+        .iter()
+        .all(|e| e["payload"]["type"] != "tool_call"));
+    // Nor is the key anywhere in the project's files (the log included).
     for e in walk(p.path()) {
         let text = std::fs::read(&e).unwrap_or_default();
         assert!(
