@@ -6,7 +6,7 @@
 //! - `checkpoint`: asks seed 000's decision_required question with options `a`, `b`
 //! - `fail`: ends with an error
 //! - `state KEY JSON`: a `state_update` of the session, then outputs `ok`
-//! - `hang`: outputs `partial`, starts a grandchild `sleep 300` holding stdout, ignores SIGTERM,
+//! - `hang [N]`: outputs `partial`, starts a grandchild `sleep 300[.N]` holding stdout, ignores SIGTERM,
 //!   and sleeps forever (the host must kill the whole group at the timeout)
 //! - `consent CAPABILITY`: asks for it mid-run; outputs `granted EXPIRES` or `refused CODE HINT`
 //! - `fetch METHOD URL [WAIT_FILE]`: a plain-HTTP request through `$HTTP_PROXY`; outputs the status
@@ -133,7 +133,13 @@ fn main() {
                 unsafe {
                     libc::signal(libc::SIGTERM, libc::SIG_IGN);
                 }
-                let _child = std::process::Command::new("sleep").arg("300").spawn();
+                // `hang N` makes it `sleep 300.N`: a test can tell its grandchild from others.
+                let secs = if arg.is_empty() {
+                    "300".to_string()
+                } else {
+                    format!("300.{arg}")
+                };
+                let _child = std::process::Command::new("sleep").arg(secs).spawn();
                 loop {
                     std::thread::sleep(Duration::from_secs(60));
                 }

@@ -69,7 +69,13 @@ fn native_timeout_kills_the_tree_and_returns_partial_output() {
     // The grandchild is a process start: allowed here, so that it exists to be killed.
     let host = p.host(&["native", "process.spawn:sleep"]);
     let t = Instant::now();
-    let r = spawn(&host, "hang", Some(1.0));
+    // A grandchild this test alone starts (other suites may run `sleep 300` at the same time).
+    let tag = format!(
+        "{}{}",
+        std::process::id(),
+        Instant::now().elapsed().subsec_nanos()
+    );
+    let r = spawn(&host, &format!("hang {tag}"), Some(1.0));
     assert_eq!(r.status, AgentStatus::Timeout, "{r:?}");
     assert!(r.data.contains("partial"), "{}", r.data);
     // The grandchild really started (its start was asked and allowed), so its death is real.
@@ -88,7 +94,7 @@ fn native_timeout_kills_the_tree_and_returns_partial_output() {
         "the agent survived its timeout"
     );
     assert!(
-        live_processes("sleep 300").is_empty(),
+        live_processes(&format!("sleep 300.{tag}")).is_empty(),
         "the grandchild survived"
     );
     // No lock left behind: a short-timeout update goes through at once.
