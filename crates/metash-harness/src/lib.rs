@@ -12,6 +12,7 @@
 //! Errors carry stable wire codes ([`HarnessError::code`]).
 
 pub mod api;
+pub mod confine;
 mod error;
 mod events;
 pub mod fsutil;
@@ -23,6 +24,7 @@ pub mod runner;
 pub mod tmux;
 mod turn;
 
+pub use confine::{ConfineGuard, Confiner, ConfinerHandle};
 pub use error::{HarnessError, Result};
 pub use events::EventSink;
 pub use invocation::{

@@ -51,13 +51,41 @@ pub async fn run_piped(
     cancel: &CancellationToken,
     on_line: &mut (dyn FnMut(&str) + Send),
 ) -> Result<PipedOutcome> {
+    run_piped_confined(spec, None, timeout, cancel, on_line).await
+}
+
+/// [`run_piped`] with the process confined by `confiner` (applied to the `Command` right before
+/// the spawn; its guard lives until the child has been reaped). A confinement that cannot be
+/// prepared fails the run before anything starts.
+///
+/// # Errors
+/// As [`run_piped`]; `HarnessFailed` naming the sandbox step when the confinement fails.
+pub async fn run_piped_confined(
+    spec: &ProcessInvocationSpec,
+    confiner: Option<&dyn crate::confine::Confiner>,
+    timeout: Option<Duration>,
+    cancel: &CancellationToken,
+    on_line: &mut (dyn FnMut(&str) + Send),
+) -> Result<PipedOutcome> {
     let start = Instant::now();
-    let mut cmd = tokio::process::Command::from(command(spec)?);
+    let mut std_cmd = command(spec)?;
+    let _guard = match confiner {
+        Some(c) => Some(
+            c.confine(spec, &mut std_cmd)
+                .map_err(|e| HarnessError::HarnessFailed(format!("sandbox: {e}")))?,
+        ),
+        None => None,
+    };
+    let mut cmd = tokio::process::Command::from(std_cmd);
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
         .kill_on_drop(true);
+    // A confined child makes itself a session (and group) leader; setting a group here first
+    // would make its setsid fail.
+    if confiner.is_none() {
+        cmd.process_group(0);
+    }
     let mut child = cmd.spawn().map_err(|e| spawn_error(spec, e))?;
     let pid = child.id();
     let stdout = child.stdout.take();

@@ -18,6 +18,9 @@
 //! base_url = "http://127.0.0.1:8080"   # optional; the provider's default otherwise
 //! api_key_env = "ANTHROPIC_API_KEY"    # optional; the frontend's usual variable otherwise
 //! max_tokens = 4096                    # used when the spawn gives none
+//! mem = "4g"                           # CLI frontends: quotas of the sandboxed process tree
+//! cpu = "2"
+//! max_pids = 512
 //!
 //! [prices."my-finetune"]   # USD per million tokens; overrides the built-in table (pricing.rs)
 //! input_per_mtok = 3.0
@@ -70,6 +73,14 @@ pub struct Role {
     /// a sub-agent must not see the orchestrator's or the user's history).
     #[serde(default = "yes")]
     pub isolated_home: bool,
+    /// CLI frontends: quotas for the CLI's whole process tree (its shells and test runs too), as
+    /// in a manifest: `mem = "4g"`, `cpu = "2"`, `max_pids = 512`.
+    #[serde(default)]
+    pub mem: Option<String>,
+    #[serde(default)]
+    pub cpu: Option<String>,
+    #[serde(default)]
+    pub max_pids: Option<u64>,
 }
 
 fn yes() -> bool {

@@ -269,11 +269,10 @@ impl Host {
     }
 
     /// Per-spawn directories (aspHome of model roles) live here and are removed after the spawn.
+    /// Where each CLI spawn gets its own directory (HOME, config, TMPDIR). Outside the project:
+    /// the spawn's sandbox grants it read-write, and a grant inside `.meta/` would be refused.
     pub(crate) fn spawn_root(&self) -> Result<PathBuf> {
-        let dir = self.store.meta_dir().join("spawns");
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| HostError::Other(format!("creating {}: {e}", dir.display())))?;
-        Ok(dir)
+        Ok(std::env::temp_dir())
     }
 
     /// The directories no agent may see, whatever it is granted: the project's `.meta/`.

@@ -256,6 +256,10 @@ pub struct Policy {
     store: Store,
     registry: Registry,
     clock: Arc<dyn Clock>,
+    /// Agents declared by the user's `.meta/config.toml` rather than a manifest (model roles that
+    /// run a CLI): what each declares. The user wrote them, so a declaration here is as good as a
+    /// manifest's; consent is still asked and recorded like any other agent's.
+    roles: std::collections::BTreeMap<String, Vec<Capability>>,
 }
 
 impl Policy {
@@ -264,7 +268,15 @@ impl Policy {
             store,
             registry,
             clock: Arc::new(SystemClock),
+            roles: std::collections::BTreeMap::new(),
         }
+    }
+
+    /// Declares a config role as an agent with `declared` capabilities (see [`Policy`]'s `roles`).
+    /// A registered agent of the same name keeps its manifest's declarations.
+    pub fn with_role(mut self, name: &str, declared: Vec<Capability>) -> Self {
+        self.roles.insert(name.to_string(), declared);
+        self
     }
 
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
@@ -286,21 +298,30 @@ impl Policy {
     /// # Errors
     /// Store I/O or an unreadable consent document (callers must treat an error as deny).
     pub fn check(&self, agent: &str, req: &CapabilityRequest) -> Result<Decision> {
-        let Some(a) = self.registry.get(agent) else {
-            return Ok(Decision::Deny {
-                code: DenyCode::UnknownAgent,
-                message: format!("no agent `{agent}` is registered"),
-                hint: "see `metash agents list`".into(),
-            });
+        let (declared, declared_in) = match (self.registry.get(agent), self.roles.get(agent)) {
+            (Some(a), _) => (
+                a.declared.as_slice(),
+                format!("`capabilities` in {}", a.manifest_path.display()),
+            ),
+            (None, Some(caps)) => (
+                caps.as_slice(),
+                format!("the role `{agent}` in .meta/config.toml"),
+            ),
+            (None, None) => {
+                return Ok(Decision::Deny {
+                    code: DenyCode::UnknownAgent,
+                    message: format!("no agent `{agent}` is registered"),
+                    hint: "see `metash agents list`".into(),
+                })
+            }
         };
-        if !a.declared.iter().any(|d| d.covers(&req.capability)) {
+        if !declared.iter().any(|d| d.covers(&req.capability)) {
             return Ok(Decision::Deny {
                 code: DenyCode::CapabilityUndeclared,
                 message: format!("agent `{agent}` did not declare `{}`", req.capability),
                 hint: format!(
-                    "add \"{}\" to `capabilities` in {} (undeclared capabilities are refused without asking)",
+                    "add \"{}\" to {declared_in} (undeclared capabilities are refused without asking)",
                     req.capability,
-                    a.manifest_path.display()
                 ),
             });
         }

@@ -13,7 +13,7 @@ use super::{env_value, Harness, RunTurnNonInteractiveRequest};
 use crate::error::{HarnessError, Result};
 use crate::events::Emitter;
 use crate::invocation::{build_invocation, claude_project_dir, claude_session_file, materialize};
-use crate::runner::run_piped;
+use crate::runner::run_piped_confined;
 
 pub(super) async fn run(
     h: &Harness,
@@ -41,7 +41,10 @@ pub(super) async fn run(
         model: req.model.clone(),
     });
     let mut parser = ClaudeParser::default();
-    let outcome = run_piped(&spec, timeout, cancel, &mut |line| parser.line(line, em)).await?;
+    let outcome = run_piped_confined(&spec, req.confiner.get(), timeout, cancel, &mut |line| {
+        parser.line(line, em)
+    })
+    .await?;
     let mut result = parser.result.take().unwrap_or_default();
     if parser.saw_result {
         return Ok(result);

@@ -13,7 +13,7 @@ use super::{env_value, Harness, RunTurnNonInteractiveRequest};
 use crate::error::{HarnessError, Result};
 use crate::events::Emitter;
 use crate::invocation::{build_invocation, codex_rollout_file, materialize};
-use crate::runner::run_piped;
+use crate::runner::run_piped_confined;
 
 pub(super) async fn run(
     h: &Harness,
@@ -47,7 +47,10 @@ pub(super) async fn run(
         model: req.model.clone(),
     });
     let mut p = CodexParser::default();
-    let outcome = run_piped(&spec, timeout, cancel, &mut |line| p.line(line, em)).await?;
+    let outcome = run_piped_confined(&spec, req.confiner.get(), timeout, cancel, &mut |line| {
+        p.line(line, em)
+    })
+    .await?;
     // Codex reports stream reconnects as `error` events too; a turn that completed succeeded.
     let error = if p.completed { None } else { p.failure.take() };
     let error = error.or_else(|| {

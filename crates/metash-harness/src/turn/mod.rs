@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{RetryPolicy, ToolResultInput, ToolSpec};
+use crate::confine::ConfinerHandle;
 use crate::error::{HarnessError, Result};
 use crate::events::{Emitter, EventSink};
 use crate::invocation::{BuildProcessInvocationSpecRequest, HarnessOptions};
@@ -58,6 +59,10 @@ pub struct RunTurnNonInteractiveRequest {
     /// The whole turn's bound; past it the process group is killed / the request dropped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// CLI frontends: confines the process (the host's native sandbox). None: a plain process
+    /// with the caller's rights.
+    #[serde(skip)]
+    pub confiner: ConfinerHandle,
 }
 
 impl RunTurnNonInteractiveRequest {
@@ -82,6 +87,7 @@ impl RunTurnNonInteractiveRequest {
             tools: Vec::new(),
             tool_results: Vec::new(),
             timeout_ms: None,
+            confiner: ConfinerHandle::default(),
         }
     }
 

@@ -12,7 +12,7 @@ use super::{Harness, RunTurnNonInteractiveRequest};
 use crate::error::Result;
 use crate::events::Emitter;
 use crate::invocation::{build_invocation, materialize};
-use crate::runner::run_piped;
+use crate::runner::run_piped_confined;
 
 pub(super) async fn run(
     h: &Harness,
@@ -30,7 +30,10 @@ pub(super) async fn run(
         model: req.model.clone(),
     });
     let mut p = PiParser::default();
-    let outcome = run_piped(&spec, timeout, cancel, &mut |line| p.line(line, em)).await?;
+    let outcome = run_piped_confined(&spec, req.confiner.get(), timeout, cancel, &mut |line| {
+        p.line(line, em)
+    })
+    .await?;
     let error = p.failure.take().or_else(|| {
         (!p.ended || !outcome.status.success()).then(|| RunError {
             code: HarnessErrorCode::HarnessFailed,

@@ -2,6 +2,7 @@
 //! (runtime or harness), persist a checkpoint before returning it, charge the budget.
 
 mod agent;
+mod confine;
 mod gate;
 mod key_proxy;
 mod model;

@@ -32,7 +32,7 @@ pub(crate) fn run(
     // Each spawn gets its own aspHome: a CLI harness's config and history start empty, so the
     // sub-agent cannot see the orchestrator's (or any earlier spawn's) conversation.
     let spawn_dir = tempfile::Builder::new()
-        .prefix("spawn-")
+        .prefix("metash-spawn-")
         .tempdir_in(host.spawn_root()?)
         .map_err(|e| HostError::Other(format!("creating the spawn directory: {e}")))?;
     let mut turn = RunTurnNonInteractiveRequest::new(
@@ -50,7 +50,8 @@ pub(crate) fn run(
     turn.options.isolated_home = role.isolated_home;
     // A CLI gets a placeholder key and the credential proxy's URL; only the in-process API
     // clients hold the key itself.
-    let key_proxy = if super::key_proxy::is_cli(role.frontend) {
+    let is_cli = super::key_proxy::is_cli(role.frontend);
+    let key_proxy = if is_cli {
         super::key_proxy::start(host, &req.agent_name, role)?
     } else {
         None
@@ -74,6 +75,28 @@ pub(crate) fn run(
                 turn.env.insert(var, v);
             }
         }
+    }
+    if is_cli {
+        if let Some(refused) = native_consent(host, &req.agent_name)? {
+            return Ok(refused);
+        }
+        let port = match &key_proxy {
+            Some((proxy, ..)) => Some(proxy.addr().port()),
+            None => role.base_url.as_deref().and_then(super::confine::url_port),
+        };
+        let mut confiner = super::confine::RoleConfiner::new(
+            &req.agent_name,
+            role,
+            spawn_dir.path(),
+            timeout,
+            |k| host.env_var(k),
+            host.event_sink(),
+        );
+        confiner.hidden = host.hidden_dirs();
+        confiner.connect_ports = port.into_iter().collect();
+        turn.confiner = metash_harness::ConfinerHandle::new(Arc::new(confiner));
+        // Its own prompts and sandbox off: metash's sandbox is the boundary.
+        turn.options.skip_permissions = true;
     }
 
     let cancel = CancellationToken::new();
@@ -194,6 +217,30 @@ pub(crate) fn run(
         tokens_used: usage_tokens,
         cost_usd,
         checkpoint,
+    })
+}
+
+/// A CLI role runs natively (in metash's native sandbox, not WASM): like a native agent, only with
+/// the user's consent, asked once and recorded in the ledger (`--yes-to native` gives it for a
+/// run; `metash consent grant ROLE native` for longer). `Some` is the refusal to return.
+fn native_consent(host: &Host, role: &str) -> Result<Option<Ran>> {
+    use metash_policy::{Authorization, Capability, CapabilityRequest, Category};
+    let policy = host
+        .policy()?
+        .with_role(role, vec![Capability::new(Category::Native, None)]);
+    let ask = CapabilityRequest::native_exec(format!(
+        "run the role `{role}`'s coding CLI natively, in metash's sandbox"
+    ));
+    let mut prompter = host.prompter();
+    let verdict = policy
+        .authorize(role, &ask, prompter.as_mut())
+        .map_err(|e| HostError::Other(format!("consent for `{role}`: {e}")))?;
+    Ok(match verdict {
+        Authorization::Allowed { .. } => None,
+        Authorization::Denied { message, hint, .. } => Some(Ran::error(format!(
+            "native execution of the role `{role}` is not allowed: {message}{}",
+            hint.map(|h| format!(" ({h})")).unwrap_or_default()
+        ))),
     })
 }
 

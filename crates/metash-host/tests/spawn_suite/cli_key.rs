@@ -76,6 +76,8 @@ fn a_cli_role_gets_a_placeholder_and_the_upstream_the_real_key() {
         HostOptions {
             terminal: Terminal::Silent,
             env: [("METASH_TEST_CLI_KEY".to_string(), REAL_KEY.to_string())].into(),
+            consent: metash_host::ConsentMode::NonInteractive,
+            yes_to: vec!["native".parse().expect("capability")],
             ..HostOptions::default()
         },
     )

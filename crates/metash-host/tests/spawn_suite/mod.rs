@@ -1,6 +1,7 @@
 mod cache_forgery;
 mod checkpoints;
 mod cli_key;
+mod cli_sandbox;
 mod common;
 mod consent;
 mod host_only;

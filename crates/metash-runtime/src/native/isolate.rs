@@ -82,8 +82,10 @@ pub struct LandlockPlan<'a> {
     /// The agent's own executable (always readable and executable).
     pub entry: &'a Path,
     pub network: &'a NetworkAccess,
-    /// Port of the host's CONNECT proxy when `network` is an allowlist.
-    pub proxy_port: Option<u16>,
+    /// Loopback ports it may connect to when `network` is an allowlist: the host's CONNECT
+    /// proxy, a credential proxy. Landlock rules name a port only, so every one of these is a
+    /// server metash runs.
+    pub connect_ports: &'a [u16],
 }
 
 /// Build a Landlock ruleset (an fd the child enforces with `landlock_restrict_self`). Fails when
@@ -173,10 +175,12 @@ pub fn landlock_ruleset(plan: &LandlockPlan<'_>) -> Result<(OwnedFd, i64)> {
             .map_err(|e| setup(format!("landlock open {}: {e}", p.path.display())))?;
         created = created.add_rule(PathBeneath::new(fd, access)).map_err(ll)?;
     }
-    if let (NetworkAccess::Allowlist(_), Some(port)) = (plan.network, plan.proxy_port) {
-        created = created
-            .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
-            .map_err(ll)?;
+    if matches!(plan.network, NetworkAccess::Allowlist(_)) {
+        for port in plan.connect_ports {
+            created = created
+                .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
+                .map_err(ll)?;
+        }
     }
     let fd: Option<OwnedFd> = created.into();
     let fd = fd.ok_or_else(|| setup("Landlock ruleset was not created"))?;

@@ -4,6 +4,7 @@
 //! quotas. Runs only with the user's consent (`AgentSpec::allow_native`).
 
 mod cgroup;
+pub mod confine;
 pub mod exec_gate;
 pub mod isolate;
 mod mask;

@@ -63,6 +63,7 @@ impl Sandbox {
             ),
             _ => None,
         };
+        let proxy_ports: Vec<u16> = proxy.iter().map(ConnectProxy::port).collect();
         let (ll_fd, abi) = isolate::landlock_ruleset(&isolate::LandlockPlan {
             workspace: &workspace,
             read: spec.has(caps::FILES_READ),
@@ -70,7 +71,7 @@ impl Sandbox {
             paths: &spec.split_paths().0,
             entry: &entry,
             network: &network,
-            proxy_port: proxy.as_ref().map(ConnectProxy::port),
+            connect_ports: &proxy_ports,
         })?;
         let seccomp = isolate::seccomp_program(&network)?;
         let mask = super::mask::plan(&spec.hidden, &spec.granted_dirs())?;
@@ -91,43 +92,17 @@ impl Sandbox {
             None => (None, None),
         };
 
-        // Quotas: cgroups first, rlimits for whatever they could not do.
-        let mem = spec
-            .manifest
-            .resources
-            .mem
-            .as_deref()
-            .map(parse_mem)
-            .transpose()?;
-        let cpu = spec
-            .manifest
-            .resources
-            .cpu
-            .as_deref()
-            .map(parse_cpu)
-            .transpose()?;
-        let name = format!(
-            "{}-{}-{}",
-            spec.id
-                .chars()
-                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-                .collect::<String>(),
-            std::process::id(),
-            NONCE.fetch_add(1, Ordering::Relaxed)
-        );
-        let quotas = cgroup::Quotas {
-            memory_bytes: mem,
-            cpu_millis: cpu,
-            pids: Some(spec.max_pids),
-        };
-        let (cg, cg_applied) = match cgroup::AgentCgroup::create(&name, quotas) {
-            Some((cg, a)) => (Some(cg), a),
-            None => (None, cgroup::AppliedQuotas::default()),
-        };
-        let mut limits = AppliedLimits {
-            memory_bytes: cg_applied.memory,
-            cpu_millis: cg_applied.cpu,
-            pids: cg_applied.pids,
+        let quota = Quota::apply(
+            &spec.id,
+            spec.manifest.resources.mem.as_deref(),
+            spec.manifest.resources.cpu.as_deref(),
+            spec.max_pids,
+            spec.timeout,
+        )?;
+        let limits = AppliedLimits {
+            memory_bytes: quota.memory.clone(),
+            cpu_millis: quota.cpu.clone(),
+            pids: quota.pids.clone(),
             timeout_ms: Some(Applied::new(
                 spec.timeout.as_millis() as u64,
                 "host-deadline+killpg",
@@ -139,28 +114,11 @@ impl Sandbox {
                 .fuel
                 .map(|f| Applied::new(f, "none").with_note("fuel applies to WASM agents only")),
         };
-        let mut rlimits: Vec<(libc::__rlimit_resource_t, u64)> = vec![(libc::RLIMIT_CORE, 0)];
-        if let (Some(m), None) = (mem, &limits.memory_bytes) {
-            rlimits.push((libc::RLIMIT_AS, m));
-            limits.memory_bytes = Some(
-                Applied::new(m, "rlimit")
-                    .with_note("RLIMIT_AS: address space, not resident memory"),
-            );
-        }
-        if limits.pids.is_none() {
-            rlimits.push((libc::RLIMIT_NPROC, spec.max_pids));
-            limits.pids = Some(
-                Applied::new(spec.max_pids, "rlimit")
-                    .with_note("RLIMIT_NPROC counts all processes of the user; root ignores it"),
-            );
-        }
-        if let (Some(c), None) = (cpu, &limits.cpu_millis) {
-            let secs = spec.timeout.as_secs().max(1) + 1;
-            rlimits.push((libc::RLIMIT_CPU, secs));
-            limits.cpu_millis = Some(Applied::new(c, "rlimit").with_note(
-                "no CPU share without cgroups; RLIMIT_CPU caps CPU seconds at the timeout",
-            ));
-        }
+        let Quota {
+            cgroup: cg,
+            rlimits,
+            ..
+        } = quota;
 
         let plan = isolate::ChildPlan {
             landlock_fd: ll_fd.as_raw_fd(),
@@ -240,5 +198,79 @@ impl Sandbox {
             cmd.pre_exec(move || plan.apply());
         }
         cmd
+    }
+}
+
+/// Memory, CPU and process quotas for one confined process tree: cgroups first, rlimits for
+/// whatever they could not do.
+pub(super) struct Quota {
+    pub cgroup: Option<cgroup::AgentCgroup>,
+    pub memory: Option<Applied>,
+    pub cpu: Option<Applied>,
+    pub pids: Option<Applied>,
+    /// Set in the child before exec.
+    pub rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
+}
+
+impl Quota {
+    /// `mem` (`512m`, `2g`…) and `cpu` (`500m`, `2`…) as written in a manifest or a role.
+    ///
+    /// # Errors
+    /// A quantity that does not parse.
+    pub fn apply(
+        name: &str,
+        mem: Option<&str>,
+        cpu: Option<&str>,
+        max_pids: u64,
+        timeout: std::time::Duration,
+    ) -> Result<Self> {
+        let mem = mem.map(parse_mem).transpose()?;
+        let cpu = cpu.map(parse_cpu).transpose()?;
+        let name = format!(
+            "{}-{}-{}",
+            name.chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .collect::<String>(),
+            std::process::id(),
+            NONCE.fetch_add(1, Ordering::Relaxed)
+        );
+        let quotas = cgroup::Quotas {
+            memory_bytes: mem,
+            cpu_millis: cpu,
+            pids: Some(max_pids),
+        };
+        let (cg, applied) = match cgroup::AgentCgroup::create(&name, quotas) {
+            Some((cg, a)) => (Some(cg), a),
+            None => (None, cgroup::AppliedQuotas::default()),
+        };
+        let mut q = Self {
+            cgroup: cg,
+            memory: applied.memory,
+            cpu: applied.cpu,
+            pids: applied.pids,
+            rlimits: vec![(libc::RLIMIT_CORE, 0)],
+        };
+        if let (Some(m), None) = (mem, &q.memory) {
+            q.rlimits.push((libc::RLIMIT_AS, m));
+            q.memory = Some(
+                Applied::new(m, "rlimit")
+                    .with_note("RLIMIT_AS: address space, not resident memory"),
+            );
+        }
+        if q.pids.is_none() {
+            q.rlimits.push((libc::RLIMIT_NPROC, max_pids));
+            q.pids = Some(
+                Applied::new(max_pids, "rlimit")
+                    .with_note("RLIMIT_NPROC counts all processes of the user; root ignores it"),
+            );
+        }
+        if let (Some(c), None) = (cpu, &q.cpu) {
+            let secs = timeout.as_secs().max(1) + 1;
+            q.rlimits.push((libc::RLIMIT_CPU, secs));
+            q.cpu = Some(Applied::new(c, "rlimit").with_note(
+                "no CPU share without cgroups; RLIMIT_CPU caps CPU seconds at the timeout",
+            ));
+        }
+        Ok(q)
     }
 }

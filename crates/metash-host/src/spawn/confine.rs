@@ -1,0 +1,209 @@
+//! A CLI role runs under the runtime's native sandbox, like any native agent: the task's worktree
+//! writable, its own HOME and TMPDIR in the spawn's directory, the project's git metadata
+//! read-only (so `git status`/`diff`/`log` work in a worktree, and nothing the host's git later
+//! runs can be planted), the CLI's install directory read and execute, system directories
+//! read-only, nothing else of the user's home, TCP only to the credential proxy, the environment
+//! cleared to an allowlist, and the role's quotas. Its own permission prompts and sandbox are off
+//! (the harness's `skip_permissions`): metash's sandbox is the boundary.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use metash_harness::{ConfineGuard, Confiner};
+use metash_protocol::ProcessInvocationSpec;
+use metash_runtime::native::confine::{self, ConfineSpec, Confinement, PASS_ENV};
+use metash_runtime::sink::kinds;
+use metash_runtime::spec::PathAccess;
+use metash_runtime::EventSink;
+use serde_json::json;
+
+use crate::config::Role;
+
+/// Default quotas for a CLI role's whole process tree (a coding CLI with its shells, test runs
+/// and language servers). `[roles.X] mem / cpu / max_pids` override them.
+const DEFAULT_MAX_PIDS: u64 = 512;
+
+/// What one spawn of a CLI role may reach; applied by the harness to the CLI's `Command`.
+pub(crate) struct RoleConfiner {
+    pub role: String,
+    pub frontend: &'static str,
+    /// The spawn's own directory: HOME, the CLI's config and TMPDIR live here.
+    pub spawn_dir: PathBuf,
+    pub hidden: Vec<PathBuf>,
+    pub connect_ports: Vec<u16>,
+    pub mem: Option<String>,
+    pub cpu: Option<String>,
+    pub max_pids: u64,
+    pub timeout: Duration,
+    /// The host's values of [`PASS_ENV`].
+    pub passed_env: Vec<(String, String)>,
+    pub sink: Arc<dyn EventSink>,
+}
+
+impl RoleConfiner {
+    pub fn new(
+        name: &str,
+        role: &Role,
+        spawn_dir: &Path,
+        timeout: Duration,
+        env: impl Fn(&str) -> Option<String>,
+        sink: Arc<dyn EventSink>,
+    ) -> Self {
+        Self {
+            role: name.to_string(),
+            frontend: role.frontend.as_str(),
+            spawn_dir: spawn_dir.to_path_buf(),
+            hidden: Vec::new(),
+            connect_ports: Vec::new(),
+            mem: role.mem.clone(),
+            cpu: role.cpu.clone(),
+            max_pids: role.max_pids.unwrap_or(DEFAULT_MAX_PIDS),
+            timeout,
+            passed_env: PASS_ENV
+                .iter()
+                .filter_map(|k| env(k).map(|v| (k.to_string(), v)))
+                .collect(),
+            sink,
+        }
+    }
+
+    /// The confinement for `spec` (exposed for `metash sandbox`, which runs any command).
+    pub fn prepare(&self, spec: &ProcessInvocationSpec) -> Result<Confinement, String> {
+        let argv0 = spec.argv.first().ok_or("empty argv")?;
+        let path_var = self
+            .passed_env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| std::ffi::OsString::from(v));
+        let program = resolve(Path::new(argv0), path_var.as_deref())
+            .ok_or_else(|| format!("`{argv0}` is not an executable on PATH"))?;
+        let home = self.spawn_dir.join("home");
+        let tmp = self.spawn_dir.join("tmp");
+        for d in [&home, &tmp] {
+            std::fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
+        }
+        let mut env: Vec<(String, String)> = self.passed_env.clone();
+        let mut set = |k: &str, v: String| {
+            env.retain(|(key, _)| key != k);
+            env.push((k.to_string(), v));
+        };
+        // Nothing of the user's home: a HOME of its own unless the harness set one (it does
+        // for every isolated CLI, inside the spawn directory).
+        set("HOME", home.display().to_string());
+        set("TMPDIR", tmp.display().to_string());
+        for (k, v) in &spec.env {
+            set(k, v.clone());
+        }
+        let mut paths = vec![rw(&self.spawn_dir)];
+        paths.extend(git_paths(Path::new(&spec.cwd)));
+        let cs = ConfineSpec {
+            name: self.role.clone(),
+            program_dirs: confine::program_dirs(&program, path_var.as_deref()),
+            program,
+            workspace: PathBuf::from(&spec.cwd),
+            paths,
+            hidden: self.hidden.clone(),
+            connect_ports: self.connect_ports.clone(),
+            mem: self.mem.clone(),
+            cpu: self.cpu.clone(),
+            max_pids: self.max_pids,
+            timeout: self.timeout,
+            env,
+        };
+        Confinement::prepare(&cs).map_err(|e| e.to_string())
+    }
+}
+
+impl Confiner for RoleConfiner {
+    fn confine(
+        &self,
+        spec: &ProcessInvocationSpec,
+        cmd: &mut std::process::Command,
+    ) -> Result<ConfineGuard, String> {
+        let confinement = self.prepare(spec)?;
+        let mut report = confinement.report.clone();
+        if let Some(r) = report.as_object_mut() {
+            r.insert("frontend".into(), json!(self.frontend));
+        }
+        self.sink.record(kinds::STARTED, Some(&self.role), report);
+        confinement.apply(cmd);
+        Ok(Box::new(confinement))
+    }
+}
+
+fn rw(p: &Path) -> PathAccess {
+    PathAccess {
+        path: p.to_path_buf(),
+        write: true,
+    }
+}
+
+/// A worktree's git metadata, read-only: its admin directory under the project's `.git/worktrees/`
+/// and the common directory (objects, refs, config). Read-only because the host's own git runs
+/// there after the CLI: a writable config or admin directory could make it run a planted command.
+fn git_paths(cwd: &Path) -> Vec<PathAccess> {
+    let Ok(text) = std::fs::read_to_string(cwd.join(".git")) else {
+        // A directory (the project root itself, inside the workspace) or no repository.
+        return Vec::new();
+    };
+    let Some(admin) = text
+        .trim()
+        .strip_prefix("gitdir:")
+        .map(|s| PathBuf::from(s.trim()))
+    else {
+        return Vec::new();
+    };
+    let admin = if admin.is_absolute() {
+        admin
+    } else {
+        cwd.join(admin)
+    };
+    let common = std::fs::read_to_string(admin.join("commondir"))
+        .ok()
+        .map(|c| admin.join(c.trim()));
+    let ro = |p: PathBuf| PathAccess {
+        path: p,
+        write: false,
+    };
+    std::iter::once(ro(admin.clone()))
+        .chain(common.map(ro))
+        .collect()
+}
+
+/// `program` as an absolute path: as given when it has a slash, else the first match on `path`.
+fn resolve(program: &Path, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.components().count() > 1 || program.is_absolute() {
+        return executable(program).then(|| std::path::absolute(program).ok())?;
+    }
+    std::env::split_paths(path?)
+        .map(|d| d.join(program))
+        .find(|p| executable(p))
+}
+
+/// The port a base URL names (its scheme's default otherwise): a CLI role without a key to
+/// protect talks to its endpoint directly, and may connect only there.
+pub(crate) fn url_port(url: &str) -> Option<u16> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    match authority.rsplit_once(':') {
+        Some((host, port)) if !host.ends_with(']') || authority.starts_with('[') => {
+            port.parse().ok().or(match scheme {
+                "https" => Some(443),
+                "http" => Some(80),
+                _ => None,
+            })
+        }
+        _ => match scheme {
+            "https" => Some(443),
+            "http" => Some(80),
+            _ => None,
+        },
+    }
+}

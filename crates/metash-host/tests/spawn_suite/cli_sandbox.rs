@@ -1,0 +1,279 @@
+//! Issue 13 items 1–3, issue 14: a real coding CLI runs as a role under metash's native sandbox.
+//! A loopback model asks it for ordinary shell tool calls, one after the other: the work in its
+//! workspace succeeds; every escape (a file outside the project, `../`, a write outside, the
+//! user's `~/.ssh`, the host's environment and process memory, listening, connecting to a port
+//! or a Unix socket on the host, metash's `.meta/`) is denied, the run goes on, and each denial is
+//! in the log as the tool's result.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use metash_host::{ConsentMode, Host, HostOptions, SpawnRequest, Spawner, Terminal};
+use metash_protocol::AgentStatus;
+use metash_testkit::anthropic::{sse_text, sse_tool_use, ModelServer};
+use serde_json::json;
+
+use super::common::Project;
+
+const KEY: &str = "sk-ant-real-cli-sandbox-key-0123456789";
+const SECRET: &str = "the-outside-secret-4711";
+
+/// Everything one probe run needs: the files and servers the sandbox must keep the CLI from.
+struct Outside {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    secret_file: PathBuf,
+    write_target: PathBuf,
+    ssh_canary: Option<PathBuf>,
+    tcp_port: u16,
+    tcp_hits: Arc<AtomicUsize>,
+    unix_path: PathBuf,
+    unix_hits: Arc<AtomicUsize>,
+}
+
+impl Outside {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().canonicalize().expect("canonical");
+        let secret_file = root.join("secret.txt");
+        std::fs::write(&secret_file, SECRET).expect("secret");
+        // The invoking user's ~/.ssh: a canary file there, removed afterwards.
+        let ssh_canary = std::env::var_os("HOME").map(|h| {
+            let ssh = Path::new(&h).join(".ssh");
+            let _ = std::fs::create_dir_all(&ssh);
+            let f = ssh.join(format!("metash-canary-{}", std::process::id()));
+            let _ = std::fs::write(&f, SECRET);
+            f
+        });
+        let tcp = TcpListener::bind("127.0.0.1:0").expect("tcp");
+        let tcp_port = tcp.local_addr().expect("addr").port();
+        let tcp_hits = Arc::new(AtomicUsize::new(0));
+        let hits = tcp_hits.clone();
+        std::thread::spawn(move || {
+            for c in tcp.incoming().flatten() {
+                hits.fetch_add(1, Ordering::SeqCst);
+                drop(c);
+            }
+        });
+        let unix_path = root.join("host.sock");
+        let unix = UnixListener::bind(&unix_path).expect("unix");
+        let unix_hits = Arc::new(AtomicUsize::new(0));
+        let hits = unix_hits.clone();
+        std::thread::spawn(move || {
+            for mut c in unix.incoming().flatten() {
+                hits.fetch_add(1, Ordering::SeqCst);
+                let mut b = [0u8; 16];
+                let _ = c.read(&mut b);
+            }
+        });
+        Self {
+            write_target: root.join("written-from-inside.txt"),
+            _dir: dir,
+            root,
+            secret_file,
+            ssh_canary,
+            tcp_port,
+            tcp_hits,
+            unix_path,
+            unix_hits,
+        }
+    }
+
+    /// (name, shell command, whether it must succeed). Run in the project root.
+    fn probes(&self, project: &Path) -> Vec<(&'static str, String, bool)> {
+        let parent_file = project
+            .parent()
+            .map(|p| p.join(format!("metash-parent-{}.txt", std::process::id())))
+            .expect("parent");
+        std::fs::write(&parent_file, SECRET).expect("parent file");
+        let ssh = self
+            .ssh_canary
+            .as_ref()
+            .map(|c| c.display().to_string())
+            .unwrap_or_else(|| "/root/.ssh/id_rsa".into());
+        let py = |code: String| format!("/usr/bin/python3 -c \"{code}\" 2>&1 | tail -1");
+        vec![
+            ("work", "echo made-in-the-sandbox > made.txt && cat made.txt".into(), true),
+            ("outside_file", format!("cat {} 2>&1", self.secret_file.display()), false),
+            ("dotdot", format!("cat ../{} 2>&1", parent_file.file_name().and_then(|n| n.to_str()).unwrap_or("")), false),
+            ("write_outside", format!("echo x > {} 2>&1; cat {} 2>&1", self.write_target.display(), self.write_target.display()), false),
+            ("ssh", format!("cat {ssh} 2>&1; ls {} 2>&1", Path::new(&ssh).parent().map(|p| p.display().to_string()).unwrap_or_default()), false),
+            ("host_env", "env | grep -c CARGO_ ; echo ENV-END".into(), false),
+            ("host_memory", format!("cat /proc/{}/environ 2>&1 | tr '\\0' '\\n' | grep -c CARGO_", std::process::id()), false),
+            ("listen", py("import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); print('LISTENING')".into()), false),
+            ("connect", py(format!("import socket; socket.create_connection(('127.0.0.1', {})); print('CONNECTED')", self.tcp_port)), false),
+            ("unix_socket", py(format!("import socket; s=socket.socket(socket.AF_UNIX); s.connect('{}'); print('CONNECTED')", self.unix_path.display())), false),
+            ("meta", "ls -A .meta 2>&1; cat .meta/events.jsonl 2>&1 | head -c 300; echo x > .meta/planted 2>&1".into(), false),
+        ]
+    }
+}
+
+impl Drop for Outside {
+    fn drop(&mut self) {
+        if let Some(c) = &self.ssh_canary {
+            let _ = std::fs::remove_file(c);
+        }
+    }
+}
+
+fn claude() -> Option<PathBuf> {
+    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools");
+    let exe = tools.join("node_modules/@anthropic-ai/claude-code/bin/claude.exe");
+    exe.exists().then(|| tools.canonicalize().expect("tools"))
+}
+
+#[test]
+fn claude_code_works_in_its_workspace_and_every_escape_is_denied() {
+    let test = "claude_code_works_in_its_workspace_and_every_escape_is_denied";
+    let Some(tools) = claude() else {
+        metash_testkit::skip(
+            test,
+            "Claude Code is not installed under .tools (run scripts/setup)",
+        );
+        return;
+    };
+    if let Some(why) = super::common::native_unavailable() {
+        metash_testkit::skip(test, &why);
+        return;
+    }
+    let p = Project::new();
+    let outside = Outside::new();
+    let probes = outside.probes(p.path());
+    let commands: Vec<String> = probes.iter().map(|(_, c, _)| c.clone()).collect();
+    let server = ModelServer::start(move |c| {
+        let body = c.text();
+        if !body.contains("Do the probes.") {
+            return sse_text("ok");
+        }
+        let done = body.matches("\"tool_use_id\"").count();
+        match commands.get(done) {
+            Some(cmd) => sse_tool_use(
+                &format!("toolu_{done}"),
+                "Bash",
+                &json!({"command": cmd, "description": "probe"}),
+            ),
+            None => sse_text("all probes ran"),
+        }
+    });
+    std::os::unix::fs::symlink(&tools, p.path().join(".tools")).expect("link .tools");
+    p.config(&format!(
+        "[roles.coder]\nfrontend = \"agent-sdk\"\nmodel_smart = \"claude-sonnet-4-5\"\n\
+         base_url = \"{}\"\napi_key_env = \"METASH_TEST_CLI_KEY\"\n",
+        server.base
+    ));
+    let host = Host::open(
+        p.path(),
+        HostOptions {
+            terminal: Terminal::Silent,
+            env: [("METASH_TEST_CLI_KEY".to_string(), KEY.to_string())].into(),
+            consent: ConsentMode::NonInteractive,
+            yes_to: vec!["native".parse().expect("capability")],
+            ..HostOptions::default()
+        },
+    )
+    .expect("host");
+    let mut req = SpawnRequest::new("coder", "You are a test.", "Do the probes.");
+    req.options.timeout_seconds = Some(300.0);
+    let r = host.spawn_agent(&req).expect("spawn");
+    assert_eq!(r.status, AgentStatus::Success, "{r:?}");
+    assert!(r.data.contains("all probes ran"), "{}", r.data);
+    check_probes(&p, &outside, &probes);
+}
+
+/// The sandbox was reported, each probe ran once, work succeeded and every escape failed.
+fn check_probes(p: &Project, outside: &Outside, probes: &[(&'static str, String, bool)]) {
+    let started = p.log_data("agent_started");
+    let report = started
+        .iter()
+        .find(|s| s["sandbox"] == "native" && s.get("frontend").is_some())
+        .unwrap_or_else(|| panic!("no sandbox report: {started:?}"));
+    assert!(report["state_hidden"]["dirs"].is_array(), "{report}");
+    let calls = p.log_data("tool_call");
+    let results = p.log_data("tool_result");
+    assert_eq!(calls.len(), probes.len(), "{calls:#?}");
+    assert_eq!(results.len(), probes.len(), "{results:#?}");
+    let out = |i: usize| results[i]["output"].as_str().unwrap_or("").to_string();
+    for (i, (name, _, ok)) in probes.iter().enumerate() {
+        let o = out(i);
+        eprintln!("probe {name}: {o}");
+        assert!(!o.contains(SECRET), "probe {name} read the secret: {o}");
+        if *ok {
+            assert!(o.contains("made-in-the-sandbox"), "{name}: {o}");
+        }
+    }
+    let find = |name: &str| {
+        probes
+            .iter()
+            .position(|(n, ..)| *n == name)
+            .map(out)
+            .unwrap_or_default()
+    };
+    assert!(
+        find("outside_file").contains("denied"),
+        "{}",
+        find("outside_file")
+    );
+    assert!(find("dotdot").contains("denied"), "{}", find("dotdot"));
+    assert!(
+        find("write_outside").contains("denied"),
+        "{}",
+        find("write_outside")
+    );
+    assert!(find("ssh").contains("denied"), "{}", find("ssh"));
+    // `grep -c` printed how many of the host's CARGO_* variables it saw: none.
+    let count = |o: String| {
+        o.lines()
+            .find(|l| l.trim().parse::<u32>().is_ok())
+            .map(|l| l.trim().to_string())
+    };
+    assert_eq!(
+        count(find("host_env")).as_deref(),
+        Some("0"),
+        "{}",
+        find("host_env")
+    );
+    assert_eq!(
+        count(find("host_memory")).as_deref(),
+        Some("0"),
+        "{}",
+        find("host_memory")
+    );
+    for n in ["listen", "connect", "unix_socket"] {
+        let o = find(n);
+        assert!(
+            !o.contains("LISTENING") && !o.contains("CONNECTED"),
+            "{n}: {o}"
+        );
+        assert!(
+            o.contains("Error") || o.contains("denied") || o.contains("not permitted"),
+            "{n}: {o}"
+        );
+    }
+    assert!(!find("meta").contains("session"), "{}", find("meta"));
+    assert_eq!(
+        outside.tcp_hits.load(Ordering::SeqCst),
+        0,
+        "a connection reached the host port"
+    );
+    assert_eq!(
+        outside.unix_hits.load(Ordering::SeqCst),
+        0,
+        "a connection reached the host socket"
+    );
+    assert!(!outside.write_target.exists(), "a write outside landed");
+    assert!(
+        !p.path().join(".meta/planted").exists(),
+        "a write into .meta landed"
+    );
+    assert_eq!(
+        std::fs::read_to_string(p.path().join("made.txt"))
+            .expect("made.txt")
+            .trim(),
+        "made-in-the-sandbox"
+    );
+    let _ = &outside.root;
+}

@@ -1,0 +1,272 @@
+//! Confining a program that does not speak the agent protocol: a coding-agent CLI (Claude Code,
+//! Codex, pi) that a model role runs, or any command `metash sandbox` is given. The same
+//! restrictions as a native agent (Landlock, seccomp, no capabilities, no new privileges, its own
+//! session, cgroup or rlimit quotas, `.meta/` masked), prepared in the parent and applied to the
+//! caller's `Command` between fork and exec. Its network is TCP to the listed loopback ports only
+//! (the credential proxy, an allowlist proxy): no other connect, no listening socket, no
+//! Unix-domain socket, no UDP.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::isolate;
+use super::sandbox::Quota;
+use crate::error::Result;
+use crate::spec::{NetworkAccess, PathAccess};
+
+/// Host variables a confined program keeps (everything else is cleared): how to find programs,
+/// the locale and the terminal. Secrets live in other variables, and none of these holds one.
+pub const PASS_ENV: &[&str] = &[
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_MESSAGES",
+    "TERM",
+    "COLORTERM",
+    "TZ",
+    "NO_COLOR",
+];
+
+/// Besides the loader's files (see `isolate`), what interpreters and shells read to start: the
+/// process's own `/proc` entries (Landlock's ptrace scoping keeps other processes' environment and
+/// memory unreadable), the resolver and user database (no `shadow`), git's system config.
+const CLI_SYSTEM_RO: &[&str] = &[
+    "/proc",
+    "/etc/hosts",
+    "/etc/resolv.conf",
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/gitconfig",
+    "/etc/inputrc",
+    "/etc/bash.bashrc",
+    "/etc/profile",
+    "/etc/profile.d",
+    "/etc/environment",
+    "/etc/mime.types",
+    "/etc/terminfo",
+    "/etc/alternatives",
+    "/usr/share/terminfo",
+];
+
+/// Terminals, for `metash sandbox` and `metash attach` (a pty the caller opened is inherited).
+const TTY_RW: &[&str] = &["/dev/tty", "/dev/pts", "/dev/ptmx"];
+
+/// What a confined program may reach.
+#[derive(Debug, Clone)]
+pub struct ConfineSpec {
+    /// Names the cgroup and the report.
+    pub name: String,
+    /// The executable, and what it needs to run (an install directory, an interpreter's prefix):
+    /// read and execute.
+    pub program: PathBuf,
+    pub program_dirs: Vec<PathBuf>,
+    /// Read-write: the task's worktree.
+    pub workspace: PathBuf,
+    /// Further grants (its own HOME and TMPDIR read-write, the project's `.git` read-only…);
+    /// missing paths are skipped and listed in the report.
+    pub paths: Vec<PathAccess>,
+    /// metash's state directories: masked wherever a grant would contain them.
+    pub hidden: Vec<PathBuf>,
+    /// Loopback TCP ports it may connect to. Nothing else, and no listening socket.
+    pub connect_ports: Vec<u16>,
+    /// `512m`, `2g`… and `500m`, `2`…: as in a manifest.
+    pub mem: Option<String>,
+    pub cpu: Option<String>,
+    pub max_pids: u64,
+    /// Only for the RLIMIT_CPU fallback; the caller enforces the wall-clock deadline.
+    pub timeout: Duration,
+    /// The whole environment it gets (nothing is inherited).
+    pub env: Vec<(String, String)>,
+}
+
+/// A prepared confinement. Keep it alive until the child has been reaped: it owns the ruleset fd
+/// and the cgroup (whatever is left in it is killed when it drops).
+pub struct Confinement {
+    plan: Arc<isolate::ChildPlan>,
+    _landlock: OwnedFd,
+    quota: Quota,
+    env: Vec<(String, String)>,
+    /// What was applied, for the log.
+    pub report: Value,
+}
+
+impl std::fmt::Debug for Confinement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Confinement")
+            .field("report", &self.report)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Confinement {
+    /// Prepares every restriction for `spec`.
+    ///
+    /// # Errors
+    /// [`crate::RuntimeError::SandboxSetup`] when a restriction is unavailable (fail closed: the
+    /// caller must not run the program), or a quantity does not parse.
+    pub fn prepare(spec: &ConfineSpec) -> Result<Self> {
+        let workspace = isolate::canonical(&spec.workspace)?;
+        let program = isolate::canonical(&spec.program)?;
+        let mut skipped = Vec::new();
+        let mut paths: Vec<PathAccess> = Vec::new();
+        let ro = |p: &Path| PathAccess {
+            path: p.to_path_buf(),
+            write: false,
+        };
+        let wanted = spec
+            .program_dirs
+            .iter()
+            .map(|d| ro(d))
+            .chain(CLI_SYSTEM_RO.iter().map(|p| ro(Path::new(p))))
+            .chain(TTY_RW.iter().map(|p| PathAccess {
+                path: PathBuf::from(p),
+                write: true,
+            }))
+            .chain(spec.paths.iter().cloned());
+        for p in wanted {
+            match p.path.canonicalize() {
+                Ok(path) => paths.push(PathAccess {
+                    path,
+                    write: p.write,
+                }),
+                Err(_) => skipped.push(p.path.display().to_string()),
+            }
+        }
+        let refs: Vec<&PathAccess> = paths.iter().collect();
+        let network = NetworkAccess::Allowlist(Vec::new());
+        let (ll_fd, abi) = isolate::landlock_ruleset(&isolate::LandlockPlan {
+            workspace: &workspace,
+            read: true,
+            write: true,
+            paths: &refs,
+            entry: &program,
+            network: &network,
+            connect_ports: &spec.connect_ports,
+        })?;
+        let seccomp = isolate::seccomp_program(&network)?;
+        let mut granted: Vec<PathBuf> = vec![workspace.clone()];
+        granted.extend(paths.iter().map(|p| p.path.clone()));
+        let mask = super::mask::plan(&spec.hidden, &granted)?;
+        let hidden_report = mask.as_ref().map(
+            |m| json!({"dirs": m.shown, "via": "mount-namespace", "as": "empty read-only tmpfs"}),
+        );
+        let mut quota = Quota::apply(
+            &format!("cli-{}", spec.name),
+            spec.mem.as_deref(),
+            spec.cpu.as_deref(),
+            spec.max_pids,
+            spec.timeout,
+        )?;
+        let plan = isolate::ChildPlan {
+            landlock_fd: ll_fd.as_raw_fd(),
+            seccomp,
+            cgroup_procs: quota
+                .cgroup
+                .as_ref()
+                .map(super::cgroup::AgentCgroup::procs_fds)
+                .unwrap_or_default(),
+            rlimits: std::mem::take(&mut quota.rlimits),
+            // SAFETY: getpid has no preconditions.
+            parent_pid: unsafe { libc::getpid() },
+            drop_caps: true,
+            exec_gate: None,
+            mask,
+        };
+        let report = json!({
+            "sandbox": "native",
+            "program": program,
+            "workspace": workspace,
+            "landlock_abi": abi,
+            "seccomp": true,
+            "no_new_privs": true,
+            "capabilities_dropped": true,
+            "network": {"tcp_connect_ports": spec.connect_ports, "listen": false, "unix_sockets": false},
+            "paths": paths.iter().map(|p| json!({"path": p.path, "write": p.write})).collect::<Vec<_>>(),
+            "skipped_paths": skipped,
+            "env": spec.env.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+            "limits": {"memory_bytes": quota.memory, "cpu_millis": quota.cpu, "pids": quota.pids},
+            "state_hidden": hidden_report,
+        });
+        Ok(Self {
+            plan: Arc::new(plan),
+            _landlock: ll_fd,
+            quota,
+            env: spec.env.clone(),
+            report,
+        })
+    }
+
+    /// Makes `cmd` run confined: its environment replaced by the spec's, and the restrictions
+    /// applied in the child before exec (it also becomes a session and process-group leader, so
+    /// the caller must not set a process group itself).
+    pub fn apply(&self, cmd: &mut Command) {
+        cmd.env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let plan = Arc::clone(&self.plan);
+        // SAFETY: `apply` makes only async-signal-safe syscalls on data prepared in the parent.
+        unsafe {
+            cmd.pre_exec(move || plan.apply());
+        }
+    }
+
+    /// Quotas the kernel reports as hit so far (cgroups only).
+    pub fn limits_hit(&self) -> Vec<&'static str> {
+        self.quota
+            .cgroup
+            .as_ref()
+            .map(super::cgroup::AgentCgroup::limits_hit)
+            .unwrap_or_default()
+    }
+}
+
+/// What a program needs to run besides itself: for a script, its interpreter's install prefix
+/// (`#!/usr/bin/env node` finds `node` on `path`); for a program inside a `node_modules` tree, the
+/// whole tree (a launcher script loads a platform binary from a sibling package). Read and
+/// execute only.
+pub fn program_dirs(program: &Path, path: Option<&std::ffi::OsStr>) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    let Ok(real) = program.canonicalize() else {
+        return dirs;
+    };
+    match real.ancestors().find(|a| a.ends_with("node_modules")) {
+        Some(nm) => dirs.push(nm.to_path_buf()),
+        None => dirs.extend(real.parent().map(Path::to_path_buf)),
+    }
+    if let Some(interp) = interpreter(&real, path) {
+        // `<prefix>/bin/node` → `<prefix>` (its `lib/` holds the runtime's own modules).
+        let prefix = interp.parent().and_then(Path::parent);
+        dirs.extend(prefix.map(Path::to_path_buf).or(Some(interp)));
+    }
+    dirs
+}
+
+/// The interpreter a `#!` line names, resolved through `env` and `path`.
+fn interpreter(script: &Path, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(script).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = String::from_utf8_lossy(line);
+    let line = line.lines().next()?;
+    let mut words = line.split_whitespace();
+    let first = PathBuf::from(words.next()?);
+    let prog = if first.file_name().is_some_and(|f| f == "env") {
+        let name = words.find(|w| !w.starts_with('-'))?;
+        std::env::split_paths(path?)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())?
+    } else {
+        first
+    };
+    prog.canonicalize().ok()
+}
