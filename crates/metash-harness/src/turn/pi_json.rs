@@ -134,14 +134,27 @@ impl PiParser {
             }),
             "tool_execution_end" => em.emit(HarnessEvent::ToolResult {
                 id: v["toolCallId"].as_str().unwrap_or("").into(),
-                output: match &v["result"] {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                },
+                output: tool_output(&v["result"]),
                 is_error: v["isError"].as_bool().unwrap_or(false),
             }),
             "agent_end" => self.ended = true,
             _ => {}
         }
+    }
+}
+
+/// A pi tool result as text: its `content` parts' text joined (what the model reads), the raw
+/// JSON only when it has no such parts.
+fn tool_output(result: &Value) -> String {
+    match result {
+        Value::String(s) => s.clone(),
+        other => match other["content"].as_array() {
+            Some(parts) if parts.iter().any(|p| p["text"].is_string()) => parts
+                .iter()
+                .filter_map(|p| p["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            _ => other.to_string(),
+        },
     }
 }

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use metash_host::{ConsentMode, Host, HostOptions, SpawnRequest, Spawner, Terminal};
 use metash_protocol::AgentStatus;
 use metash_testkit::anthropic::{sse_text, sse_tool_use, ModelServer};
+use metash_testkit::openai;
 use serde_json::json;
 
 use super::common::Project;
@@ -120,19 +121,118 @@ impl Drop for Outside {
     }
 }
 
-fn claude() -> Option<PathBuf> {
-    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools");
-    let exe = tools.join("node_modules/@anthropic-ai/claude-code/bin/claude.exe");
-    exe.exists().then(|| tools.canonicalize().expect("tools"))
+/// The three coding CLIs, each speaking its provider's wire protocol to the loopback model.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Cli {
+    Claude,
+    Codex,
+    Pi,
 }
 
-#[test]
-fn claude_code_works_in_its_workspace_and_every_escape_is_denied() {
-    let test = "claude_code_works_in_its_workspace_and_every_escape_is_denied";
-    let Some(tools) = claude() else {
+impl Cli {
+    pub fn name(self) -> &'static str {
+        match self {
+            Cli::Claude => "Claude Code",
+            Cli::Codex => "Codex",
+            Cli::Pi => "pi",
+        }
+    }
+
+    /// The `.tools` directory when this CLI is installed there (by scripts/setup).
+    pub fn tools(self) -> Option<PathBuf> {
+        let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools");
+        let marker = match self {
+            Cli::Claude => "node_modules/@anthropic-ai/claude-code/bin/claude.exe",
+            Cli::Codex => "node_modules/@openai/codex/bin/codex.js",
+            Cli::Pi => "node_modules/@mariozechner/pi-coding-agent/dist/cli.js",
+        };
+        tools
+            .join(marker)
+            .exists()
+            .then(|| tools.canonicalize().expect("tools"))
+    }
+
+    /// A `[roles.NAME]` table for this CLI against `base`, its key in METASH_TEST_CLI_KEY.
+    pub fn role(self, name: &str, base: &str) -> String {
+        let (frontend, model, url) = match self {
+            Cli::Claude => ("agent-sdk", "claude-sonnet-4-5", base.to_string()),
+            Cli::Codex => ("codex-cli", "gpt-5.1-codex", format!("{base}/v1")),
+            Cli::Pi => ("pi-sdk", "test-model", format!("{base}/v1")),
+        };
+        format!(
+            "[roles.{name}]\nfrontend = \"{frontend}\"\nmodel_smart = \"{model}\"\n\
+             base_url = \"{url}\"\napi_key_env = \"METASH_TEST_CLI_KEY\"\n"
+        )
+    }
+
+    /// How many tool results the conversation in `body` already carries.
+    pub fn results(self, body: &str) -> usize {
+        let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+        let items = match self {
+            Cli::Claude => v["messages"].as_array(),
+            Cli::Codex => v["input"].as_array(),
+            Cli::Pi => v["messages"].as_array(),
+        };
+        items
+            .into_iter()
+            .flatten()
+            .map(|m| match self {
+                Cli::Claude => m["content"]
+                    .as_array()
+                    .map(|c| c.iter().filter(|b| b["type"] == "tool_result").count())
+                    .unwrap_or(0),
+                Cli::Codex => usize::from(m["type"] == "function_call_output"),
+                Cli::Pi => usize::from(m["role"] == "tool"),
+            })
+            .sum()
+    }
+
+    /// A streamed answer that runs `cmd` in the CLI's shell tool.
+    pub fn shell(self, id: usize, body: &str, cmd: &str) -> String {
+        let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+        let offered = metash_testkit::openai::offered_tools(&v);
+        let has = |n: &str| offered.iter().any(|t| t == n);
+        match self {
+            Cli::Claude => sse_tool_use(
+                &format!("toolu_{id}"),
+                "Bash",
+                &json!({"command": cmd, "description": "run"}),
+            ),
+            Cli::Codex => {
+                let (name, args) = if has("shell_command") {
+                    ("shell_command", json!({"command": cmd}))
+                } else if has("exec_command") {
+                    ("exec_command", json!({"cmd": cmd}))
+                } else {
+                    ("shell", json!({"command": ["bash", "-c", cmd]}))
+                };
+                openai::responses_function_call(&format!("call_{id}"), name, &args.to_string())
+            }
+            Cli::Pi => openai::chat_tool_call(
+                &format!("call_{id}"),
+                "bash",
+                &json!({"command": cmd}).to_string(),
+            ),
+        }
+    }
+
+    pub fn text(self, text: &str) -> String {
+        match self {
+            Cli::Claude => sse_text(text),
+            Cli::Codex => openai::responses_text(text),
+            Cli::Pi => openai::chat_text(text),
+        }
+    }
+}
+
+fn probe_run(cli: Cli, test: &str) {
+    let Some(tools) = cli.tools() else {
         metash_testkit::skip(
             test,
-            "Claude Code is not installed under .tools (run scripts/setup)",
+            &format!(
+                "{} is not installed under .tools (run scripts/setup)",
+                cli.name()
+            ),
         );
         return;
     };
@@ -147,24 +247,16 @@ fn claude_code_works_in_its_workspace_and_every_escape_is_denied() {
     let server = ModelServer::start(move |c| {
         let body = c.text();
         if !body.contains("Do the probes.") {
-            return sse_text("ok");
+            return cli.text("ok");
         }
-        let done = body.matches("\"tool_use_id\"").count();
+        let done = cli.results(&body);
         match commands.get(done) {
-            Some(cmd) => sse_tool_use(
-                &format!("toolu_{done}"),
-                "Bash",
-                &json!({"command": cmd, "description": "probe"}),
-            ),
-            None => sse_text("all probes ran"),
+            Some(cmd) => cli.shell(done, &body, cmd),
+            None => cli.text("all probes ran"),
         }
     });
     std::os::unix::fs::symlink(&tools, p.path().join(".tools")).expect("link .tools");
-    p.config(&format!(
-        "[roles.coder]\nfrontend = \"agent-sdk\"\nmodel_smart = \"claude-sonnet-4-5\"\n\
-         base_url = \"{}\"\napi_key_env = \"METASH_TEST_CLI_KEY\"\n",
-        server.base
-    ));
+    p.config(&cli.role("coder", &server.base));
     let host = Host::open(
         p.path(),
         HostOptions {
@@ -182,6 +274,30 @@ fn claude_code_works_in_its_workspace_and_every_escape_is_denied() {
     assert_eq!(r.status, AgentStatus::Success, "{r:?}");
     assert!(r.data.contains("all probes ran"), "{}", r.data);
     check_probes(&p, &outside, &probes);
+}
+
+#[test]
+fn claude_code_works_in_its_workspace_and_every_escape_is_denied() {
+    probe_run(
+        Cli::Claude,
+        "claude_code_works_in_its_workspace_and_every_escape_is_denied",
+    );
+}
+
+#[test]
+fn codex_works_in_its_workspace_and_every_escape_is_denied() {
+    probe_run(
+        Cli::Codex,
+        "codex_works_in_its_workspace_and_every_escape_is_denied",
+    );
+}
+
+#[test]
+fn pi_works_in_its_workspace_and_every_escape_is_denied() {
+    probe_run(
+        Cli::Pi,
+        "pi_works_in_its_workspace_and_every_escape_is_denied",
+    );
 }
 
 /// The sandbox was reported, each probe ran once, work succeeded and every escape failed.

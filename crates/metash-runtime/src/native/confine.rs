@@ -53,6 +53,7 @@ const CLI_SYSTEM_RO: &[&str] = &[
     "/etc/profile.d",
     "/etc/environment",
     "/etc/mime.types",
+    "/etc/ssl/openssl.cnf",
     "/etc/terminfo",
     "/etc/alternatives",
     "/usr/share/terminfo",
@@ -153,7 +154,6 @@ impl Confinement {
             network: &network,
             connect_ports: &spec.connect_ports,
         })?;
-        let seccomp = isolate::seccomp_program(&network)?;
         let mut granted: Vec<PathBuf> = vec![workspace.clone()];
         granted.extend(paths.iter().map(|p| p.path.clone()));
         let mask = super::mask::plan(&spec.hidden, &granted)?;
@@ -167,6 +167,11 @@ impl Confinement {
             spec.max_pids,
             spec.timeout,
         )?;
+        // A coding CLI runs its commands on a pty in a session of their own (Codex's unified exec):
+        // allowed when the cgroup holds the whole tree (it is killed as one when the confinement
+        // drops); without a cgroup, the process group is the only handle, so it must not be left.
+        let new_sessions = quota.cgroup.is_some();
+        let seccomp = isolate::seccomp_program(&network, new_sessions)?;
         let plan = isolate::ChildPlan {
             landlock_fd: ll_fd.as_raw_fd(),
             seccomp,
@@ -188,6 +193,7 @@ impl Confinement {
             "workspace": workspace,
             "landlock_abi": abi,
             "seccomp": true,
+            "new_sessions": if new_sessions { "allowed (the cgroup holds the tree)" } else { "denied (no cgroup)" },
             "no_new_privs": true,
             "capabilities_dropped": true,
             "network": {"tcp_connect_ports": spec.connect_ports, "listen": false, "unix_sockets": false},

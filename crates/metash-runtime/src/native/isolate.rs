@@ -189,12 +189,16 @@ pub fn landlock_ruleset(plan: &LandlockPlan<'_>) -> Result<(OwnedFd, i64)> {
 
 /// The seccomp program: EPERM for sockets the network mode does not allow (never a Unix-domain
 /// socket, and Unix socket pairs only as connected streams), for leaving the process
-/// group or session (so killing the group reaches every descendant), and for a few syscalls no
+/// group or session unless `new_sessions` (so killing the group reaches every descendant; allowed
+/// only where a cgroup holds the whole tree and is killed as one), and for a few syscalls no
 /// agent needs (ptrace, mount, namespaces, kernel keyring, bpf).
 ///
 /// # Errors
 /// [`RuntimeError::SandboxSetup`] when the filter cannot be compiled for this architecture.
-pub fn seccomp_program(network: &NetworkAccess) -> Result<Vec<libc::sock_filter>> {
+pub fn seccomp_program(
+    network: &NetworkAccess,
+    new_sessions: bool,
+) -> Result<Vec<libc::sock_filter>> {
     let sc = |e: seccompiler::BackendError| setup(format!("seccomp: {e}"));
     let cond = |arg: u8, op: SeccompCmpOp, v: u64| {
         SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, v).map_err(sc)
@@ -268,9 +272,11 @@ pub fn seccomp_program(network: &NetworkAccess) -> Result<Vec<libc::sock_filter>
     }
     rules.insert(libc::SYS_socketpair, pair_rules);
     rules.insert(libc::SYS_socket, socket_rules);
+    if !new_sessions {
+        rules.insert(libc::SYS_setsid, vec![]);
+        rules.insert(libc::SYS_setpgid, vec![]);
+    }
     for nr in [
-        libc::SYS_setsid,
-        libc::SYS_setpgid,
         libc::SYS_ptrace,
         libc::SYS_process_vm_readv,
         libc::SYS_process_vm_writev,

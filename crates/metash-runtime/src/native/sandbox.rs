@@ -73,7 +73,7 @@ impl Sandbox {
             network: &network,
             connect_ports: &proxy_ports,
         })?;
-        let seccomp = isolate::seccomp_program(&network)?;
+        let seccomp = isolate::seccomp_program(&network, false)?;
         let mask = super::mask::plan(&spec.hidden, &spec.granted_dirs())?;
         let hidden_report = mask.as_ref().map(
             |m| json!({"dirs": m.shown, "via": "mount-namespace", "as": "empty read-only tmpfs"}),
