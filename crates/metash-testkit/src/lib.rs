@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod anthropic;
+pub mod cli;
 pub mod openai;
 pub mod procs;
 pub mod wasm;

@@ -1,3 +1,4 @@
+mod cli_roles;
 mod common;
 mod interrupted_merge;
 mod kill;
