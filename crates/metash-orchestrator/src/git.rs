@@ -121,13 +121,24 @@ impl Git {
                 });
             }
         }
+        // In a task's worktree, git's metadata is found from the project's own `.git` (the
+        // admin directory whose back-pointer names this worktree), never from the worktree's
+        // `.git` file: an agent works there and could point that file at a repository whose
+        // config runs a command.
+        if let Some(admin) = self.admin_dir(dir) {
+            cmd.env("GIT_DIR", admin).env("GIT_WORK_TREE", dir);
+        }
         cmd.arg("-C")
             .arg(dir)
+            // Nothing in a repository an agent touched may make this git run a program: no hooks,
+            // no file-system monitor.
             .args([
                 "-c",
                 "commit.gpgsign=false",
                 "-c",
                 "core.hooksPath=/dev/null",
+                "-c",
+                "core.fsmonitor=false",
             ])
             // No background `git maintenance`/`gc` after every commit of the loop.
             .args(["-c", "maintenance.auto=false", "-c", "gc.auto=0"])
@@ -142,6 +153,23 @@ impl Git {
                 args: args.join(" "),
                 message: format!("cannot run git: {e} (is git installed?)"),
             })
+    }
+
+    /// The admin directory (`.git/worktrees/<name>`) of the linked worktree at `dir`, found by the
+    /// `gitdir` back-pointers in the project's `.git` (which no agent can write). `None` for the
+    /// project root and for a directory git does not list as a worktree.
+    fn admin_dir(&self, dir: &Path) -> Option<PathBuf> {
+        if dir == self.root {
+            return None;
+        }
+        let want = dir.canonicalize().ok()?.join(".git");
+        let entries = std::fs::read_dir(self.root.join(".git").join("worktrees")).ok()?;
+        entries.flatten().map(|e| e.path()).find(|admin| {
+            std::fs::read_to_string(admin.join("gitdir")).is_ok_and(|g| {
+                let g = PathBuf::from(g.trim());
+                g == want || g.canonicalize().is_ok_and(|c| c == want)
+            })
+        })
     }
 
     /// Runs git in `dir`; its trimmed stdout, or an error with its stderr.

@@ -1,5 +1,6 @@
 mod cli_roles;
 mod common;
+mod git_pinning;
 mod interrupted_merge;
 mod kill;
 mod loop_sim;
