@@ -368,7 +368,7 @@ impl Host {
     }
 
     /// Makes everything buffered durable.
-    pub(crate) fn flush_events(&self) -> Result<()> {
+    pub fn flush_events(&self) -> Result<()> {
         self.journal.flush().map(|_| ())
     }
 

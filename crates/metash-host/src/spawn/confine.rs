@@ -68,9 +68,14 @@ impl RoleConfiner {
         }
     }
 
-    /// The confinement for `spec` (exposed for `metash sandbox`, which runs any command).
-    pub fn prepare(&self, spec: &ProcessInvocationSpec) -> Result<Confinement, String> {
-        let argv0 = spec.argv.first().ok_or("empty argv")?;
+    /// The confinement for running `argv0` in `cwd` with `extra_env` on top of the allowlisted
+    /// environment (also what `metash sandbox` uses for any command).
+    pub fn prepare(
+        &self,
+        argv0: &str,
+        cwd: &Path,
+        extra_env: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Confinement, String> {
         let path_var = self
             .passed_env
             .iter()
@@ -92,16 +97,16 @@ impl RoleConfiner {
         // for every isolated CLI, inside the spawn directory).
         set("HOME", home.display().to_string());
         set("TMPDIR", tmp.display().to_string());
-        for (k, v) in &spec.env {
+        for (k, v) in extra_env {
             set(k, v.clone());
         }
         let mut paths = vec![rw(&self.spawn_dir)];
-        paths.extend(git_paths(Path::new(&spec.cwd)));
+        paths.extend(git_paths(cwd));
         let cs = ConfineSpec {
             name: self.role.clone(),
             program_dirs: confine::program_dirs(&program, path_var.as_deref()),
             program,
-            workspace: PathBuf::from(&spec.cwd),
+            workspace: cwd.to_path_buf(),
             paths,
             hidden: self.hidden.clone(),
             connect_ports: self.connect_ports.clone(),
@@ -121,7 +126,8 @@ impl Confiner for RoleConfiner {
         spec: &ProcessInvocationSpec,
         cmd: &mut std::process::Command,
     ) -> Result<ConfineGuard, String> {
-        let confinement = self.prepare(spec)?;
+        let argv0 = spec.argv.first().ok_or("empty argv")?;
+        let confinement = self.prepare(argv0, Path::new(&spec.cwd), &spec.env)?;
         let mut report = confinement.report.clone();
         if let Some(r) = report.as_object_mut() {
             r.insert("frontend".into(), json!(self.frontend));
@@ -130,6 +136,33 @@ impl Confiner for RoleConfiner {
         confinement.apply(cmd);
         Ok(Box::new(confinement))
     }
+}
+
+/// A CLI role runs natively (in metash's native sandbox, not WASM): like a native agent, only with
+/// the user's consent, asked once and recorded in the ledger (`--yes-to native` gives it for a
+/// run; `metash consent grant ROLE native` for longer). `Some` is the refusal to return.
+pub(crate) fn native_consent(
+    host: &crate::host::Host,
+    role: &str,
+) -> crate::error::Result<Option<super::Ran>> {
+    use metash_policy::{Authorization, Capability, CapabilityRequest, Category};
+    let policy = host
+        .policy()?
+        .with_role(role, vec![Capability::new(Category::Native, None)]);
+    let ask = CapabilityRequest::native_exec(format!(
+        "run the role `{role}`'s coding CLI natively, in metash's sandbox"
+    ));
+    let mut prompter = host.prompter();
+    let verdict = policy
+        .authorize(role, &ask, prompter.as_mut())
+        .map_err(|e| crate::error::HostError::Other(format!("consent for `{role}`: {e}")))?;
+    Ok(match verdict {
+        Authorization::Allowed { .. } => None,
+        Authorization::Denied { message, hint, .. } => Some(super::Ran::error(format!(
+            "native execution of the role `{role}` is not allowed: {message}{}",
+            hint.map(|h| format!(" ({h})")).unwrap_or_default()
+        ))),
+    })
 }
 
 fn rw(p: &Path) -> PathAccess {

@@ -2,9 +2,9 @@
 //! (runtime or harness), persist a checkpoint before returning it, charge the budget.
 
 mod agent;
-mod confine;
+pub(crate) mod confine;
 mod gate;
-mod key_proxy;
+pub(crate) mod key_proxy;
 mod model;
 mod tool_events;
 

@@ -77,7 +77,7 @@ pub(crate) fn run(
         }
     }
     if is_cli {
-        if let Some(refused) = native_consent(host, &req.agent_name)? {
+        if let Some(refused) = super::confine::native_consent(host, &req.agent_name)? {
             return Ok(refused);
         }
         let port = match &key_proxy {
@@ -217,30 +217,6 @@ pub(crate) fn run(
         tokens_used: usage_tokens,
         cost_usd,
         checkpoint,
-    })
-}
-
-/// A CLI role runs natively (in metash's native sandbox, not WASM): like a native agent, only with
-/// the user's consent, asked once and recorded in the ledger (`--yes-to native` gives it for a
-/// run; `metash consent grant ROLE native` for longer). `Some` is the refusal to return.
-fn native_consent(host: &Host, role: &str) -> Result<Option<Ran>> {
-    use metash_policy::{Authorization, Capability, CapabilityRequest, Category};
-    let policy = host
-        .policy()?
-        .with_role(role, vec![Capability::new(Category::Native, None)]);
-    let ask = CapabilityRequest::native_exec(format!(
-        "run the role `{role}`'s coding CLI natively, in metash's sandbox"
-    ));
-    let mut prompter = host.prompter();
-    let verdict = policy
-        .authorize(role, &ask, prompter.as_mut())
-        .map_err(|e| HostError::Other(format!("consent for `{role}`: {e}")))?;
-    Ok(match verdict {
-        Authorization::Allowed { .. } => None,
-        Authorization::Denied { message, hint, .. } => Some(Ran::error(format!(
-            "native execution of the role `{role}` is not allowed: {message}{}",
-            hint.map(|h| format!(" ({h})")).unwrap_or_default()
-        ))),
     })
 }
 

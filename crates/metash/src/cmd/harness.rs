@@ -1,6 +1,7 @@
 //! `metash harness list|invocation|turn` and `metash attach`: the harness layer (seed 003) from
 //! the command line, so a control plane in any language can use it through JSON.
 
+use super::Ctx;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -38,6 +39,10 @@ pub enum HarnessCommand {
         /// The tmux window's name.
         #[arg(long, default_value = "metash")]
         window_name: String,
+        /// Run it under this role's sandbox (`metash sandbox --role ROLE`): the session is
+        /// confined like the role's spawns, and asks for the native consent once.
+        #[arg(long)]
+        role: Option<String>,
     },
 }
 
@@ -155,7 +160,11 @@ pub fn run(cmd: HarnessCommand, ctx: &super::Ctx) -> anyhow::Result<ExitCode> {
             HarnessSub::Invocation(a) => invocation(&programs, &workspace, *a),
             HarnessSub::Turn(a) => turn(programs, &workspace, *a),
         },
-        HarnessCommand::Attach { spec, window_name } => attach(&spec, &window_name),
+        HarnessCommand::Attach {
+            spec,
+            window_name,
+            role,
+        } => attach(ctx, &spec, &window_name, role.as_deref()),
     }
 }
 
@@ -396,7 +405,12 @@ fn turn(programs: Programs, workspace: &Path, a: TurnArgs) -> anyhow::Result<Exi
     })
 }
 
-fn attach(spec_path: &str, window_name: &str) -> anyhow::Result<ExitCode> {
+fn attach(
+    ctx: &Ctx,
+    spec_path: &str,
+    window_name: &str,
+    role: Option<&str>,
+) -> anyhow::Result<ExitCode> {
     let text = if spec_path == "-" {
         let mut s = String::new();
         std::io::stdin().read_to_string(&mut s)?;
@@ -412,12 +426,44 @@ fn attach(spec_path: &str, window_name: &str) -> anyhow::Result<ExitCode> {
             spec.interaction_mode
         );
     }
+    let spec = match role {
+        Some(role) => sandboxed_spec(spec, role, &ctx.workspace)?,
+        None => spec,
+    };
     let target = metash_harness::tmux::attach(&spec, window_name)?;
     println!("{target}");
     if std::env::var_os("TMUX").is_none() {
         eprintln!("metash: opened in tmux {target}; run `tmux attach -t metash` to see it");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The same session, started by `metash sandbox --role ROLE` (the spec's variables handed over
+/// with `--env`, since the sandbox clears the rest).
+fn sandboxed_spec(
+    mut spec: ProcessInvocationSpec,
+    role: &str,
+    workspace: &std::path::Path,
+) -> anyhow::Result<ProcessInvocationSpec> {
+    let exe = std::env::current_exe().context("locating the metash executable")?;
+    let workspace = std::path::absolute(workspace)?;
+    let mut argv = vec![
+        exe.display().to_string(),
+        "-C".into(),
+        workspace.display().to_string(),
+        "sandbox".into(),
+        "--role".into(),
+        role.to_string(),
+        "--workdir".into(),
+        spec.cwd.clone(),
+    ];
+    for (k, v) in std::mem::take(&mut spec.env) {
+        argv.extend(["--env".to_string(), format!("{k}={v}")]);
+    }
+    argv.push("--".into());
+    argv.append(&mut spec.argv);
+    spec.argv = argv;
+    Ok(spec)
 }
 
 #[cfg(test)]
@@ -441,6 +487,49 @@ mod tests {
         Cli::try_parse_from(std::iter::once("metash").chain(args.iter().copied()))
             .unwrap()
             .cmd
+    }
+
+    #[test]
+    fn attach_with_a_role_starts_the_session_through_metash_sandbox() {
+        let spec = ProcessInvocationSpec {
+            provider: ProviderDomain::Anthropic,
+            frontend: HarnessFrontend::ClaudeCode,
+            argv: vec!["claude".into(), "--model".into(), "x".into()],
+            cwd: "/ws/.meta/worktrees/t1".into(),
+            env: [("HOME".to_string(), "/h".to_string())].into(),
+            interaction_mode: InteractionMode::Interactive,
+            io_mode: metash_protocol::IoMode::Pty,
+            continuation: None,
+            display_command: None,
+        };
+        let s = sandboxed_spec(spec, "coder", Path::new("/ws")).unwrap();
+        assert!(
+            s.env.is_empty(),
+            "the sandbox clears the environment; --env carries it"
+        );
+        let tail: Vec<&str> = s.argv[1..].iter().map(String::as_str).collect();
+        assert_eq!(
+            tail,
+            [
+                "-C",
+                "/ws",
+                "sandbox",
+                "--role",
+                "coder",
+                "--workdir",
+                "/ws/.meta/worktrees/t1",
+                "--env",
+                "HOME=/h",
+                "--",
+                "claude",
+                "--model",
+                "x"
+            ]
+        );
+        assert!(matches!(
+            parse(&["attach", "--role", "coder"]),
+            HarnessCommand::Attach { role: Some(r), .. } if r == "coder"
+        ));
     }
 
     #[test]

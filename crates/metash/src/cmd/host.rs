@@ -101,6 +101,29 @@ pub enum HostCommand {
         #[command(flatten)]
         host: HostArgs,
     },
+    /// Run any command under a role's sandbox, as the role's CLI runs in a spawn: the working
+    /// directory writable, its own HOME and TMPDIR, the project's state hidden, TCP only to the
+    /// role's credential proxy, the environment cleared to an allowlist. Exits with the
+    /// command's code (126 when it could not be confined).
+    Sandbox {
+        /// A role of .meta/config.toml.
+        #[arg(long)]
+        role: String,
+        /// The writable directory it runs in (default: the current directory).
+        #[arg(long)]
+        workdir: Option<PathBuf>,
+        /// Pass a variable in (repeatable): `--env NAME=VALUE`.
+        #[arg(long = "env", value_name = "NAME=VALUE")]
+        env: Vec<String>,
+        /// Print what the sandbox allows (JSON) to stderr before running.
+        #[arg(long)]
+        show: bool,
+        #[command(flatten)]
+        host: HostArgs,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// Answer the pending checkpoint; the next spawn receives the answer, once.
     Resume {
         #[arg(long)]
@@ -146,6 +169,14 @@ pub fn run(cmd: HostCommand, ctx: &Ctx) -> Result<ExitCode> {
             }
             Ok(status_code(response.status))
         }
+        HostCommand::Sandbox {
+            role,
+            workdir,
+            env,
+            show,
+            host,
+            command,
+        } => sandbox(ctx, &role, workdir, &env, show, &host, &command),
         HostCommand::Resume {
             answer,
             checkpoint,
@@ -164,6 +195,44 @@ pub fn run(cmd: HostCommand, ctx: &Ctx) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn sandbox(
+    ctx: &Ctx,
+    role: &str,
+    workdir: Option<PathBuf>,
+    env: &[String],
+    show: bool,
+    host: &HostArgs,
+    command: &[String],
+) -> Result<ExitCode> {
+    let env = env
+        .iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| anyhow::anyhow!("--env {kv}: expected NAME=VALUE"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let h = host.open(ctx)?;
+    let workdir = match workdir {
+        Some(w) => w,
+        None => std::env::current_dir().context("the current directory")?,
+    };
+    let sandboxed = h.sandboxed(role, &workdir, command, &env)?;
+    if show {
+        eprintln!("{}", serde_json::to_string_pretty(&sandboxed.report)?);
+    }
+    let status = sandboxed.status()?;
+    h.flush_events()?;
+    Ok(match status.code() {
+        Some(c) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
+        // Killed by a signal: the shell's convention.
+        None => {
+            use std::os::unix::process::ExitStatusExt;
+            ExitCode::from(128u8.saturating_add(status.signal().unwrap_or(0) as u8))
+        }
+    })
 }
 
 pub fn status_code(status: AgentStatus) -> ExitCode {
