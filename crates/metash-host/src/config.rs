@@ -88,6 +88,17 @@ fn yes() -> bool {
 }
 
 impl Role {
+    /// Whether this role runs a coding CLI (a program, so a native agent under seed 002: it runs
+    /// in metash's native sandbox, with the user's consent, and never holds the model key).
+    pub fn runs_cli(&self) -> bool {
+        matches!(
+            self.frontend,
+            HarnessFrontend::AgentSdk
+                | HarnessFrontend::ClaudeCode
+                | HarnessFrontend::CodexCli
+                | HarnessFrontend::PiSdk
+        )
+    }
     /// The model for a hint: `smart` falls back to `fast` and back, then to the frontend default.
     pub fn model(&self, hint: Option<ModelHint>) -> Option<String> {
         let (first, second) = match hint.unwrap_or(ModelHint::Smart) {
@@ -125,6 +136,23 @@ pub struct HostConfig {
 }
 
 impl HostConfig {
+    /// Declares every CLI role to `policy` as an agent that may ask for `native` (the consent
+    /// to run it is still asked and recorded like any agent's).
+    pub fn declare_roles(&self, mut policy: metash_policy::Policy) -> metash_policy::Policy {
+        for (name, role) in &self.roles {
+            if role.runs_cli() {
+                policy = policy.with_role(
+                    name,
+                    vec![metash_policy::Capability::new(
+                        metash_policy::Category::Native,
+                        None,
+                    )],
+                );
+            }
+        }
+        policy
+    }
+
     /// Reads `.meta/config.toml` under `workspace`; absent means defaults.
     ///
     /// # Errors

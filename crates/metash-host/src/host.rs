@@ -121,7 +121,9 @@ impl Host {
     /// changed manifest).
     pub(crate) fn policy_with(&self, registry: Registry) -> Result<Policy> {
         let _ = registry.record(&self.store);
-        Ok(Policy::new(self.store.clone(), registry))
+        Ok(self
+            .config()
+            .declare_roles(Policy::new(self.store.clone(), registry)))
     }
 
     pub(crate) fn prompter(&self) -> Box<dyn ConsentPrompter + Send> {

@@ -14,11 +14,14 @@ pub enum PolicyError {
     InvalidCapability { capability: String, reason: String },
     #[error("no agent `{0}` is registered (see `metash agents list`)")]
     UnknownAgent(String),
-    #[error("agent `{agent}` does not declare capability `{capability}` in {manifest}; add it to `capabilities` there first")]
+    /// `declared_in`: the manifest's `capabilities`, or the config role.
+    #[error(
+        "agent `{agent}` does not declare capability `{capability}`; add it to {declared_in} first"
+    )]
     Undeclared {
         agent: String,
         capability: String,
-        manifest: PathBuf,
+        declared_in: String,
     },
     #[error("{path}: {message}")]
     PolicyFile { path: PathBuf, message: String },

@@ -272,6 +272,24 @@ impl Policy {
         }
     }
 
+    /// What `agent` declared, and where (for hints): its manifest, else its config role.
+    fn declared(&self, agent: &str) -> Option<(&[Capability], String)> {
+        match (self.registry.get(agent), self.roles.get(agent)) {
+            (Some(a), _) => Some((
+                a.declared.as_slice(),
+                format!("`capabilities` in {}", a.manifest_path.display()),
+            )),
+            (None, Some(caps)) => Some((
+                caps.as_slice(),
+                format!(
+                    "a manifest (`{agent}` is a role of .meta/config.toml, which runs a CLI and \
+                     can only be granted `native`)"
+                ),
+            )),
+            (None, None) => None,
+        }
+    }
+
     /// Declares a config role as an agent with `declared` capabilities (see [`Policy`]'s `roles`).
     /// A registered agent of the same name keeps its manifest's declarations.
     pub fn with_role(mut self, name: &str, declared: Vec<Capability>) -> Self {
@@ -298,22 +316,12 @@ impl Policy {
     /// # Errors
     /// Store I/O or an unreadable consent document (callers must treat an error as deny).
     pub fn check(&self, agent: &str, req: &CapabilityRequest) -> Result<Decision> {
-        let (declared, declared_in) = match (self.registry.get(agent), self.roles.get(agent)) {
-            (Some(a), _) => (
-                a.declared.as_slice(),
-                format!("`capabilities` in {}", a.manifest_path.display()),
-            ),
-            (None, Some(caps)) => (
-                caps.as_slice(),
-                format!("the role `{agent}` in .meta/config.toml"),
-            ),
-            (None, None) => {
-                return Ok(Decision::Deny {
-                    code: DenyCode::UnknownAgent,
-                    message: format!("no agent `{agent}` is registered"),
-                    hint: "see `metash agents list`".into(),
-                })
-            }
+        let Some((declared, declared_in)) = self.declared(agent) else {
+            return Ok(Decision::Deny {
+                code: DenyCode::UnknownAgent,
+                message: format!("no agent `{agent}` is registered"),
+                hint: "see `metash agents list`".into(),
+            });
         };
         if !declared.iter().any(|d| d.covers(&req.capability)) {
             return Ok(Decision::Deny {
@@ -495,15 +503,14 @@ impl Policy {
         sensitive: bool,
         source: &str,
     ) -> Result<Grant> {
-        let a = self
-            .registry
-            .get(agent)
+        let (declared, declared_in) = self
+            .declared(agent)
             .ok_or_else(|| PolicyError::UnknownAgent(agent.to_string()))?;
-        if !a.declared.iter().any(|d| d.covers(capability)) {
+        if !declared.iter().any(|d| d.covers(capability)) {
             return Err(PolicyError::Undeclared {
                 agent: agent.to_string(),
                 capability: capability.to_string(),
-                manifest: a.manifest_path.clone(),
+                declared_in,
             });
         }
         if let (Category::FilesRead | Category::FilesWrite, Some(scope)) =

@@ -110,3 +110,42 @@ impl Cli {
         }
     }
 }
+
+fn task_of(body: &str) -> Option<&'static str> {
+    ["a", "b", "c"]
+        .into_iter()
+        .find(|t| body.contains(&format!("Task {t}: Write {t}.txt")))
+}
+
+impl Cli {
+    /// A whole run scripted for this CLI as planner, executor and verifier: the planner plans
+    /// `a`, `b` and `c` (after both) in phase 1 and nothing after; each executor writes
+    /// `<task>.txt` and runs git with one shell call, tries `.meta/` from its worktree with a
+    /// second, then reports; the verifier passes.
+    pub fn scripted_run(self, body: &str) -> String {
+        let cli = self;
+        if body.contains("You are the planner") {
+            let plan = if body.contains("Current State: Phase 1 ") {
+                r#"{"tasks": [{"id": "a", "title": "Write a.txt", "dependencies": []}, {"id": "b", "title": "Write b.txt", "dependencies": []}, {"id": "c", "title": "Write c.txt", "dependencies": ["a", "b"]}]}"#
+            } else {
+                r#"{"tasks": [], "done": true}"#
+            };
+            return cli.text(plan);
+        }
+        if body.contains("You are the verifier") {
+            return cli.text(r#"{"pass": true, "findings": []}"#);
+        }
+        let Some(task) = task_of(body) else {
+            return cli.text("ok");
+        };
+        let steps = [
+            format!("echo {task}-from-{} > {task}.txt && git status --short && echo GIT-OK", cli.name().replace(' ', "-")),
+            "cat ../../events.jsonl 2>&1 | head -c 200; ls ../.. 2>&1 | head -c 200; echo x > ../../planted 2>&1".to_string(),
+        ];
+        let done = cli.results(body);
+        match steps.get(done) {
+            Some(cmd) => cli.shell(done, body, cmd),
+            None => cli.text(&format!("wrote {task}.txt")),
+        }
+    }
+}

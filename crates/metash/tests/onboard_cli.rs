@@ -207,3 +207,91 @@ fn init_without_an_agent_says_how_to_get_one() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("metash doctor"));
     assert!(!dir.path().join(".meta/config.toml").exists());
 }
+
+#[test]
+fn init_agent_pi_then_run_completes_a_plan_in_the_sandbox() {
+    let Some(pi) = pi_bin() else { return };
+    use metash_testkit::cli::Cli;
+    let server = metash_testkit::anthropic::ModelServer::start(|c| Cli::Pi.scripted_run(&c.text()));
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("first-project");
+    std::fs::create_dir_all(&ws).unwrap();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(&ws)
+            .args(["-c", "user.name=t", "-c", "user.email=t@localhost"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    git(&["init", "-q"]);
+    git(&["commit", "-q", "--allow-empty", "-m", "empty"]);
+    let base = format!("{}/v1", server.base);
+    let out = metash(&ws, Some(&pi), true)
+        .args([
+            "init",
+            "--agent",
+            "pi",
+            "--base-url",
+            &base,
+            "--model",
+            "test-model",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let out = metash(&ws, Some(&pi), true)
+        .args(["run", "--non-interactive", "--yes-to", "native", "--json"])
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@localhost")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for t in ["a", "b", "c"] {
+        assert_eq!(
+            git(&["show", &format!("HEAD:{t}.txt")]).trim(),
+            format!("{t}-from-pi")
+        );
+    }
+    // Every CLI turn ran confined, and the key the run used is nowhere in the project.
+    let log = std::fs::read_to_string(ws.join(".meta/events.jsonl")).unwrap();
+    assert!(
+        log.matches("\"frontend\":\"pi-sdk\"").count() >= 5,
+        "planner, 3 executors, verifiers"
+    );
+    assert!(!log.contains(FAKE_KEY));
+    // Without the consent, the same run refuses to start the CLI and says how to allow it.
+    let ws2 = dir.path().join("second");
+    std::fs::create_dir_all(&ws2).unwrap();
+    let init = Command::new("git")
+        .arg("-C")
+        .arg(&ws2)
+        .args(["init", "-q"])
+        .status()
+        .unwrap();
+    assert!(init.success());
+    assert!(metash(&ws2, Some(&pi), true)
+        .args(["init", "--agent", "pi", "--base-url", &base])
+        .status()
+        .unwrap()
+        .success());
+    let out = metash(&ws2, Some(&pi), true)
+        .args(["run", "--non-interactive"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(all.contains("native"), "{all}");
+}

@@ -145,10 +145,8 @@ pub(crate) fn native_consent(
     host: &crate::host::Host,
     role: &str,
 ) -> crate::error::Result<Option<super::Ran>> {
-    use metash_policy::{Authorization, Capability, CapabilityRequest, Category};
-    let policy = host
-        .policy()?
-        .with_role(role, vec![Capability::new(Category::Native, None)]);
+    use metash_policy::{Authorization, CapabilityRequest};
+    let policy = host.policy()?;
     let ask = CapabilityRequest::native_exec(format!(
         "run the role `{role}`'s coding CLI natively, in metash's sandbox"
     ));
@@ -158,9 +156,10 @@ pub(crate) fn native_consent(
         .map_err(|e| crate::error::HostError::Other(format!("consent for `{role}`: {e}")))?;
     Ok(match verdict {
         Authorization::Allowed { .. } => None,
-        Authorization::Denied { message, hint, .. } => Some(super::Ran::error(format!(
-            "native execution of the role `{role}` is not allowed: {message}{}",
-            hint.map(|h| format!(" ({h})")).unwrap_or_default()
+        Authorization::Denied { message, .. } => Some(super::Ran::error(format!(
+            "native execution of the role `{role}` is not allowed: {message}. Allow it for this \
+             run with `--yes-to native`, or for a while with `metash consent grant {role} native \
+             --sensitive --duration-s 86400`"
         ))),
     })
 }

@@ -20,17 +20,6 @@ pub const PLACEHOLDER: &str = "metash-placeholder-the-real-key-stays-in-metash";
 
 const ROUTE: &str = "model";
 
-/// The frontends that run a program (and so must not hold the key).
-pub fn is_cli(frontend: HarnessFrontend) -> bool {
-    matches!(
-        frontend,
-        HarnessFrontend::AgentSdk
-            | HarnessFrontend::ClaudeCode
-            | HarnessFrontend::CodexCli
-            | HarnessFrontend::PiSdk
-    )
-}
-
 /// The provider's own endpoint, as each CLI's base URL expects it (Anthropic without `/v1`).
 fn default_upstream(frontend: HarnessFrontend) -> &'static str {
     match frontend {

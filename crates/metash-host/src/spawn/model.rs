@@ -50,7 +50,7 @@ pub(crate) fn run(
     turn.options.isolated_home = role.isolated_home;
     // A CLI gets a placeholder key and the credential proxy's URL; only the in-process API
     // clients hold the key itself.
-    let is_cli = super::key_proxy::is_cli(role.frontend);
+    let is_cli = role.runs_cli();
     let key_proxy = if is_cli {
         super::key_proxy::start(host, &req.agent_name, role)?
     } else {

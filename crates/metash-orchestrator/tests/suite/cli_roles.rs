@@ -13,40 +13,6 @@ use super::common::{commits_of, git, statuses, Project};
 
 const KEY: &str = "sk-real-orchestrated-cli-key-0123456789";
 
-fn task_of(body: &str) -> Option<&'static str> {
-    ["a", "b", "c"]
-        .into_iter()
-        .find(|t| body.contains(&format!("Task {t}: Write {t}.txt")))
-}
-
-/// The scripted model: the planner's plan, the executor's two shell calls then its summary, the
-/// verifier's pass.
-fn answer(cli: Cli, body: &str) -> String {
-    if body.contains("You are the planner") {
-        let plan = if body.contains("Current State: Phase 1 ") {
-            r#"{"tasks": [{"id": "a", "title": "Write a.txt", "dependencies": []}, {"id": "b", "title": "Write b.txt", "dependencies": []}, {"id": "c", "title": "Write c.txt", "dependencies": ["a", "b"]}]}"#
-        } else {
-            r#"{"tasks": [], "done": true}"#
-        };
-        return cli.text(plan);
-    }
-    if body.contains("You are the verifier") {
-        return cli.text(r#"{"pass": true, "findings": []}"#);
-    }
-    let Some(task) = task_of(body) else {
-        return cli.text("ok");
-    };
-    let steps = [
-        format!("echo {task}-from-{} > {task}.txt && git status --short && echo GIT-OK", cli.name().replace(' ', "-")),
-        "cat ../../events.jsonl 2>&1 | head -c 200; ls ../.. 2>&1 | head -c 200; echo x > ../../planted 2>&1".to_string(),
-    ];
-    let done = cli.results(body);
-    match steps.get(done) {
-        Some(cmd) => cli.shell(done, body, cmd),
-        None => cli.text(&format!("wrote {task}.txt")),
-    }
-}
-
 fn run_plan(cli: Cli, test: &str) {
     let Some(tools) = cli.tools() else {
         metash_testkit::skip(
@@ -58,7 +24,7 @@ fn run_plan(cli: Cli, test: &str) {
         );
         return;
     };
-    let server = ModelServer::start(move |c| answer(cli, &c.text()));
+    let server = ModelServer::start(move |c| cli.scripted_run(&c.text()));
     let p = Project::new("max_gap_retries = 1");
     std::os::unix::fs::symlink(&tools, p.path().join(".tools")).expect("link");
     std::fs::write(p.path().join(".git/info/exclude"), ".tools\n").expect("exclude");

@@ -226,7 +226,9 @@ fn policy(ctx: &Ctx) -> Result<Policy> {
         Some(s) => s,
         None => Store::open(&ctx.workspace)?,
     };
-    Ok(Policy::new(store, reg))
+    // CLI roles of config.toml are agents too (their native consent is granted here).
+    let config = metash_host::config::HostConfig::load(&ctx.workspace)?;
+    Ok(config.declare_roles(Policy::new(store, reg)))
 }
 
 fn source_str(s: Source) -> &'static str {
