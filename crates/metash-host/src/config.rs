@@ -21,6 +21,7 @@
 //! mem = "4g"                           # CLI frontends: quotas of the sandboxed process tree
 //! cpu = "2"
 //! max_pids = 512
+//! permissions = "bypass"               # or "ask": Claude Code's tool uses go to metash's consent
 //!
 //! [prices."my-finetune"]   # USD per million tokens; overrides the built-in table (pricing.rs)
 //! input_per_mtok = 3.0
@@ -81,6 +82,21 @@ pub struct Role {
     pub cpu: Option<String>,
     #[serde(default)]
     pub max_pids: Option<u64>,
+    /// CLI frontends: who answers the CLI's own permission prompts (see [`Permissions`]).
+    #[serde(default)]
+    pub permissions: Permissions,
+}
+
+/// Who answers a CLI's permission prompts. Either way metash's sandbox is the boundary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Permissions {
+    /// The CLI's own prompts and sandbox are off (it runs headless, nobody could answer them).
+    #[default]
+    Bypass,
+    /// Claude Code only: each tool use is a consent request to metash (a grant, the policy
+    /// file, `--yes-to`, or the user, once or for a time), recorded in the ledger.
+    Ask,
 }
 
 fn yes() -> bool {
@@ -138,17 +154,27 @@ pub struct HostConfig {
 impl HostConfig {
     /// Declares every CLI role to `policy` as an agent that may ask for `native` (the consent
     /// to run it is still asked and recorded like any agent's).
+    /// A role with `permissions = "ask"` also declares what a coding CLI's tools do (start
+    /// programs, read and write files, fetch), each asked per use.
     pub fn declare_roles(&self, mut policy: metash_policy::Policy) -> metash_policy::Policy {
+        use metash_policy::{Capability, Category};
         for (name, role) in &self.roles {
-            if role.runs_cli() {
-                policy = policy.with_role(
-                    name,
-                    vec![metash_policy::Capability::new(
-                        metash_policy::Category::Native,
-                        None,
-                    )],
+            if !role.runs_cli() {
+                continue;
+            }
+            let mut declared = vec![Capability::new(Category::Native, None)];
+            if role.permissions == Permissions::Ask {
+                declared.extend(
+                    [
+                        Category::ProcessSpawn,
+                        Category::FilesRead,
+                        Category::FilesWrite,
+                        Category::Network,
+                    ]
+                    .map(|c| Capability::new(c, None)),
                 );
             }
+            policy = policy.with_role(name, declared);
         }
         policy
     }
@@ -194,6 +220,22 @@ impl HostConfig {
                 HostError::Config(format!("{}: [prices.\"{model}\"]: {why}", path.display()))
             })?;
         }
+        for (name, role) in &parsed.roles {
+            if role.permissions == Permissions::Ask
+                && !matches!(
+                    role.frontend,
+                    HarnessFrontend::AgentSdk | HarnessFrontend::ClaudeCode
+                )
+            {
+                return Err(HostError::Config(format!(
+                    "{}: [roles.{name}] permissions = \"ask\" needs a Claude Code frontend \
+                     (agent-sdk or claude-code); {} has no permission-prompt hook, use \
+                     \"bypass\" (metash's sandbox is the boundary either way)",
+                    path.display(),
+                    role.frontend.as_str()
+                )));
+            }
+        }
         if let Some(max) = parsed.budget.max_cost_usd {
             if !(max.is_finite() && max >= 0.0) {
                 return Err(HostError::Config(format!(
@@ -208,5 +250,42 @@ impl HostConfig {
             roles: parsed.roles,
             prices: crate::pricing::PriceTable::new(parsed.prices),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn permissions_parse_and_ask_needs_claude_code() {
+        let p = Path::new(".meta/config.toml");
+        let c = HostConfig::parse(
+            "[roles.a]\nfrontend = \"agent-sdk\"\npermissions = \"ask\"\nmem = \"2g\"\nmax_pids = 64\n\
+             [roles.b]\nfrontend = \"pi-sdk\"\n",
+            p,
+        )
+        .unwrap();
+        assert_eq!(c.roles["a"].permissions, Permissions::Ask);
+        assert_eq!(c.roles["a"].max_pids, Some(64));
+        assert_eq!(c.roles["b"].permissions, Permissions::Bypass);
+        let err = HostConfig::parse(
+            "[roles.x]\nfrontend = \"codex-cli\"\npermissions = \"ask\"\n",
+            p,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("[roles.x]") && err.contains("Claude Code"),
+            "{err}"
+        );
+        let err = HostConfig::parse(
+            "[roles.x]\nfrontend = \"pi-sdk\"\npermissions = \"maybe\"\n",
+            p,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("config.toml:3"), "{err}");
     }
 }

@@ -146,8 +146,13 @@ pub(super) fn argv(
     }
     if o.skip_permissions {
         a.push("--dangerously-skip-permissions".to_string());
-    } else if let Some(mode) = &o.permission_mode {
-        a.extend(["--permission-mode".to_string(), mode.clone()]);
+    } else {
+        if let Some(mode) = &o.permission_mode {
+            a.extend(["--permission-mode".to_string(), mode.clone()]);
+        }
+        if let Some(tool) = &o.permission_prompt_tool {
+            a.extend(["--permission-prompt-tool".to_string(), tool.clone()]);
+        }
     }
     if let Some(path) = &m.system_prompt_file {
         a.extend([

@@ -68,8 +68,12 @@ pub struct HarnessOptions {
     pub max_turns: Option<u32>,
     pub allowed_tools: Vec<String>,
     pub disallowed_tools: Vec<String>,
-    /// MCP servers as Claude's `mcpServers` object: `{name: {command, args, env}}`.
+    /// MCP servers as Claude's `mcpServers` object: `{name: {command, args, env}}` or
+    /// `{name: {type: "http", url}}`.
     pub mcp_servers: Option<serde_json::Value>,
+    /// Claude `--permission-prompt-tool`: the MCP tool (`mcp__SERVER__TOOL`) that answers its
+    /// permission prompts in headless runs (ignored with `skip_permissions`).
+    pub permission_prompt_tool: Option<String>,
     pub endpoint: Option<Endpoint>,
     /// Give the harness its own HOME (and CODEX_HOME / pi agent dir) under `aspHome`, so nothing
     /// of the user's configuration leaks in. Tests and CI use it; people keep their login with

@@ -6,6 +6,7 @@ pub(crate) mod confine;
 mod gate;
 pub(crate) mod key_proxy;
 mod model;
+pub(crate) mod permission;
 mod tool_events;
 
 use std::time::{Duration, Instant};

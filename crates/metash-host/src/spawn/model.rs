@@ -13,7 +13,7 @@ use metash_store::NewEvent;
 use serde_json::{json, Value};
 
 use super::Ran;
-use crate::config::Role;
+use crate::config::{Permissions, Role};
 use crate::error::{HostError, Result};
 use crate::host::Host;
 use crate::pricing::{Stop, TurnMeter};
@@ -76,6 +76,7 @@ pub(crate) fn run(
             }
         }
     }
+    let mut permission_server = None;
     if is_cli {
         if let Some(refused) = super::confine::native_consent(host, &req.agent_name)? {
             return Ok(refused);
@@ -94,9 +95,17 @@ pub(crate) fn run(
         );
         confiner.hidden = host.hidden_dirs();
         confiner.connect_ports = port.into_iter().collect();
+        if role.permissions == Permissions::Ask {
+            let server = super::permission::start_for(host, &req.agent_name, &workdir)?;
+            confiner.connect_ports.push(server.port());
+            turn.options.mcp_servers = Some(server.mcp_servers());
+            turn.options.permission_prompt_tool = Some(super::permission::TOOL.into());
+            permission_server = Some(server);
+        } else {
+            // Its own prompts and sandbox off: metash's sandbox is the boundary.
+            turn.options.skip_permissions = true;
+        }
         turn.confiner = metash_harness::ConfinerHandle::new(Arc::new(confiner));
-        // Its own prompts and sandbox off: metash's sandbox is the boundary.
-        turn.options.skip_permissions = true;
     }
 
     let cancel = CancellationToken::new();
@@ -163,6 +172,7 @@ pub(crate) fn run(
     });
     drop(spawn_dir);
     drop(key_proxy);
+    drop(permission_server);
     let response = match response {
         Ok(r) => r,
         Err(e) => return Ok(Ran::error(format!("{}: {e}", e.code().as_str()))),

@@ -288,3 +288,94 @@ fn check_probes(p: &Project, outside: &Outside, probes: &[(&'static str, String,
     );
     let _ = &outside.root;
 }
+
+/// One Claude Code turn with `permissions = "ask"` that asks for `echo asked > asked.txt`; the
+/// host answers consent from `yes_to` only.
+fn ask_run(yes_to: &[&str]) -> (Project, metash_protocol::AgentResponse) {
+    let p = Project::new();
+    let tools = Cli::Claude.tools().expect("checked by the caller");
+    let server = ModelServer::start(move |c| {
+        let body = c.text();
+        if !body.contains("Write the file.") {
+            return Cli::Claude.text("ok");
+        }
+        match Cli::Claude.results(&body) {
+            0 => Cli::Claude.shell(0, &body, "echo asked > asked.txt"),
+            _ => Cli::Claude.text("turn over"),
+        }
+    });
+    std::os::unix::fs::symlink(&tools, p.path().join(".tools")).expect("link .tools");
+    p.config(&format!(
+        "{}permissions = \"ask\"\n",
+        Cli::Claude.role("coder", &server.base)
+    ));
+    let host = Host::open(
+        p.path(),
+        HostOptions {
+            terminal: Terminal::Silent,
+            env: [("METASH_TEST_CLI_KEY".to_string(), KEY.to_string())].into(),
+            consent: ConsentMode::NonInteractive,
+            yes_to: yes_to
+                .iter()
+                .map(|c| c.parse().expect("capability"))
+                .collect(),
+            ..HostOptions::default()
+        },
+    )
+    .expect("host");
+    let mut req = SpawnRequest::new("coder", "You are a test.", "Write the file.");
+    req.options.timeout_seconds = Some(120.0);
+    let r = host.spawn_agent(&req).expect("spawn");
+    (p, r)
+}
+
+#[test]
+fn with_permissions_ask_each_claude_code_tool_use_is_a_consent_request() {
+    let test = "with_permissions_ask_each_claude_code_tool_use_is_a_consent_request";
+    if Cli::Claude.tools().is_none() {
+        metash_testkit::skip(
+            test,
+            "Claude Code is not installed under .tools (run scripts/setup)",
+        );
+        return;
+    }
+    if let Some(why) = super::common::native_unavailable() {
+        metash_testkit::skip(test, &why);
+        return;
+    }
+    // Granted: the request is in the ledger and the call ran.
+    let (p, r) = ask_run(&["native", "process.spawn"]);
+    assert_eq!(r.status, AgentStatus::Success, "{r:?}");
+    let asked = p.log_data("consent_request");
+    assert!(
+        asked.iter().any(|a| a["capability"] == "process.spawn:echo"
+            && a["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("asked.txt"))),
+        "{asked:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(p.path().join("asked.txt"))
+            .expect("the call ran")
+            .trim(),
+        "asked"
+    );
+    // Denied: the same request, refused; the call never ran and the CLI was told why.
+    let (p, r) = ask_run(&["native"]);
+    assert_eq!(r.status, AgentStatus::Success, "{r:?}");
+    assert!(!p.path().join("asked.txt").exists(), "a refused call ran");
+    let answers = p.log_data("consent_answer");
+    assert!(
+        answers
+            .iter()
+            .any(|a| a["answer"] == "deny" && a["capability"] == "process.spawn:echo"),
+        "{answers:?}"
+    );
+    let results = p.log_data("tool_result");
+    assert!(
+        results.iter().any(|r| r["output"]
+            .as_str()
+            .is_some_and(|o| o.contains("metash refused"))),
+        "{results:?}"
+    );
+}

@@ -98,6 +98,9 @@ pub struct CommonArgs {
     trust_cwd: bool,
     #[arg(long)]
     permission_mode: Option<String>,
+    /// Claude: the MCP tool (`mcp__SERVER__TOOL`) that answers permission prompts headless.
+    #[arg(long)]
+    permission_prompt_tool: Option<String>,
     #[arg(long)]
     skip_permissions: bool,
     #[arg(long)]
@@ -261,6 +264,7 @@ fn common(c: &CommonArgs, workspace: &Path) -> anyhow::Result<Common> {
         .context("--mcp-servers is not JSON")?;
     let options = HarnessOptions {
         permission_mode: c.permission_mode.clone(),
+        permission_prompt_tool: c.permission_prompt_tool.clone(),
         skip_permissions: c.skip_permissions,
         system_prompt: c.system_prompt.clone(),
         append_system_prompt: c.append_system_prompt.clone(),

@@ -1,0 +1,332 @@
+//! `permissions = "ask"` for a Claude Code role: Claude Code's own permission prompts go to
+//! metash's consent flow. Claude Code calls its permission-prompt tool (`--permission-prompt-tool
+//! mcp__metash__approve`) before each tool use; that tool is served here, in the host, over MCP's
+//! streamable HTTP on a loopback port the sandbox may reach. Each call becomes a capability
+//! request (a shell command is `process.spawn:<program>`, a file edit `files.write:<path>`…)
+//! answered like any agent's: by a grant, the policy file, `--yes-to`, or the user, once or for a
+//! time, all in the ledger. The sandbox can only *ask* through this port; answers come from the
+//! user's side.
+
+use std::net::TcpListener;
+use std::sync::Arc;
+
+use hyper_util::rt::TokioIo;
+use metash_policy::{Authorization, CapabilityRequest};
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{tool, tool_handler, tool_router, ErrorData, ServerHandler};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+use crate::error::{HostError, Result};
+
+/// The MCP server's name in Claude Code's config, and the tool's full name there.
+pub(crate) const SERVER: &str = "metash";
+pub(crate) const TOOL: &str = "mcp__metash__approve";
+
+/// Decides one tool call (blocking: it may ask the user).
+pub(crate) type Ask = Arc<dyn Fn(&CapabilityRequest) -> Authorization + Send + Sync>;
+
+/// What Claude Code sends its permission-prompt tool.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub struct ApproveParams {
+    /// The tool Claude Code wants to use (`Bash`, `Write`, `Edit`, `Read`, `WebFetch`…).
+    pub tool_name: String,
+    /// Its input, as the model wrote it.
+    #[serde(default)]
+    pub input: Value,
+}
+
+#[derive(Clone)]
+struct Approver {
+    ask: Ask,
+    workspace: std::path::PathBuf,
+}
+
+#[tool_router]
+impl Approver {
+    #[tool(
+        description = "metash's consent for a tool use: answers {behavior: allow, updatedInput} or {behavior: deny, message}."
+    )]
+    async fn approve(
+        &self,
+        Parameters(p): Parameters<ApproveParams>,
+    ) -> std::result::Result<CallToolResult, ErrorData> {
+        let req = request_for(&self.workspace, &p.tool_name, &p.input);
+        let ask = Arc::clone(&self.ask);
+        let verdict = tokio::task::spawn_blocking(move || ask(&req))
+            .await
+            .map_err(|_| ErrorData::internal_error("the consent prompt failed", None))?;
+        let answer = match verdict {
+            Authorization::Allowed { .. } => json!({"behavior": "allow", "updatedInput": p.input}),
+            Authorization::Denied { message, .. } => json!({
+                "behavior": "deny",
+                "message": format!("metash refused `{}`: {message}", p.tool_name),
+            }),
+        };
+        Ok(CallToolResult::success(vec![ContentBlock::text(
+            answer.to_string(),
+        )]))
+    }
+}
+
+#[tool_handler]
+impl ServerHandler for Approver {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_server_info(
+            Implementation::new("metash-consent", env!("CARGO_PKG_VERSION")),
+        )
+    }
+}
+
+/// The capability a Claude Code tool use needs. Closed by tool family: shell commands start a
+/// program, edits write a file, reads read one, fetches reach a host; anything else (an MCP tool,
+/// a sub-agent) is asked as starting that tool.
+pub(crate) fn request_for(
+    workspace: &std::path::Path,
+    tool: &str,
+    input: &Value,
+) -> CapabilityRequest {
+    let s = |k: &str| input[k].as_str().unwrap_or("").to_string();
+    let clip = |t: String| t.chars().take(200).collect::<String>();
+    let path = |k: &str| {
+        let p = std::path::PathBuf::from(s(k));
+        if p.is_absolute() {
+            p
+        } else {
+            workspace.join(p)
+        }
+    };
+    match tool {
+        "Bash" => {
+            let command = s("command");
+            let program = command
+                .split_whitespace()
+                .next()
+                .unwrap_or("sh")
+                .to_string();
+            CapabilityRequest::process_spawn(&program, clip(format!("Bash: {command}")))
+        }
+        "Write" | "Edit" | "MultiEdit" | "NotebookEdit" => {
+            let p = path(if tool == "NotebookEdit" {
+                "notebook_path"
+            } else {
+                "file_path"
+            });
+            CapabilityRequest::files_write(workspace, &p, format!("{tool} {}", p.display()))
+        }
+        "Read" | "Glob" | "Grep" | "LS" => {
+            let key = if tool == "Read" { "file_path" } else { "path" };
+            let p = if s(key).is_empty() {
+                workspace.to_path_buf()
+            } else {
+                path(key)
+            };
+            CapabilityRequest::files_read(workspace, &p, format!("{tool} {}", p.display()))
+        }
+        "WebFetch" => {
+            let url = s("url");
+            let host = url
+                .split("://")
+                .nth(1)
+                .and_then(|r| r.split(['/', ':', '?']).next())
+                .unwrap_or("")
+                .to_string();
+            CapabilityRequest::network(&host, false, clip(format!("WebFetch {url}")))
+        }
+        other => CapabilityRequest::process_spawn(other, clip(format!("{other}: {input}"))),
+    }
+}
+
+/// A running permission server for one spawn; stops when dropped.
+pub(crate) struct PermissionServer {
+    port: u16,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl PermissionServer {
+    /// Listens on 127.0.0.1 (an ephemeral port).
+    ///
+    /// # Errors
+    /// The listener or its runtime cannot start.
+    pub fn start(workspace: &std::path::Path, ask: Ask) -> Result<Self> {
+        let io = |e: std::io::Error| HostError::Other(format!("the consent server: {e}"));
+        let listener = TcpListener::bind(("127.0.0.1", 0)).map_err(io)?;
+        let port = listener.local_addr().map_err(io)?.port();
+        listener.set_nonblocking(true).map_err(io)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(io)?;
+        let listener = {
+            let _guard = runtime.enter();
+            tokio::net::TcpListener::from_std(listener).map_err(io)?
+        };
+        let approver = Approver {
+            ask,
+            workspace: workspace.to_path_buf(),
+        };
+        let service = StreamableHttpService::new(
+            move || Ok(approver.clone()),
+            Arc::new(NeverSessionManager::default()),
+            StreamableHttpServerConfig::default()
+                .with_legacy_session_mode(false)
+                .with_json_response(true),
+        );
+        let (stop, mut stopped) = oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("metash-consent-mcp".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    loop {
+                        let conn = tokio::select! {
+                            _ = &mut stopped => break,
+                            c = listener.accept() => c,
+                        };
+                        let Ok((sock, _)) = conn else { continue };
+                        let service = service.clone();
+                        tokio::spawn(async move {
+                            let svc = hyper::service::service_fn(move |req| {
+                                let service = service.clone();
+                                async move {
+                                    Ok::<_, std::convert::Infallible>(service.handle(req).await)
+                                }
+                            });
+                            let _ = hyper::server::conn::http1::Builder::new()
+                                .serve_connection(TokioIo::new(sock), svc)
+                                .await;
+                        });
+                    }
+                });
+            })
+            .map_err(io)?;
+        Ok(Self {
+            port,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Claude Code's `mcpServers` entry for it.
+    pub fn mcp_servers(&self) -> Value {
+        json!({SERVER: {"type": "http", "url": format!("http://127.0.0.1:{}/mcp", self.port)}})
+    }
+}
+
+impl Drop for PermissionServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The permission server for one spawn of the role `role`: each tool use is authorized by the
+/// host's policy under the host's prompter, as `role`.
+///
+/// # Errors
+/// The policy cannot be read or the server cannot start.
+pub(crate) fn start_for(
+    host: &crate::host::Host,
+    role: &str,
+    workspace: &std::path::Path,
+) -> Result<PermissionServer> {
+    let policy = host.policy()?;
+    let prompter = std::sync::Mutex::new(host.prompter());
+    let role = role.to_string();
+    let ask: Ask = Arc::new(move |req: &CapabilityRequest| {
+        let denied = |message: String| Authorization::Denied {
+            code: metash_policy::DenyCode::ConsentDenied,
+            event: metash_protocol::AgentEvent::Error {
+                code: "consent_denied".into(),
+                message: message.clone(),
+                hint: None,
+            },
+            message,
+            hint: None,
+        };
+        let Ok(mut p) = prompter.lock() else {
+            return denied("the consent prompter failed earlier".into());
+        };
+        policy
+            .authorize(&role, req, p.as_mut())
+            .unwrap_or_else(|e| denied(format!("consent could not be recorded: {e}")))
+    });
+    PermissionServer::start(workspace, ask)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use std::io::{Read, Write};
+
+    use super::*;
+
+    fn post(port: u16, body: &Value) -> String {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let body = body.to_string();
+        write!(
+            s,
+            "POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n\
+             accept: application/json, text/event-stream\r\nmcp-protocol-version: 2025-06-18\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn the_tool_answers_from_the_ask_function() {
+        let ask: Ask = Arc::new(|req: &CapabilityRequest| {
+            if req.capability.to_string() == "process.spawn:echo" {
+                Authorization::Allowed { expires_at: None }
+            } else {
+                Authorization::Denied {
+                    code: metash_policy::DenyCode::ConsentDenied,
+                    message: "no".into(),
+                    hint: None,
+                    event: metash_protocol::AgentEvent::Error {
+                        code: "consent_denied".into(),
+                        message: "no".into(),
+                        hint: None,
+                    },
+                }
+            }
+        });
+        let server = PermissionServer::start(std::path::Path::new("/ws"), ask).unwrap();
+        let init = post(
+            server.port(),
+            &json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}),
+        );
+        assert!(init.contains("metash-consent"), "{init}");
+        let list = post(
+            server.port(),
+            &json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}),
+        );
+        assert!(list.contains("\"approve\""), "{list}");
+        let call = |cmd: &str| {
+            post(
+                server.port(),
+                &json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"approve","arguments":{"tool_name":"Bash","input":{"command":cmd}}}}),
+            )
+        };
+        assert!(call("echo hi").contains(r#"\"behavior\":\"allow\""#));
+        let denied = call("rm -rf /");
+        assert!(denied.contains(r#"\"behavior\":\"deny\""#), "{denied}");
+    }
+}
