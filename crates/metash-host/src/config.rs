@@ -22,6 +22,7 @@
 //! cpu = "2"
 //! max_pids = 512
 //! permissions = "bypass"               # or "ask": Claude Code's tool uses go to metash's consent
+//! network = ["github.com", "*.npmjs.org"]   # CLI frontends: reachable besides the model
 //!
 //! [prices."my-finetune"]   # USD per million tokens; overrides the built-in table (pricing.rs)
 //! input_per_mtok = 3.0
@@ -82,6 +83,10 @@ pub struct Role {
     pub cpu: Option<String>,
     #[serde(default)]
     pub max_pids: Option<u64>,
+    /// CLI frontends: domains the CLI may reach besides its model (through metash's allowlist
+    /// proxy; `*.example.com` covers subdomains). Nothing else is reachable.
+    #[serde(default)]
+    pub network: Vec<String>,
     /// CLI frontends: who answers the CLI's own permission prompts (see [`Permissions`]).
     #[serde(default)]
     pub permissions: Permissions,

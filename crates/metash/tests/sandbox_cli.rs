@@ -115,3 +115,60 @@ fn metash_runtime_unavailable() -> Option<String> {
     };
     (abi < 1).then(|| "Landlock is not available in this kernel".to_string())
 }
+
+#[test]
+fn a_roles_network_allowlist_is_reachable_through_the_proxy_and_nothing_else() {
+    if let Some(why) = metash_runtime_unavailable() {
+        metash_testkit::skip(
+            "a_roles_network_allowlist_is_reachable_through_the_proxy_and_nothing_else",
+            &why,
+        );
+        return;
+    }
+    let p = project();
+    let config = std::fs::read_to_string(p.path().join(".meta/config.toml")).unwrap();
+    std::fs::write(
+        p.path().join(".meta/config.toml"),
+        format!("{config}network = [\"localhost\"]\n"),
+    )
+    .unwrap();
+    // A plain HTTP server the allowlist names.
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for mut c in server.incoming().flatten() {
+            let mut buf = [0u8; 2048];
+            let _ = c.read(&mut buf);
+            let _ = c.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 19\r\nconnection: close\r\n\r\nhello-through-proxy");
+        }
+    });
+    let py = format!(
+        "import os, urllib.request as u\n\
+         o = u.build_opener(u.ProxyHandler({{'http': os.environ['HTTP_PROXY']}}))\n\
+         print(o.open('http://localhost:{port}/').read().decode())\n\
+         try:\n    o.open('http://blocked.example/')\n    print('BLOCKED-REACHED')\n\
+         except Exception as e:\n    print('blocked:', e)\n\
+         import socket\n\
+         try:\n    socket.create_connection(('127.0.0.1', {port}))\n    print('DIRECT-REACHED')\n\
+         except Exception as e:\n    print('direct:', e)\n"
+    );
+    std::fs::write(p.path().join("probe.py"), py).unwrap();
+    let out = sandbox(p.path(), true, "/usr/bin/python3 probe.py 2>&1");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("hello-through-proxy"), "{stdout}");
+    assert!(
+        !stdout.contains("BLOCKED-REACHED") && stdout.contains("blocked:"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("DIRECT-REACHED") && stdout.contains("direct:"),
+        "{stdout}"
+    );
+    let log = std::fs::read_to_string(p.path().join(".meta/events.jsonl")).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("sandbox_denied") && l.contains("blocked.example")),
+        "{log}"
+    );
+}

@@ -32,6 +32,8 @@ pub(crate) struct RoleConfiner {
     pub spawn_dir: PathBuf,
     pub hidden: Vec<PathBuf>,
     pub connect_ports: Vec<u16>,
+    /// `[roles.X] network`: domains reachable through the allowlist proxy.
+    pub allowlist: Vec<String>,
     pub mem: Option<String>,
     pub cpu: Option<String>,
     pub max_pids: u64,
@@ -56,6 +58,7 @@ impl RoleConfiner {
             spawn_dir: spawn_dir.to_path_buf(),
             hidden: Vec::new(),
             connect_ports: Vec::new(),
+            allowlist: role.network.clone(),
             mem: role.mem.clone(),
             cpu: role.cpu.clone(),
             max_pids: role.max_pids.unwrap_or(DEFAULT_MAX_PIDS),
@@ -110,13 +113,14 @@ impl RoleConfiner {
             paths,
             hidden: self.hidden.clone(),
             connect_ports: self.connect_ports.clone(),
+            allowlist: self.allowlist.clone(),
             mem: self.mem.clone(),
             cpu: self.cpu.clone(),
             max_pids: self.max_pids,
             timeout: self.timeout,
             env,
         };
-        Confinement::prepare(&cs).map_err(|e| e.to_string())
+        Confinement::prepare(&cs, &self.sink).map_err(|e| e.to_string())
     }
 }
 

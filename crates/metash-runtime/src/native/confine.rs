@@ -80,6 +80,10 @@ pub struct ConfineSpec {
     pub hidden: Vec<PathBuf>,
     /// Loopback TCP ports it may connect to. Nothing else, and no listening socket.
     pub connect_ports: Vec<u16>,
+    /// Domains it may reach through the allowlist proxy (started when this is not empty; the
+    /// manifest's `network:` syntax, `*.example.com` included). Its address is in `HTTPS_PROXY`
+    /// and friends; loopback stays direct (`NO_PROXY`).
+    pub allowlist: Vec<String>,
     /// `512m`, `2g`… and `500m`, `2`…: as in a manifest.
     pub mem: Option<String>,
     pub cpu: Option<String>,
@@ -94,6 +98,7 @@ pub struct ConfineSpec {
 /// and the cgroup (whatever is left in it is killed when it drops).
 pub struct Confinement {
     plan: Arc<isolate::ChildPlan>,
+    _proxy: Option<super::ConnectProxy>,
     _landlock: OwnedFd,
     quota: Quota,
     env: Vec<(String, String)>,
@@ -115,7 +120,7 @@ impl Confinement {
     /// # Errors
     /// [`crate::RuntimeError::SandboxSetup`] when a restriction is unavailable (fail closed: the
     /// caller must not run the program), or a quantity does not parse.
-    pub fn prepare(spec: &ConfineSpec) -> Result<Self> {
+    pub fn prepare(spec: &ConfineSpec, sink: &Arc<dyn crate::sink::EventSink>) -> Result<Self> {
         let workspace = isolate::canonical(&spec.workspace)?;
         let program = isolate::canonical(&spec.program)?;
         let mut skipped = Vec::new();
@@ -144,6 +149,35 @@ impl Confinement {
             }
         }
         let refs: Vec<&PathAccess> = paths.iter().collect();
+        let mut env = spec.env.clone();
+        let mut connect_ports = spec.connect_ports.clone();
+        let proxy = if spec.allowlist.is_empty() {
+            None
+        } else {
+            let p = super::ConnectProxy::start(super::ProxyCfg {
+                agent: spec.name.clone(),
+                allowlist: spec.allowlist.clone(),
+                sink: Arc::clone(sink),
+                gate: crate::spec::Gate(None),
+                replier: crate::reply::Replier::default(),
+            })
+            .map_err(crate::error::io_err("starting the allowlist proxy"))?;
+            let url = format!("http://127.0.0.1:{}", p.port());
+            for k in [
+                "HTTPS_PROXY",
+                "https_proxy",
+                "HTTP_PROXY",
+                "http_proxy",
+                "ALL_PROXY",
+            ] {
+                env.push((k.to_string(), url.clone()));
+            }
+            for k in ["NO_PROXY", "no_proxy"] {
+                env.push((k.to_string(), "127.0.0.1,::1".to_string()));
+            }
+            connect_ports.push(p.port());
+            Some(p)
+        };
         let network = NetworkAccess::Allowlist(Vec::new());
         let (ll_fd, abi) = isolate::landlock_ruleset(&isolate::LandlockPlan {
             workspace: &workspace,
@@ -152,7 +186,7 @@ impl Confinement {
             paths: &refs,
             entry: &program,
             network: &network,
-            connect_ports: &spec.connect_ports,
+            connect_ports: &connect_ports,
         })?;
         let mut granted: Vec<PathBuf> = vec![workspace.clone()];
         granted.extend(paths.iter().map(|p| p.path.clone()));
@@ -196,18 +230,21 @@ impl Confinement {
             "new_sessions": if new_sessions { "allowed (the cgroup holds the tree)" } else { "denied (no cgroup)" },
             "no_new_privs": true,
             "capabilities_dropped": true,
-            "network": {"tcp_connect_ports": spec.connect_ports, "listen": false, "unix_sockets": false},
+            "network": {"tcp_connect_ports": connect_ports, "allowlist": spec.allowlist,
+                        "proxy_port": proxy.as_ref().map(super::ConnectProxy::port),
+                        "listen": false, "unix_sockets": false},
             "paths": paths.iter().map(|p| json!({"path": p.path, "write": p.write})).collect::<Vec<_>>(),
             "skipped_paths": skipped,
-            "env": spec.env.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+            "env": env.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
             "limits": {"memory_bytes": quota.memory, "cpu_millis": quota.cpu, "pids": quota.pids},
             "state_hidden": hidden_report,
         });
         Ok(Self {
             plan: Arc::new(plan),
+            _proxy: proxy,
             _landlock: ll_fd,
             quota,
-            env: spec.env.clone(),
+            env,
             report,
         })
     }
