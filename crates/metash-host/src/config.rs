@@ -21,6 +21,7 @@
 //! mem = "4g"                           # CLI frontends: quotas of the sandboxed process tree
 //! cpu = "2"
 //! max_pids = 512
+//! timeout_seconds = 900                # when the spawn gives none
 //! permissions = "bypass"               # or "ask": Claude Code's tool uses go to metash's consent
 //! network = ["github.com", "*.npmjs.org"]   # CLI frontends: reachable besides the model
 //!
@@ -83,6 +84,9 @@ pub struct Role {
     pub cpu: Option<String>,
     #[serde(default)]
     pub max_pids: Option<u64>,
+    /// A spawn's deadline when the spawn gives none (before `[host] default_timeout_seconds`).
+    #[serde(default)]
+    pub timeout_seconds: Option<f64>,
     /// CLI frontends: domains the CLI may reach besides its model (through metash's allowlist
     /// proxy; `*.example.com` covers subdomains). Nothing else is reachable.
     #[serde(default)]
@@ -226,6 +230,15 @@ impl HostConfig {
             })?;
         }
         for (name, role) in &parsed.roles {
+            if let Some(t) = role
+                .timeout_seconds
+                .filter(|t| !(t.is_finite() && *t > 0.0))
+            {
+                return Err(HostError::Config(format!(
+                    "{}: [roles.{name}] timeout_seconds must be a positive number, not {t}",
+                    path.display()
+                )));
+            }
             if role.permissions == Permissions::Ask
                 && !matches!(
                     role.frontend,
@@ -292,5 +305,12 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("config.toml:3"), "{err}");
+        let err = HostConfig::parse(
+            "[roles.x]\nfrontend = \"pi-sdk\"\ntimeout_seconds = -1\n",
+            p,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("timeout_seconds must be a positive"), "{err}");
     }
 }

@@ -80,7 +80,13 @@ fn a_command_runs_under_the_roles_sandbox() {
     assert!(!stdout.contains(KEY));
     // The consent and the sandbox are in the log.
     let log = std::fs::read_to_string(p.path().join(".meta/events.jsonl")).unwrap();
-    assert!(log.contains("\"sandbox_command\""), "{log}");
+    let started: serde_json::Value = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|e| e["data"].get("sandbox_command").is_some())
+        .expect("the sandbox is in the log");
+    // The role's quota (max_pids = 64) was applied.
+    assert_eq!(started["data"]["report"]["limits"]["pids"]["value"], 64, "{started}");
     assert!(!log.contains(KEY));
 }
 

@@ -67,9 +67,14 @@ impl Spawner for Host {
             });
         }
         let target = self.resolve(&req.agent_name)?;
+        let role_timeout = match &target {
+            Target::Role(role) => role.timeout_seconds,
+            Target::Agent(_) => None,
+        };
         let timeout = req
             .options
             .timeout_seconds
+            .or(role_timeout)
             .or(self.config().host.default_timeout_seconds)
             .map(Duration::from_secs_f64)
             .unwrap_or(DEFAULT_TIMEOUT);
