@@ -147,7 +147,7 @@ impl Host {
     /// a registered agent.
     pub(crate) fn resolve(&self, name: &str) -> Result<Target> {
         if let Some(role) = self.config.roles.get(name) {
-            return Ok(Target::Role(role.clone()));
+            return Ok(Target::Role(Box::new(role.clone())));
         }
         let registry = self.registry();
         if registry.get(name).is_some() {

@@ -170,5 +170,5 @@ impl Host {
 pub(crate) enum Target {
     /// The registry it was found in (reused for the policy decisions of the spawn).
     Agent(Box<metash_policy::Registry>),
-    Role(crate::config::Role),
+    Role(Box<crate::config::Role>),
 }
