@@ -10,7 +10,8 @@ use metash_protocol::HarnessFrontend;
 
 use crate::error::{HostError, Result};
 use crate::host::Host;
-use crate::spawn::confine::{native_consent, RoleConfiner};
+use crate::spawn::confine::native_consent;
+pub use crate::spawn::confine::RoleConfiner;
 use crate::spawn::key_proxy;
 
 /// A command ready to run confined, and everything that must outlive it.

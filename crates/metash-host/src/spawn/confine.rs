@@ -25,7 +25,8 @@ use crate::config::Role;
 const DEFAULT_MAX_PIDS: u64 = 512;
 
 /// What one spawn of a CLI role may reach; applied by the harness to the CLI's `Command`.
-pub(crate) struct RoleConfiner {
+/// Public for `metash sandbox` and the benchmark that compares a sandboxed CLI turn with a bare one.
+pub struct RoleConfiner {
     pub role: String,
     pub frontend: &'static str,
     /// The spawn's own directory: HOME, the CLI's config and TMPDIR live here.
