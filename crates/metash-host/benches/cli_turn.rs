@@ -85,10 +85,12 @@ fn turn(
 }
 
 fn main() {
+    // Under `cargo test --all-targets` (no `--bench`): one round, as a smoke test of the setup.
+    let quick = !std::env::args().any(|a| a == "--bench");
     let n: usize = std::env::var("METASH_BENCH_N")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(7);
+        .unwrap_or(if quick { 1 } else { 7 });
     let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools");
     let h = Harness::new(Programs::discover(Some(tools.parent().unwrap()))).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -96,7 +98,10 @@ fn main() {
         .build()
         .unwrap();
     println!("cli turn (one shell tool call, then the answer), median of {n}:");
-    println!("{:<12} {:>10} {:>12} {:>8}", "cli", "bare", "sandboxed", "ratio");
+    println!(
+        "{:<12} {:>10} {:>12} {:>8}",
+        "cli", "bare", "sandboxed", "ratio"
+    );
     for cli in [Cli::Claude, Cli::Codex, Cli::Pi] {
         if cli.tools().is_none() {
             println!("{:<12} not installed (run scripts/setup)", cli.name());
@@ -114,9 +119,11 @@ fn main() {
         });
         let ws = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(ws.path().join(".meta")).unwrap();
-        // Warm-up: page cache, node's compile cache.
-        turn(&h, &rt, cli, &server.base, ws.path(), false);
-        turn(&h, &rt, cli, &server.base, ws.path(), true);
+        if !quick {
+            // Warm-up: page cache, node's compile cache.
+            turn(&h, &rt, cli, &server.base, ws.path(), false);
+            turn(&h, &rt, cli, &server.base, ws.path(), true);
+        }
         let (mut bare, mut boxed) = (Vec::new(), Vec::new());
         for _ in 0..n {
             bare.push(turn(&h, &rt, cli, &server.base, ws.path(), false));

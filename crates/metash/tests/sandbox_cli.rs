@@ -86,7 +86,10 @@ fn a_command_runs_under_the_roles_sandbox() {
         .find(|e| e["data"].get("sandbox_command").is_some())
         .expect("the sandbox is in the log");
     // The role's quota (max_pids = 64) was applied.
-    assert_eq!(started["data"]["report"]["limits"]["pids"]["value"], 64, "{started}");
+    assert_eq!(
+        started["data"]["report"]["limits"]["pids"]["value"], 64,
+        "{started}"
+    );
     assert!(!log.contains(KEY));
 }
 
