@@ -111,17 +111,47 @@ impl Cli {
     }
 }
 
-fn task_of(body: &str) -> Option<&'static str> {
-    ["a", "b", "c"]
-        .into_iter()
-        .find(|t| body.contains(&format!("Task {t}: Write {t}.txt")))
+const TASKS: [&str; 3] = ["a", "b", "c"];
+
+fn task_of(body: &str) -> Option<usize> {
+    TASKS
+        .iter()
+        .position(|t| body.contains(&format!("Task {t}: Write {t}.txt")))
+}
+
+/// What an executor in a task worktree (`.meta/worktrees/<id>`, so `../..` is `.meta/`) tries
+/// against metash's state after its work, one shell call each: (name, command). Every one must
+/// fail. The last looks for a real key (`sk-real…`) in every process's environment and command
+/// line it can read (the pattern is written so it does not match itself).
+pub const META_PROBES: &[(&str, &str)] = &[
+    ("list", "ls -A ../.. 2>&1 | head -c 150"),
+    ("read_log", "cat ../../events.jsonl 2>&1 | head -c 150"),
+    ("write_consent", "echo '{}' > ../../consent.json 2>&1"),
+    ("plant_cache", "echo x > ../../cache/wasm/planted.cwasm 2>&1"),
+    // In TMPDIR (the spawn's own), so nothing is left in the worktree to commit.
+    ("symlink", "ln -s \"$PWD/../../session.json\" \"$TMPDIR/link.json\"; cat \"$TMPDIR/link.json\" 2>&1 | head -c 150"),
+    ("hardlink", "ln \"$PWD/../../session.json\" \"$TMPDIR/hard.json\" 2>&1"),
+    ("git_read", "git --work-tree=../.. status --short 2>&1 | head -c 150"),
+    ("git_change", "git -C ../.. add -A 2>&1 | head -c 150"),
+    ("key", "cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n' | grep -c 'sk-rea[l]'"),
+];
+
+/// Which scripted step a tool's output comes from: (task index, step, the rest of the output),
+/// step 0 being the work and `k` the `META_PROBES[k - 1]`. Each scripted command first prints
+/// `@TASK.STEP@` (CLIs number their tool calls their own way, so the id cannot tell).
+pub fn scripted_step(output: &str) -> Option<(usize, usize, &str)> {
+    let rest = output.split_once('@')?.1;
+    let (mark, rest) = rest.split_once('@')?;
+    let (t, s) = mark.split_once('.')?;
+    Some((t.parse().ok()?, s.parse().ok()?, rest))
 }
 
 impl Cli {
     /// A whole run scripted for this CLI as planner, executor and verifier: the planner plans
     /// `a`, `b` and `c` (after both) in phase 1 and nothing after; each executor writes
-    /// `<task>.txt` and runs git with one shell call, tries `.meta/` from its worktree with a
-    /// second, then reports; the verifier passes.
+    /// `<task>.txt` and runs git with one shell call, tries each of [`META_PROBES`], then
+    /// reports; the verifier passes. Each command's output says its task and step
+    /// ([`scripted_step`]).
     pub fn scripted_run(self, body: &str) -> String {
         let cli = self;
         if body.contains("You are the planner") {
@@ -135,16 +165,25 @@ impl Cli {
         if body.contains("You are the verifier") {
             return cli.text(r#"{"pass": true, "findings": []}"#);
         }
-        let Some(task) = task_of(body) else {
+        let Some(index) = task_of(body) else {
             return cli.text("ok");
         };
-        let steps = [
-            format!("echo {task}-from-{} > {task}.txt && git status --short && echo GIT-OK", cli.name().replace(' ', "-")),
-            "cat ../../events.jsonl 2>&1 | head -c 200; ls ../.. 2>&1 | head -c 200; echo x > ../../planted 2>&1".to_string(),
-        ];
+        let task = TASKS[index];
+        let work = format!(
+            "echo {task}-from-{} > {task}.txt && git status --short && echo GIT-OK",
+            cli.name().replace(' ', "-")
+        );
         let done = cli.results(body);
-        match steps.get(done) {
-            Some(cmd) => cli.shell(done, body, cmd),
+        let cmd = match done {
+            0 => Some(work),
+            k => META_PROBES.get(k - 1).map(|(_, c)| c.to_string()),
+        };
+        match cmd {
+            Some(cmd) => cli.shell(
+                index * 100 + done,
+                body,
+                &format!("echo '@{index}.{done}@'; {cmd}"),
+            ),
             None => cli.text(&format!("wrote {task}.txt")),
         }
     }

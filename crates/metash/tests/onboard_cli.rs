@@ -8,7 +8,9 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-const FAKE_KEY: &str = "sk-onboard-test-0123456789abcdef";
+/// Starts with `sk-real`: what the sandboxed CLIs' key probe (`metash_testkit::cli::META_PROBES`)
+/// looks for in every process it can read, this one (which holds it) included.
+const FAKE_KEY: &str = "sk-real-onboard-test-0123456789abcdef";
 
 fn pi_bin() -> Option<PathBuf> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools/node_modules/.bin/pi");
@@ -268,6 +270,20 @@ fn init_agent_pi_then_run_completes_a_plan_in_the_sandbox() {
         "planner, 3 executors, verifiers"
     );
     assert!(!log.contains(FAKE_KEY));
+    // From inside each executor's sandbox, no readable process held the key (metash, holding it
+    // in its environment, is out of the sandbox's reach).
+    let key_step = metash_testkit::cli::META_PROBES.len();
+    let key_counts: Vec<String> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["kind"] == "tool_result")
+        .filter_map(|e| {
+            let out = e["data"]["output"].as_str()?.to_string();
+            let (_, step, rest) = metash_testkit::cli::scripted_step(&out)?;
+            (step == key_step).then(|| rest.trim().lines().next().unwrap_or("").to_string())
+        })
+        .collect();
+    assert_eq!(key_counts, vec!["0"; 3], "{key_counts:?}");
     // Without the consent, the same run refuses to start the CLI and says how to allow it.
     let ws2 = dir.path().join("second");
     std::fs::create_dir_all(&ws2).unwrap();

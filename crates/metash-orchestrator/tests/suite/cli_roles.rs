@@ -7,7 +7,7 @@
 use metash_host::{ConsentMode, Host, HostOptions, Terminal};
 use metash_orchestrator::{Orchestrator, RunOptions, RunOutcome};
 use metash_testkit::anthropic::ModelServer;
-use metash_testkit::cli::Cli;
+use metash_testkit::cli::{scripted_step, Cli, META_PROBES};
 
 use super::common::{commits_of, git, statuses, Project};
 
@@ -44,6 +44,9 @@ fn run_plan(cli: Cli, test: &str) {
         },
     )
     .expect("host");
+    // The compile cache exists, so a plant there would be a real file.
+    std::fs::create_dir_all(p.path().join(".meta/cache/wasm")).expect("cache dir");
+    let consent_before = std::fs::read(p.path().join(".meta/consent.json")).ok();
     let mut orch = Orchestrator::new(&h, &h).expect("orchestrator");
     let outcome = orch.run(&RunOptions::default()).expect("run");
     let log = std::fs::read_to_string(p.path().join(".meta/events.jsonl")).unwrap_or_default();
@@ -76,36 +79,29 @@ fn run_plan(cli: Cli, test: &str) {
         !files.contains(".tools") && !files.contains(".meta"),
         "{files}"
     );
-    // Inside each worktree: git worked; metash's state was out of reach, and the log says so.
-    let results: Vec<serde_json::Value> = log
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|e| e["kind"] == "tool_result")
-        .map(|e| e["data"]["output"].clone())
-        .collect();
-    let git_ok = results
-        .iter()
-        .filter(|o| {
-            o.as_str()
-                .is_some_and(|o| o.contains("GIT-OK") && o.contains(".txt"))
-        })
-        .count();
-    assert_eq!(git_ok, 3, "{results:#?}");
-    let refused: Vec<&str> = results
-        .iter()
-        .filter_map(|o| o.as_str())
-        .filter(|o| o.contains("events.jsonl") || o.contains("../.."))
-        .collect();
-    assert_eq!(refused.len(), 3, "{results:#?}");
-    for o in refused {
-        eprintln!("{tag}: {o}");
-        assert!(o.contains("denied"), "{o}");
+    // Inside each worktree: git worked; every try at metash's state failed, and the log says so.
+    let before_consent = consent_before;
+    check_meta_probes(&log, &tag);
+    assert_eq!(
+        std::fs::read(p.path().join(".meta/consent.json")).ok(),
+        before_consent,
+        "consent.json changed"
+    );
+    assert!(!p.path().join(".meta/cache/wasm/planted.cwasm").exists());
+    metash_store::Store::open(p.path())
+        .expect("store")
+        .log()
+        .verify()
+        .expect("the log verifies");
+    // The key is in no file of the project (the log and the worktrees included).
+    for f in walk(p.path()) {
+        let text = std::fs::read(&f).unwrap_or_default();
         assert!(
-            !o.contains("session_init") && !o.contains("session.json"),
-            "{o}"
+            !String::from_utf8_lossy(&text).contains(KEY),
+            "{} holds the key",
+            f.display()
         );
     }
-    assert!(!p.path().join(".meta/planted").exists());
 }
 
 #[test]
@@ -130,4 +126,75 @@ fn pi_executes_a_three_task_plan_in_sandboxed_worktrees() {
         Cli::Pi,
         "pi_executes_a_three_task_plan_in_sandboxed_worktrees",
     );
+}
+
+/// Each executor's work succeeded with git, and each of its probes at `.meta/` failed.
+pub(super) fn check_meta_probes(log: &str, tag: &str) {
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let results: Vec<(usize, usize, String)> = lines
+        .iter()
+        .filter(|e| e["kind"] == "tool_result")
+        .filter_map(|e| {
+            let (task, step, out) = scripted_step(e["data"]["output"].as_str()?)?;
+            Some((task, step, out.to_string()))
+        })
+        .collect();
+    for task in 0..3 {
+        let of = |step: usize| {
+            results
+                .iter()
+                .find(|(t, s, _)| *t == task && *s == step)
+                .map(|(.., o)| o.clone())
+                .unwrap_or_else(|| {
+                    panic!("{tag}: task {task} step {step} did not run: {results:#?}")
+                })
+        };
+        let work = of(0);
+        assert!(
+            work.contains("GIT-OK") && work.contains(".txt"),
+            "{tag}: {work}"
+        );
+        for (k, (name, _)) in META_PROBES.iter().enumerate() {
+            let out = of(k + 1);
+            eprintln!("{tag} task {task} {name}: {out}");
+            if *name == "key" {
+                assert_eq!(
+                    out.lines().find(|l| !l.trim().is_empty()).map(str::trim),
+                    Some("0"),
+                    "{tag} {name}: {out}"
+                );
+                continue;
+            }
+            assert!(
+                out.contains("denied")
+                    || out.contains("not permitted")
+                    // Landlock refuses a link or rename across its rules with EXDEV.
+                    || out.contains("Invalid cross-device link"),
+                "{tag} {name} must be refused: {out}"
+            );
+            // What the files hold (their names appear in the error messages).
+            for leak in ["session_init", "gapCount", "\"plan\"", "schema_version"] {
+                assert!(!out.contains(leak), "{tag} {name} leaked {leak}: {out}");
+            }
+        }
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        let Ok(m) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        if m.is_dir() {
+            out.extend(walk(&p));
+        } else if m.is_file() {
+            out.push(p);
+        }
+    }
+    out
 }
