@@ -182,7 +182,9 @@ impl Cli {
             Some(cmd) => cli.shell(
                 index * 100 + done,
                 body,
-                &format!("echo '@{index}.{done}@'; {cmd}"),
+                // One stream: a CLI may read stdout and stderr apart and lose the order (or the
+                // tail of one) when a command ends at once.
+                &format!("{{ echo '@{index}.{done}@'; {cmd}; }} 2>&1"),
             ),
             None => cli.text(&format!("wrote {task}.txt")),
         }
