@@ -74,7 +74,7 @@ impl Host {
             .map_err(|e| HostError::Other(format!("creating the sandbox directory: {e}")))?;
         let mut spec_env: std::collections::BTreeMap<String, String> =
             env.iter().cloned().collect();
-        let proxy = key_proxy::start(self, role_name, role)?;
+        let proxy = key_proxy::start(self, role_name, role, None)?;
         let port = match &proxy {
             Some((p, endpoint, vars)) => {
                 for v in vars {

@@ -191,6 +191,11 @@ pub fn sse_text_with(text: &str, input_tokens: u64, output_tokens: u64, stop: &s
 
 /// A complete streamed `tool_use` of `name` with `input`.
 pub fn sse_tool_use(id: &str, name: &str, input: &Value) -> String {
+    sse_tool_use_with(id, name, input, 20)
+}
+
+/// [`sse_tool_use`] reporting `output_tokens` of usage.
+pub fn sse_tool_use_with(id: &str, name: &str, input: &Value, output_tokens: u64) -> String {
     let mut s = String::new();
     message_start(&mut s, "claude-sonnet-4-5", 12);
     frame(
@@ -204,7 +209,7 @@ pub fn sse_tool_use(id: &str, name: &str, input: &Value) -> String {
     frame(&mut s, json!({"type":"content_block_stop","index":0}));
     frame(
         &mut s,
-        json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":20}}),
+        json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":output_tokens}}),
     );
     frame(&mut s, json!({"type":"message_stop"}));
     s

@@ -4,7 +4,7 @@
 
 use serde_json::json;
 
-use crate::anthropic::{sse_text, sse_tool_use};
+use crate::anthropic::{sse_text, sse_tool_use_with};
 use crate::openai;
 
 /// The three coding CLIs, each speaking its provider's wire protocol to the loopback model.
@@ -75,14 +75,20 @@ impl Cli {
 
     /// A streamed answer that runs `cmd` in the CLI's shell tool.
     pub fn shell(self, id: usize, body: &str, cmd: &str) -> String {
+        self.shell_with_usage(id, body, cmd, 20)
+    }
+
+    /// [`Cli::shell`] reporting `output_tokens` of usage for the answer.
+    pub fn shell_with_usage(self, id: usize, body: &str, cmd: &str, output_tokens: u64) -> String {
         let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
         let offered = openai::offered_tools(&v);
         let has = |n: &str| offered.iter().any(|t| t == n);
         match self {
-            Cli::Claude => sse_tool_use(
+            Cli::Claude => sse_tool_use_with(
                 &format!("toolu_{id}"),
                 "Bash",
                 &json!({"command": cmd, "description": "run"}),
+                output_tokens,
             ),
             Cli::Codex => {
                 let (name, args) = if has("shell_command") {
@@ -92,12 +98,18 @@ impl Cli {
                 } else {
                     ("shell", json!({"command": ["bash", "-c", cmd]}))
                 };
-                openai::responses_function_call(&format!("call_{id}"), name, &args.to_string())
+                openai::responses_function_call_with(
+                    &format!("call_{id}"),
+                    name,
+                    &args.to_string(),
+                    output_tokens,
+                )
             }
-            Cli::Pi => openai::chat_tool_call(
+            Cli::Pi => openai::chat_tool_call_with(
                 &format!("call_{id}"),
                 "bash",
                 &json!({"command": cmd}).to_string(),
+                output_tokens,
             ),
         }
     }

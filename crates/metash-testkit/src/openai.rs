@@ -9,9 +9,13 @@ fn event(out: &mut String, data: Value) {
 }
 
 fn completed(out: &mut String, id: &str) {
+    completed_with(out, id, 5);
+}
+
+fn completed_with(out: &mut String, id: &str, output_tokens: u64) {
     event(
         out,
-        json!({"type":"response.completed","response":{"id":id,"object":"response","status":"completed","output":[],"usage":{"input_tokens":13,"input_tokens_details":{"cached_tokens":0},"output_tokens":5,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":18}}}),
+        json!({"type":"response.completed","response":{"id":id,"object":"response","status":"completed","output":[],"usage":{"input_tokens":13,"input_tokens_details":{"cached_tokens":0},"output_tokens":output_tokens,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":13 + output_tokens}}}),
     );
 }
 
@@ -40,6 +44,16 @@ pub fn responses_text(text: &str) -> String {
 
 /// A Responses stream with one function call (`args` is the JSON text of its arguments).
 pub fn responses_function_call(call_id: &str, name: &str, args: &str) -> String {
+    responses_function_call_with(call_id, name, args, 5)
+}
+
+/// [`responses_function_call`] reporting `output_tokens` of usage.
+pub fn responses_function_call_with(
+    call_id: &str,
+    name: &str,
+    args: &str,
+    output_tokens: u64,
+) -> String {
     let mut s = String::new();
     event(
         &mut s,
@@ -57,7 +71,7 @@ pub fn responses_function_call(call_id: &str, name: &str, args: &str) -> String 
         &mut s,
         json!({"type":"response.output_item.done","output_index":0,"item":{"type":"function_call","id":"fc_1","status":"completed","call_id":call_id,"name":name,"arguments":args}}),
     );
-    completed(&mut s, "resp_f");
+    completed_with(&mut s, "resp_f", output_tokens);
     s
 }
 
@@ -67,7 +81,11 @@ fn chunk(out: &mut String, delta: Value, finish: Option<&str>) {
 }
 
 fn chat_end(out: &mut String) {
-    let u = json!({"id":"chatcmpl-1","object":"chat.completion.chunk","created":1_700_000_000,"model":"test-model","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":4,"total_tokens":13}});
+    chat_end_with(out, 4);
+}
+
+fn chat_end_with(out: &mut String, completion_tokens: u64) {
+    let u = json!({"id":"chatcmpl-1","object":"chat.completion.chunk","created":1_700_000_000,"model":"test-model","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":completion_tokens,"total_tokens":9 + completion_tokens}});
     out.push_str(&format!("data: {u}\n\ndata: [DONE]\n\n"));
 }
 
@@ -83,6 +101,11 @@ pub fn chat_text(text: &str) -> String {
 
 /// A chat-completions stream with one tool call.
 pub fn chat_tool_call(id: &str, name: &str, args: &str) -> String {
+    chat_tool_call_with(id, name, args, 4)
+}
+
+/// [`chat_tool_call`] reporting `completion_tokens` of usage.
+pub fn chat_tool_call_with(id: &str, name: &str, args: &str, completion_tokens: u64) -> String {
     let mut s = String::new();
     chunk(
         &mut s,
@@ -95,7 +118,7 @@ pub fn chat_tool_call(id: &str, name: &str, args: &str) -> String {
         None,
     );
     chunk(&mut s, json!({}), Some("tool_calls"));
-    chat_end(&mut s);
+    chat_end_with(&mut s, completion_tokens);
     s
 }
 

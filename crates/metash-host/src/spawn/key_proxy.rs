@@ -8,7 +8,7 @@ use std::sync::Arc;
 use metash_harness::Endpoint;
 use metash_protocol::HarnessFrontend;
 use metash_runtime::credential::{
-    AuthStyle, CredentialProxy, Mount, ProxyConfig, Route, Secret, StaticSource,
+    AuthStyle, CredentialProxy, Mount, ProxyConfig, Route, Secret, StaticSource, UsageTap,
 };
 
 use crate::config::Role;
@@ -34,10 +34,12 @@ fn default_upstream(frontend: HarnessFrontend) -> &'static str {
 ///
 /// # Errors
 /// The proxy cannot start (a bad `base_url` is named).
+/// `tap` sees every model response as it streams (the turn's usage is read there).
 pub fn start(
     host: &Host,
     agent: &str,
     role: &Role,
+    tap: Option<Arc<dyn UsageTap>>,
 ) -> Result<Option<(CredentialProxy, Endpoint, Vec<String>)>> {
     let Some(var) = role.key_env() else {
         return Ok(None);
@@ -60,6 +62,7 @@ pub fn start(
         auth,
     }]);
     config.agent = Some(agent.to_string());
+    config.tap = tap;
     let source = StaticSource::new().with(ROUTE, Secret::new(key));
     let proxy = CredentialProxy::start(config, Arc::new(source), host.event_sink())
         .map_err(|e| HostError::Config(format!("role `{agent}`: {e}")))?;

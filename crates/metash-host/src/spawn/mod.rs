@@ -8,6 +8,7 @@ pub(crate) mod key_proxy;
 mod model;
 pub(crate) mod permission;
 mod tool_events;
+mod usage_tap;
 
 use std::time::{Duration, Instant};
 

@@ -48,11 +48,27 @@ pub(crate) fn run(
     turn.timeout_ms = Some(timeout.as_millis() as u64);
     turn.options.system_prompt = (!req.system_prompt.is_empty()).then(|| req.system_prompt.clone());
     turn.options.isolated_home = role.isolated_home;
+    let cancel = CancellationToken::new();
+    let model = turn.model.clone().unwrap_or_default();
+    let budget = &host.config().budget;
+    let cost_budget = match budget.max_cost_usd {
+        Some(max) => Some((max, crate::budget::used(host.store())?.cost_usd)),
+        None => None,
+    };
+    let price = host.config().prices.price(&model);
+    let charge = Charge {
+        meter: Arc::new(Mutex::new(TurnMeter::new(max_tokens, cost_budget, price))),
+        stopped: Arc::new(Mutex::new(None)),
+        cancel: cancel.clone(),
+    };
     // A CLI gets a placeholder key and the credential proxy's URL; only the in-process API
     // clients hold the key itself.
     let is_cli = role.runs_cli();
     let key_proxy = if is_cli {
-        super::key_proxy::start(host, &req.agent_name, role)?
+        // Usage is read on the wire as each response streams, the same way for every CLI.
+        let charge = charge.clone();
+        let tap = super::usage_tap::WireUsage::new(move |u| charge.observe(u));
+        super::key_proxy::start(host, &req.agent_name, role, Some(Arc::new(tap)))?
     } else {
         None
     };
@@ -108,22 +124,10 @@ pub(crate) fn run(
         turn.confiner = metash_harness::ConfinerHandle::new(Arc::new(confiner));
     }
 
-    let cancel = CancellationToken::new();
-    let model = turn.model.clone().unwrap_or_default();
-    let budget = &host.config().budget;
-    let cost_budget = match budget.max_cost_usd {
-        Some(max) => Some((max, crate::budget::used(host.store())?.cost_usd)),
-        None => None,
-    };
-    let price = host.config().prices.price(&model);
-    let meter = Arc::new(Mutex::new(TurnMeter::new(max_tokens, cost_budget, price)));
-    let stopped: Arc<Mutex<Option<Stop>>> = Arc::new(Mutex::new(None));
     let partial = Arc::new(Mutex::new(String::new()));
     let agent = req.agent_name.clone();
     let mut sink = {
-        let cancel = cancel.clone();
-        let meter = Arc::clone(&meter);
-        let stopped = Arc::clone(&stopped);
+        let charge = charge.clone();
         let partial = Arc::clone(&partial);
         move |ev: HarnessEventEnvelope| {
             match &ev.payload {
@@ -132,16 +136,7 @@ pub(crate) fn run(
                         p.push_str(text);
                     }
                 }
-                Some(HarnessEvent::Usage { usage }) => {
-                    // Charged as it streams: the turn stops at the first report past a limit.
-                    let stop = meter.lock().ok().and_then(|mut m| m.observe(usage));
-                    if let Some(stop) = stop {
-                        if let Ok(mut s) = stopped.lock() {
-                            s.get_or_insert(stop);
-                        }
-                        cancel.cancel();
-                    }
-                }
+                Some(HarnessEvent::Usage { usage }) => charge.observe(usage),
                 _ => {}
             }
             let line = match ev.payload.as_ref().and_then(super::tool_events::summarize) {
@@ -179,7 +174,8 @@ pub(crate) fn run(
     };
     let result = response.result;
     let (usage_tokens, metered_cost) = {
-        let mut m = meter
+        let mut m = charge
+            .meter
             .lock()
             .map_err(|_| HostError::Other("the turn's meter was poisoned".into()))?;
         if let Some(u) = &result.usage {
@@ -191,7 +187,7 @@ pub(crate) fn run(
     let cost_usd = result.cost_usd.or(metered_cost);
     let partial = partial.lock().map(|p| p.clone()).unwrap_or_default();
     let text = result.final_output.clone().unwrap_or(partial);
-    if let Some(stop) = stopped.lock().ok().and_then(|s| s.clone()) {
+    if let Some(stop) = charge.stopped.lock().ok().and_then(|s| s.clone()) {
         return Ok(Ran {
             status: AgentStatus::Error,
             data: stop.explain(),
@@ -228,6 +224,27 @@ pub(crate) fn run(
         cost_usd,
         checkpoint,
     })
+}
+
+/// The turn's meter, shared by the harness's events and the credential proxy's usage tap:
+/// charged as usage streams, the turn stops at the first report past a limit.
+#[derive(Clone)]
+struct Charge {
+    meter: Arc<Mutex<TurnMeter>>,
+    stopped: Arc<Mutex<Option<Stop>>>,
+    cancel: CancellationToken,
+}
+
+impl Charge {
+    fn observe(&self, usage: &metash_protocol::Usage) {
+        let stop = self.meter.lock().ok().and_then(|mut m| m.observe(usage));
+        if let Some(stop) = stop {
+            if let Ok(mut s) = self.stopped.lock() {
+                s.get_or_insert(stop);
+            }
+            self.cancel.cancel();
+        }
+    }
 }
 
 fn absolute(p: &std::path::Path) -> std::path::PathBuf {

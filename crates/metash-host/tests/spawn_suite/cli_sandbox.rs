@@ -379,3 +379,96 @@ fn with_permissions_ask_each_claude_code_tool_use_is_a_consent_request() {
         "{results:?}"
     );
 }
+
+/// The run's `max_cost_usd` stops a CLI mid-turn: the model's first answer (a tool call) reports
+/// 50 000 output tokens, priced past the budget; the host reads that usage on the wire as it
+/// streams, stops the CLI while its tool call is still running, says why, and the call's effect
+/// never happens.
+fn cost_stop(cli: Cli, test: &str) {
+    let Some(tools) = cli.tools() else {
+        metash_testkit::skip(
+            test,
+            &format!(
+                "{} is not installed under .tools (run scripts/setup)",
+                cli.name()
+            ),
+        );
+        return;
+    };
+    if let Some(why) = super::common::native_unavailable() {
+        metash_testkit::skip(test, &why);
+        return;
+    }
+    let p = Project::new();
+    let server = ModelServer::start(move |c| {
+        let body = c.text();
+        if !body.contains("Spend a lot.") {
+            return cli.text("ok");
+        }
+        match cli.results(&body) {
+            0 => cli.shell_with_usage(0, &body, "sleep 20; echo late > late.txt", 50_000),
+            _ => cli.text("the turn went on"),
+        }
+    });
+    std::os::unix::fs::symlink(&tools, p.path().join(".tools")).expect("link .tools");
+    let role = cli.role("coder", &server.base);
+    let model = role
+        .lines()
+        .find_map(|l| l.strip_prefix("model_smart = "))
+        .expect("model")
+        .to_string();
+    p.config(&format!(
+        "{role}[budget]\nmax_cost_usd = 0.1\n[prices.{model}]\ninput_per_mtok = 0.0\noutput_per_mtok = 10.0\n"
+    ));
+    let host = Host::open(
+        p.path(),
+        HostOptions {
+            terminal: Terminal::Silent,
+            env: [("METASH_TEST_CLI_KEY".to_string(), KEY.to_string())].into(),
+            consent: ConsentMode::NonInteractive,
+            yes_to: vec!["native".parse().expect("capability")],
+            ..HostOptions::default()
+        },
+    )
+    .expect("host");
+    let started = std::time::Instant::now();
+    let mut req = SpawnRequest::new("coder", "You are a test.", "Spend a lot.");
+    req.options.timeout_seconds = Some(120.0);
+    let r = host.spawn_agent(&req).expect("spawn");
+    assert_eq!(r.status, AgentStatus::Error, "{r:?}");
+    assert!(r.data.contains("max_cost_usd exceeded"), "{}", r.data);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "stopped before the tool ended"
+    );
+    // The CLI was stopped: its tool call never finished and it never asked the model again.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert!(!p.path().join("late.txt").exists());
+    let asked = server
+        .posts()
+        .iter()
+        .filter(|c| c.text().contains("Spend a lot."))
+        .count();
+    assert_eq!(asked, 1, "no request after the stop");
+    // What it used is charged: 50 000 output tokens at $10/Mtok.
+    let used = metash_host::budget::used(host.store()).expect("budget");
+    assert!(used.cost_usd >= 0.5 - 1e-9, "{used:?}");
+}
+
+#[test]
+fn claude_code_is_stopped_mid_turn_at_the_cost_budget() {
+    cost_stop(
+        Cli::Claude,
+        "claude_code_is_stopped_mid_turn_at_the_cost_budget",
+    );
+}
+
+#[test]
+fn codex_is_stopped_mid_turn_at_the_cost_budget() {
+    cost_stop(Cli::Codex, "codex_is_stopped_mid_turn_at_the_cost_budget");
+}
+
+#[test]
+fn pi_is_stopped_mid_turn_at_the_cost_budget() {
+    cost_stop(Cli::Pi, "pi_is_stopped_mid_turn_at_the_cost_budget");
+}
