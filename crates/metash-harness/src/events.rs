@@ -8,7 +8,7 @@ use metash_protocol::{
 /// Where events go; the host logs them to the store first, then fans them out.
 pub type EventSink<'a> = &'a mut (dyn FnMut(HarnessEventEnvelope) + Send);
 
-pub(crate) struct Emitter<'a> {
+pub struct Emitter<'a> {
     cp_session_id: String,
     run_id: String,
     seq: u64,
@@ -18,7 +18,7 @@ pub(crate) struct Emitter<'a> {
 }
 
 impl<'a> Emitter<'a> {
-    pub(crate) fn new(
+    pub fn new(
         cp_session_id: &str,
         run_id: &str,
         provider: ProviderDomain,
@@ -34,7 +34,7 @@ impl<'a> Emitter<'a> {
         }
     }
 
-    pub(crate) fn emit(&mut self, payload: HarnessEvent) {
+    pub fn emit(&mut self, payload: HarnessEvent) {
         self.seq += 1;
         let ev = BaseEvent {
             ts: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
@@ -48,7 +48,7 @@ impl<'a> Emitter<'a> {
     }
 
     /// Records the key; emits `continuation_observed` the first time (and if it ever changes).
-    pub(crate) fn observe_key(&mut self, key: &str) {
+    pub fn observe_key(&mut self, key: &str) {
         if self.continuation.as_ref().and_then(|c| c.key.as_deref()) == Some(key) {
             return;
         }
@@ -61,7 +61,7 @@ impl<'a> Emitter<'a> {
         });
     }
 
-    pub(crate) fn continuation(&self) -> Option<HarnessContinuationRef> {
+    pub fn continuation(&self) -> Option<HarnessContinuationRef> {
         self.continuation.clone()
     }
 }

@@ -14,25 +14,28 @@
 pub mod api;
 pub mod confine;
 mod error;
-mod events;
+pub mod events;
+pub mod frontend;
 pub mod fsutil;
 pub mod invocation;
 pub mod programs;
 pub mod quote;
-pub mod registry;
 pub mod runner;
 pub mod tmux;
 mod turn;
 
 pub use confine::{ConfineGuard, Confiner, ConfinerHandle};
 pub use error::{HarnessError, Result};
-pub use events::EventSink;
+pub use events::{Emitter, EventSink};
+/// The registry's old path.
+pub use frontend::registry;
+pub use frontend::registry::{check_continuation, check_model, get_harness_capabilities};
+pub use frontend::{Frontend, FrontendInfo, KeyHeader, Registry, Turn, TurnParser};
 pub use invocation::{
-    build_invocation, build_process_invocation_spec, materialize,
-    BuildProcessInvocationSpecRequest, BuildProcessInvocationSpecResponse, Endpoint,
-    HarnessOptions, Materialized,
+    build_invocation, build_invocation_with, build_process_invocation_spec, materialize,
+    materialize_with, BuildProcessInvocationSpecRequest, BuildProcessInvocationSpecResponse,
+    Endpoint, HarnessOptions, Materialized,
 };
 pub use programs::{program_version, Program, Programs};
-pub use registry::{check_continuation, check_model, get_harness_capabilities};
 pub use tokio_util::sync::CancellationToken;
 pub use turn::{Harness, RunTurnNonInteractiveRequest};

@@ -116,13 +116,7 @@ impl Role {
     /// Whether this role runs a coding CLI (a program, so a native agent under seed 002: it runs
     /// in metash's native sandbox, with the user's consent, and never holds the model key).
     pub fn runs_cli(&self) -> bool {
-        matches!(
-            self.frontend,
-            HarnessFrontend::AgentSdk
-                | HarnessFrontend::ClaudeCode
-                | HarnessFrontend::CodexCli
-                | HarnessFrontend::PiSdk
-        )
+        metash_harness::frontend::info(self.frontend).runs_process()
     }
     /// The model for a hint: `smart` falls back to `fast` and back, then to the frontend default.
     pub fn model(&self, hint: Option<ModelHint>) -> Option<String> {
@@ -138,16 +132,9 @@ impl Role {
         if let Some(v) = &self.api_key_env {
             return Some(v.clone());
         }
-        match self.frontend {
-            HarnessFrontend::AnthropicApi | HarnessFrontend::AgentSdk => {
-                Some("ANTHROPIC_API_KEY".into())
-            }
-            HarnessFrontend::OpenaiResponses | HarnessFrontend::PiSdk => {
-                Some("OPENAI_API_KEY".into())
-            }
-            // Local OpenAI-compatible servers usually take no key.
-            _ => None,
-        }
+        metash_harness::frontend::info(self.frontend)
+            .role_key_env
+            .map(str::to_string)
     }
 }
 
@@ -240,10 +227,7 @@ impl HostConfig {
                 )));
             }
             if role.permissions == Permissions::Ask
-                && !matches!(
-                    role.frontend,
-                    HarnessFrontend::AgentSdk | HarnessFrontend::ClaudeCode
-                )
+                && !metash_harness::frontend::info(role.frontend).permission_prompt
             {
                 return Err(HostError::Config(format!(
                     "{}: [roles.{name}] permissions = \"ask\" needs a Claude Code frontend \

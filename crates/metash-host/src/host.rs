@@ -188,14 +188,7 @@ impl Host {
                 )));
             }
         }
-        let program = match role.frontend {
-            metash_protocol::HarnessFrontend::AgentSdk
-            | metash_protocol::HarnessFrontend::ClaudeCode => Some(metash_harness::Program::Claude),
-            metash_protocol::HarnessFrontend::CodexCli => Some(metash_harness::Program::Codex),
-            metash_protocol::HarnessFrontend::PiSdk => Some(metash_harness::Program::Pi),
-            _ => None,
-        };
-        if let Some(p) = program {
+        if let Some(p) = metash_harness::frontend::info(role.frontend).program {
             if self.harness()?.programs.get(p).is_none() {
                 return Err(HostError::Config(format!(
                     "role `{name}` ({}) needs the `{}` program, which is not installed \

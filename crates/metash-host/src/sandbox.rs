@@ -6,8 +6,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
-use metash_protocol::HarnessFrontend;
-
 use crate::error::{HostError, Result};
 use crate::host::Host;
 use crate::spawn::confine::native_consent;
@@ -81,12 +79,7 @@ impl Host {
                     spec_env.insert(v.clone(), key_proxy::PLACEHOLDER.to_string());
                 }
                 spec_env.insert("METASH_MODEL_BASE_URL".into(), endpoint.base_url.clone());
-                let var = match role.frontend {
-                    HarnessFrontend::AgentSdk
-                    | HarnessFrontend::ClaudeCode
-                    | HarnessFrontend::AnthropicApi => "ANTHROPIC_BASE_URL",
-                    _ => "OPENAI_BASE_URL",
-                };
+                let var = metash_harness::frontend::info(role.frontend).base_url_env;
                 spec_env.insert(var.into(), endpoint.base_url.clone());
                 Some(p.addr().port())
             }

@@ -181,14 +181,34 @@ impl HarnessErrorCode {
     }
 }
 
+/// How a frontend runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FrontendKind {
+    /// A CLI a control plane spawns from a `ProcessInvocationSpec`.
+    Cli,
+    /// A CLI driven headless by the harness.
+    Sdk,
+    /// metash's own HTTP client.
+    Api,
+}
+
+impl FrontendKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cli => "cli",
+            Self::Sdk => "sdk",
+            Self::Api => "api",
+        }
+    }
+}
+
 /// One frontend in `getHarnessCapabilities()`: its typing and whether it can run here.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FrontendCapability {
     pub frontend: HarnessFrontend,
-    /// `cli` (spawned from a `ProcessInvocationSpec`), `sdk` (a CLI driven headless by the
-    /// harness) or `api` (metash's own HTTP client).
-    pub kind: String,
+    pub kind: FrontendKind,
     pub installed: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub program: Option<String>,

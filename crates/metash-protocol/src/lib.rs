@@ -16,10 +16,10 @@ pub mod session;
 
 pub use events::{AgentEvent, BaseEvent, EventEnvelope, ProtocolMessage, EVENT_PROTOCOL_VERSION};
 pub use harness::{
-    FrontendCapability, HarnessCapabilities, HarnessContinuationKey, HarnessContinuationRef,
-    HarnessErrorCode, HarnessEvent, HarnessEventEnvelope, HarnessFrontend, InteractionMode, IoMode,
-    ProcessInvocationSpec, ProviderCapabilities, ProviderDomain, RunError, RunResult,
-    RunTurnNonInteractiveResponse, ToolCall, Usage,
+    FrontendCapability, FrontendKind, HarnessCapabilities, HarnessContinuationKey,
+    HarnessContinuationRef, HarnessErrorCode, HarnessEvent, HarnessEventEnvelope, HarnessFrontend,
+    InteractionMode, IoMode, ProcessInvocationSpec, ProviderCapabilities, ProviderDomain, RunError,
+    RunResult, RunTurnNonInteractiveResponse, ToolCall, Usage,
 };
 pub use host::{
     AgentResponse, AgentStatus, CheckpointReason, CheckpointSignal, LogLevel, ModelHint,

@@ -2,13 +2,8 @@
 //! invocation (section 5.2): [`materialize`] writes files under `aspHome`, deterministically;
 //! [`build_invocation`] only computes `{argv, cwd, env}` from the request and those paths.
 
-mod claude;
-mod codex;
-mod pi;
-mod toml;
-
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use metash_protocol::{
     HarnessContinuationRef, HarnessFrontend, InteractionMode, IoMode, ProcessInvocationSpec,
@@ -17,13 +12,14 @@ use metash_protocol::{
 use serde::{Deserialize, Serialize};
 
 use crate::error::{HarnessError, Result};
+use crate::frontend::registry::{check_continuation, check_model_of};
+use crate::frontend::{builtin, Frontend};
 use crate::programs::Programs;
 use crate::quote::display_command;
-use crate::registry::{check_continuation, check_model};
 
-pub use claude::{claude_project_dir, claude_session_file};
-pub use codex::codex_rollout_file;
-pub use pi::pi_session_file;
+pub use crate::frontend::claude::{claude_project_dir, claude_session_file};
+pub use crate::frontend::codex::codex_rollout_file;
+pub use crate::frontend::pi::pi_session_file;
 
 /// Where a harness sends its model requests. Absent: the harness's own default (the real
 /// provider). Tests point this at a loopback server.
@@ -169,18 +165,6 @@ pub struct Materialized {
     pub env: BTreeMap<String, String>,
 }
 
-/// Per-harness state dirs under `aspHome`. The two Anthropic frontends share Claude's dir and so
-/// a continuation key from one resumes in the other.
-pub(crate) fn harness_dir(asp_home: &Path, frontend: HarnessFrontend) -> PathBuf {
-    let name = match frontend {
-        HarnessFrontend::AgentSdk | HarnessFrontend::ClaudeCode => "claude",
-        HarnessFrontend::CodexCli => "codex",
-        HarnessFrontend::PiSdk => "pi",
-        _ => "api",
-    };
-    asp_home.join(name)
-}
-
 /// A file name safe for any cpSessionId.
 pub(crate) fn safe_name(s: &str) -> String {
     let cleaned: String = s
@@ -200,7 +184,10 @@ pub(crate) fn safe_name(s: &str) -> String {
     }
 }
 
-fn validate(req: &BuildProcessInvocationSpecRequest) -> Result<()> {
+fn validate<F: Frontend + ?Sized>(
+    frontend: &F,
+    req: &BuildProcessInvocationSpecRequest,
+) -> Result<()> {
     check_continuation(req.frontend, req.continuation.as_ref())?;
     if let Some(p) = req.provider {
         if p != req.frontend.provider() {
@@ -210,7 +197,7 @@ fn validate(req: &BuildProcessInvocationSpecRequest) -> Result<()> {
             });
         }
     }
-    check_model(req.frontend, req.model.as_deref())?;
+    check_model_of(frontend.info(), req.model.as_deref())?;
     if !req.cwd.is_absolute() {
         return Err(HarnessError::InvalidRequest(format!(
             "cwd must be absolute: {}",
@@ -233,16 +220,19 @@ fn validate(req: &BuildProcessInvocationSpecRequest) -> Result<()> {
 /// `ProviderMismatch` / `ModelNotSupported` / `InvalidRequest` / `UnsupportedFrontend` before
 /// anything is written; `Io` when a file cannot be written.
 pub fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Materialized> {
-    validate(req)?;
-    match req.frontend {
-        HarnessFrontend::ClaudeCode | HarnessFrontend::AgentSdk => claude::materialize(req),
-        HarnessFrontend::CodexCli => codex::materialize(req),
-        HarnessFrontend::PiSdk => pi::materialize(req),
-        other => Err(HarnessError::UnsupportedFrontend(format!(
-            "{} is an API client, not a process",
-            other.as_str()
-        ))),
-    }
+    materialize_with(builtin(req.frontend), req)
+}
+
+/// [`materialize`] by a given frontend (a registry's, which may not be the built-in).
+///
+/// # Errors
+/// As [`materialize`].
+pub fn materialize_with<F: Frontend + ?Sized>(
+    frontend: &F,
+    req: &BuildProcessInvocationSpecRequest,
+) -> Result<Materialized> {
+    validate(frontend, req)?;
+    frontend.materialize(req)
 }
 
 /// Builds argv/env/cwd from the request and what [`materialize`] returned. Writes nothing.
@@ -254,26 +244,27 @@ pub fn build_invocation(
     materialized: &Materialized,
     programs: &Programs,
 ) -> Result<BuildProcessInvocationSpecResponse> {
-    validate(req)?;
+    build_invocation_with(builtin(req.frontend), req, materialized, programs)
+}
+
+/// [`build_invocation`] by a given frontend.
+///
+/// # Errors
+/// As [`build_invocation`].
+pub fn build_invocation_with<F: Frontend + ?Sized>(
+    frontend: &F,
+    req: &BuildProcessInvocationSpecRequest,
+    materialized: &Materialized,
+    programs: &Programs,
+) -> Result<BuildProcessInvocationSpecResponse> {
+    validate(frontend, req)?;
     if req.interaction_mode != InteractionMode::Interactive && req.prompt.is_none() {
         return Err(HarnessError::InvalidRequest(
             "a headless run needs a prompt".to_string(),
         ));
     }
     let mut warnings = Vec::new();
-    let argv = match req.frontend {
-        HarnessFrontend::ClaudeCode | HarnessFrontend::AgentSdk => {
-            claude::argv(req, materialized, programs, &mut warnings)
-        }
-        HarnessFrontend::CodexCli => codex::argv(req, programs, &mut warnings),
-        HarnessFrontend::PiSdk => pi::argv(req, materialized, programs, &mut warnings)?,
-        other => {
-            return Err(HarnessError::UnsupportedFrontend(format!(
-                "{} is an API client, not a process",
-                other.as_str()
-            )))
-        }
-    };
+    let argv = frontend.argv(req, materialized, programs, &mut warnings)?;
     if req.interaction_mode == InteractionMode::Interactive && req.io_mode == IoMode::Pipes {
         warnings.push(
             "an interactive harness over pipes has no terminal; use pty or inherit".to_string(),
@@ -284,16 +275,6 @@ pub fn build_invocation(
     // Seed 003 section 6.2: terminal multiplexer variables belong to the control plane.
     env.retain(|k, _| !is_terminal_var(k));
     let cwd = req.cwd.to_string_lossy().into_owned();
-    let continuation = req.continuation.clone().or_else(|| {
-        req.options
-            .session_id
-            .clone()
-            .filter(|_| req.frontend.provider() == ProviderDomain::Anthropic)
-            .map(|key| HarnessContinuationRef {
-                provider: ProviderDomain::Anthropic,
-                key: Some(key),
-            })
-    });
     let display = display_command(&cwd, &env, &argv);
     Ok(BuildProcessInvocationSpecResponse {
         spec: ProcessInvocationSpec {
@@ -304,10 +285,25 @@ pub fn build_invocation(
             env,
             interaction_mode: req.interaction_mode,
             io_mode: req.io_mode,
-            continuation,
+            continuation: spec_continuation(req),
             display_command: Some(display),
         },
         warnings,
+    })
+}
+
+/// The continuation the spec carries: the request's, or the session id fixed up front
+/// (Anthropic only: Claude takes `--session-id`).
+fn spec_continuation(req: &BuildProcessInvocationSpecRequest) -> Option<HarnessContinuationRef> {
+    req.continuation.clone().or_else(|| {
+        req.options
+            .session_id
+            .clone()
+            .filter(|_| req.frontend.provider() == ProviderDomain::Anthropic)
+            .map(|key| HarnessContinuationRef {
+                provider: ProviderDomain::Anthropic,
+                key: Some(key),
+            })
     })
 }
 
@@ -320,7 +316,6 @@ pub fn build_process_invocation_spec(
     req: &BuildProcessInvocationSpecRequest,
     programs: &Programs,
 ) -> Result<BuildProcessInvocationSpecResponse> {
-    validate(req)?;
     let materialized = materialize(req)?;
     build_invocation(req, &materialized, programs)
 }

@@ -3,11 +3,6 @@
 //! the CLIs' resume rules, a missing transcript) run before any process starts or request is sent,
 //! so a resume never silently starts a fresh conversation.
 
-mod api_turn;
-mod claude_stream;
-mod codex_json;
-mod pi_json;
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,9 +18,10 @@ use crate::api::{RetryPolicy, ToolResultInput, ToolSpec};
 use crate::confine::ConfinerHandle;
 use crate::error::{HarnessError, Result};
 use crate::events::{Emitter, EventSink};
+use crate::frontend::registry::{check_continuation, check_model_of};
+use crate::frontend::{Registry, Turn};
 use crate::invocation::{BuildProcessInvocationSpecRequest, HarnessOptions};
 use crate::programs::Programs;
-use crate::registry::{check_continuation, check_model};
 
 /// Seed 003 section 3.2's request, plus what the API frontends need (`maxTokens`, tools, tool
 /// results) and a timeout. Callbacks are the `sink` argument of [`Harness::run_turn_non_interactive`].
@@ -91,10 +87,6 @@ impl RunTurnNonInteractiveRequest {
         }
     }
 
-    fn key(&self) -> Option<&str> {
-        self.continuation.as_ref().and_then(|c| c.key.as_deref())
-    }
-
     /// The headless invocation a CLI-driven frontend runs for this turn: what a control plane
     /// would spawn itself to get the same turn.
     pub fn invocation_request(&self) -> BuildProcessInvocationSpecRequest {
@@ -123,7 +115,9 @@ pub struct Harness {
     pub retry: RetryPolicy,
     /// Longest silence allowed inside a provider stream.
     pub idle_timeout: Duration,
-    http: reqwest::Client,
+    /// The frontends it runs: the built-ins unless replaced.
+    pub registry: Registry,
+    pub(crate) http: reqwest::Client,
 }
 
 impl Harness {
@@ -141,13 +135,14 @@ impl Harness {
             programs,
             retry: RetryPolicy::default(),
             idle_timeout: Duration::from_secs(300),
+            registry: Registry::builtin(),
             http,
         })
     }
 
     /// `getHarnessCapabilities()`.
     pub fn capabilities(&self) -> metash_protocol::HarnessCapabilities {
-        crate::registry::get_harness_capabilities(&self.programs)
+        self.registry.capabilities(&self.programs)
     }
 
     /// `buildProcessInvocationSpec()`.
@@ -158,7 +153,9 @@ impl Harness {
         &self,
         req: &BuildProcessInvocationSpecRequest,
     ) -> Result<crate::BuildProcessInvocationSpecResponse> {
-        crate::invocation::build_process_invocation_spec(req, &self.programs)
+        let frontend = self.registry.get(req.frontend);
+        let materialized = crate::invocation::materialize_with(frontend, req)?;
+        crate::invocation::build_invocation_with(frontend, req, &materialized, &self.programs)
     }
 
     /// `runTurnNonInteractive()`: runs one turn, streaming events to `sink`.
@@ -178,8 +175,9 @@ impl Harness {
         cancel: &CancellationToken,
         sink: EventSink<'_>,
     ) -> Result<RunTurnNonInteractiveResponse> {
+        let frontend = self.registry.get(req.frontend);
         check_continuation(req.frontend, req.continuation.as_ref())?;
-        check_model(req.frontend, req.model.as_deref())?;
+        check_model_of(frontend.info(), req.model.as_deref())?;
         if !req.cwd.is_absolute() || !req.asp_home.is_absolute() {
             return Err(HarnessError::InvalidRequest(
                 "cwd and aspHome must be absolute".into(),
@@ -192,14 +190,15 @@ impl Harness {
             req.frontend.provider(),
             sink,
         );
-        let outcome = match req.frontend {
-            HarnessFrontend::AgentSdk | HarnessFrontend::ClaudeCode => {
-                claude_stream::run(self, req, timeout, cancel, &mut em).await
-            }
-            HarnessFrontend::CodexCli => codex_json::run(self, req, timeout, cancel, &mut em).await,
-            HarnessFrontend::PiSdk => pi_json::run(self, req, timeout, cancel, &mut em).await,
-            _ => api_turn::run(self, req, timeout, cancel, &mut em).await,
-        };
+        let outcome = frontend
+            .run_turn(Turn {
+                harness: self,
+                req,
+                timeout,
+                cancel,
+                em: &mut em,
+            })
+            .await;
         let mut result = match outcome {
             Ok(r) => r,
             Err(e) if is_preflight(&e) => return Err(e),

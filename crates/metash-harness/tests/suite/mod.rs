@@ -4,3 +4,4 @@ mod invocation;
 mod real_cli;
 mod runner;
 pub mod support;
+mod test_frontend;

@@ -5,8 +5,7 @@
 
 use std::sync::Arc;
 
-use metash_harness::Endpoint;
-use metash_protocol::HarnessFrontend;
+use metash_harness::{Endpoint, KeyHeader};
 use metash_runtime::credential::{
     AuthStyle, CredentialProxy, Mount, ProxyConfig, Route, Secret, StaticSource, UsageTap,
 };
@@ -19,14 +18,6 @@ use crate::host::Host;
 pub const PLACEHOLDER: &str = "metash-placeholder-the-real-key-stays-in-metash";
 
 const ROUTE: &str = "model";
-
-/// The provider's own endpoint, as each CLI's base URL expects it (Anthropic without `/v1`).
-fn default_upstream(frontend: HarnessFrontend) -> &'static str {
-    match frontend {
-        HarnessFrontend::AgentSdk | HarnessFrontend::ClaudeCode => "https://api.anthropic.com",
-        _ => "https://api.openai.com/v1",
-    }
-}
 
 /// Starts the proxy for one spawn of a CLI role and says what the CLI gets: the endpoint on the
 /// proxy, and the variables that get the placeholder (the one the CLI reads its key from, and
@@ -47,14 +38,15 @@ pub fn start(
     let Some(key) = host.env_var(&var).filter(|k| !k.is_empty()) else {
         return Ok(None);
     };
-    let auth = match role.frontend {
-        HarnessFrontend::AgentSdk | HarnessFrontend::ClaudeCode => AuthStyle::XApiKey,
-        _ => AuthStyle::Bearer,
+    let info = metash_harness::frontend::info(role.frontend);
+    let auth = match info.key_header {
+        KeyHeader::XApiKey => AuthStyle::XApiKey,
+        KeyHeader::Bearer => AuthStyle::Bearer,
     };
     let upstream = role
         .base_url
         .clone()
-        .unwrap_or_else(|| default_upstream(role.frontend).to_string());
+        .unwrap_or_else(|| info.upstream.to_string());
     let mut config = ProxyConfig::new(vec![Route {
         id: ROUTE.into(),
         mount: Mount::WholePort,
@@ -71,10 +63,9 @@ pub fn start(
         .ok_or_else(|| HostError::Other("the credential proxy lost its route".into()))?;
     // Where the CLI looks for its key: Claude Code reads only its own variable; Codex and pi read
     // the variable their provider config names.
-    let cli_var = match role.frontend {
-        HarnessFrontend::AgentSdk | HarnessFrontend::ClaudeCode => "ANTHROPIC_API_KEY".to_string(),
-        _ => var.clone(),
-    };
+    let cli_var = info
+        .fixed_key_env
+        .map_or_else(|| var.clone(), str::to_string);
     let endpoint = Endpoint {
         base_url,
         api_key_env: Some(cli_var.clone()),

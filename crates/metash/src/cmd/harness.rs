@@ -14,8 +14,8 @@ use metash_harness::{
     HarnessOptions, Programs, RunTurnNonInteractiveRequest,
 };
 use metash_protocol::{
-    HarnessContinuationRef, HarnessFrontend, InteractionMode, IoMode, ProcessInvocationSpec,
-    ProviderDomain,
+    FrontendKind, HarnessContinuationRef, HarnessFrontend, InteractionMode, IoMode,
+    ProcessInvocationSpec, ProviderDomain,
 };
 
 /// Exit code of `harness turn` when the turn ran but failed (API error, harness failure...).
@@ -189,13 +189,17 @@ fn list(programs: &Programs, json: bool) -> anyhow::Result<ExitCode> {
     for p in &caps.providers {
         println!("{} (models: {})", p.provider.as_str(), p.models.join(", "));
         for f in &p.frontends {
-            let state = match (&f.kind[..], f.installed, &f.version) {
-                ("api", _, _) => "built in".to_string(),
+            let state = match (f.kind, f.installed, &f.version) {
+                (FrontendKind::Api, _, _) => "built in".to_string(),
                 (_, true, Some(v)) => format!("installed, {v}"),
                 (_, true, None) => "installed".to_string(),
                 (_, false, _) => "not installed".to_string(),
             };
-            println!("  {:<17} {:<4} {state}", f.frontend.as_str(), f.kind);
+            println!(
+                "  {:<17} {:<4} {state}",
+                f.frontend.as_str(),
+                f.kind.as_str()
+            );
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -245,10 +249,7 @@ fn common(c: &CommonArgs, workspace: &Path) -> anyhow::Result<Common> {
         env.insert(k.to_string(), v.to_string());
     }
     let base_url = c.base_url.clone().or_else(|| {
-        let var = match frontend.provider() {
-            ProviderDomain::Anthropic => "ANTHROPIC_BASE_URL",
-            ProviderDomain::Openai => "OPENAI_BASE_URL",
-        };
+        let var = metash_harness::frontend::info(frontend).base_url_env;
         std::env::var(var).ok().filter(|v| !v.is_empty())
     });
     let endpoint = base_url.map(|base_url| Endpoint {

@@ -5,17 +5,17 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{harness_dir, BuildProcessInvocationSpecRequest, Materialized};
 use crate::error::{HarnessError, Result};
 use crate::fsutil::{ensure_dir, write_atomic};
+use crate::invocation::{BuildProcessInvocationSpecRequest, Materialized};
 use crate::programs::{Program, Programs};
 
-pub(super) fn agent_dir(asp_home: &Path) -> PathBuf {
-    asp_home.join("pi").join("agent")
+pub(crate) fn agent_dir(asp_home: &Path) -> PathBuf {
+    asp_home.join(super::INFO.state_dir).join("agent")
 }
 
-pub(super) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Materialized> {
-    let dir = harness_dir(&req.asp_home, req.frontend);
+pub(crate) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Materialized> {
+    let dir = req.asp_home.join(super::INFO.state_dir);
     let agent = agent_dir(&req.asp_home);
     ensure_dir(&agent)?;
     let mut m = Materialized::default();
@@ -39,7 +39,7 @@ pub(super) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Mat
                 ep.name(): {
                     "baseUrl": ep.base_url,
                     "api": "openai-completions",
-                    "apiKey": ep.api_key_env.clone().unwrap_or_else(|| "OPENAI_API_KEY".to_string()),
+                    "apiKey": ep.api_key_env.clone().unwrap_or_else(|| super::INFO.key_env.to_string()),
                     "compat": { "supportsDeveloperRole": false, "supportsReasoningEffort": false },
                     "models": [ { "id": model } ]
                 }
@@ -55,11 +55,11 @@ pub(super) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Mat
     Ok(m)
 }
 
-pub(super) fn argv(
+pub(crate) fn argv(
     req: &BuildProcessInvocationSpecRequest,
     m: &Materialized,
     programs: &Programs,
-    _warnings: &mut [String],
+    _warnings: &mut Vec<String>,
 ) -> Result<Vec<String>> {
     let mut a = vec![
         programs.argv0(Program::Pi),

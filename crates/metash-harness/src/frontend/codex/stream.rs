@@ -2,82 +2,21 @@
 //! (`agent_message`, `command_execution`, a non-fatal `error` item), `turn.completed` with usage,
 //! or `error` + `turn.failed`.
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
 use metash_protocol::{HarnessErrorCode, HarnessEvent, RunError, RunResult, ToolCall, Usage};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
-use super::{env_value, Harness, RunTurnNonInteractiveRequest};
+use super::invocation::codex_rollout_file;
 use crate::error::{HarnessError, Result};
 use crate::events::Emitter;
-use crate::invocation::{build_invocation, codex_rollout_file, materialize};
-use crate::runner::run_piped_confined;
-
-pub(super) async fn run(
-    h: &Harness,
-    req: &RunTurnNonInteractiveRequest,
-    timeout: Option<Duration>,
-    cancel: &CancellationToken,
-    em: &mut Emitter<'_>,
-) -> Result<RunResult> {
-    let inv = req.invocation_request();
-    let m = materialize(&inv)?;
-    if let Some(key) = req.key() {
-        let codex_home = env_value(&req.env, &m.env, "CODEX_HOME")
-            .map(PathBuf::from)
-            .or_else(|| {
-                env_value(&req.env, &m.env, "HOME").map(|h| PathBuf::from(h).join(".codex"))
-            })
-            .ok_or_else(|| {
-                HarnessError::ContinuationNotFound("no CODEX_HOME to find threads in".into())
-            })?;
-        let expected = req
-            .options
-            .endpoint
-            .as_ref()
-            .map(|e| e.name().to_string())
-            .unwrap_or_else(|| "openai".into());
-        check_resumable(&codex_home, key, &expected)?;
-    }
-    let spec = build_invocation(&inv, &m, &h.programs)?.spec;
-    em.emit(HarnessEvent::TurnStarted {
-        frontend: req.frontend,
-        model: req.model.clone(),
-    });
-    let mut p = CodexParser::default();
-    let outcome = run_piped_confined(&spec, req.confiner.get(), timeout, cancel, &mut |line| {
-        p.line(line, em)
-    })
-    .await?;
-    // Codex reports stream reconnects as `error` events too; a turn that completed succeeded.
-    let error = if p.completed { None } else { p.failure.take() };
-    let error = error.or_else(|| {
-        (!p.completed).then(|| RunError {
-            code: HarnessErrorCode::HarnessFailed,
-            message: format!(
-                "codex exited with {} without completing the turn: {}",
-                outcome.status,
-                outcome.stderr_tail.trim()
-            ),
-            status: None,
-        })
-    });
-    Ok(RunResult {
-        success: error.is_none(),
-        final_output: p.last_message,
-        tool_calls: Vec::new(),
-        stop_reason: Some(if p.completed { "completed" } else { "failed" }.into()),
-        usage: p.usage,
-        cost_usd: None,
-        error,
-    })
-}
+use crate::frontend::process::{exited_early, turn_result};
+use crate::frontend::TurnParser;
+use crate::runner::PipedOutcome;
 
 /// Codex resumes a thread only when its rollout exists under this CODEX_HOME and was recorded
 /// with the same provider (else `modelProviderNotConfigured` or a silent fresh start).
-fn check_resumable(codex_home: &Path, key: &str, provider: &str) -> Result<()> {
+pub(super) fn check_resumable(codex_home: &Path, key: &str, provider: &str) -> Result<()> {
     let file = codex_rollout_file(codex_home, key).ok_or_else(|| {
         HarnessError::ContinuationNotFound(format!(
             "no Codex thread {key} under {}",
@@ -99,18 +38,34 @@ fn check_resumable(codex_home: &Path, key: &str, provider: &str) -> Result<()> {
 }
 
 #[derive(Default)]
-struct CodexParser {
+pub(super) struct CodexParser {
     completed: bool,
     failure: Option<RunError>,
     last_message: Option<String>,
     usage: Option<Usage>,
 }
 
-impl CodexParser {
-    fn line(&mut self, line: &str, em: &mut Emitter<'_>) {
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
-            return;
+impl TurnParser for CodexParser {
+    fn finish(mut self: Box<Self>, outcome: &PipedOutcome) -> RunResult {
+        // Codex reports stream reconnects as `error` events too; a turn that completed succeeded.
+        let error = if self.completed {
+            None
+        } else {
+            self.failure.take()
         };
+        let error = error.or_else(|| {
+            (!self.completed)
+                .then(|| exited_early("codex", outcome, " without completing the turn"))
+        });
+        let stop = if self.completed {
+            "completed"
+        } else {
+            "failed"
+        };
+        turn_result(self.last_message, Some(stop.into()), self.usage, error)
+    }
+
+    fn line(&mut self, v: &Value, em: &mut Emitter<'_>) {
         match v["type"].as_str().unwrap_or("") {
             "thread.started" => {
                 if let Some(id) = v["thread_id"].as_str() {

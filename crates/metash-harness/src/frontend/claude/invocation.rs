@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 
 use metash_protocol::InteractionMode;
 
-use super::{harness_dir, safe_name, BuildProcessInvocationSpecRequest, Materialized};
 use crate::error::Result;
 use crate::fsutil::{ensure_dir, write_atomic};
+use crate::invocation::{safe_name, BuildProcessInvocationSpecRequest, Materialized};
 use crate::programs::{Program, Programs};
 
-pub(super) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Materialized> {
-    let dir = harness_dir(&req.asp_home, req.frontend);
+pub(crate) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Materialized> {
+    let dir = req.asp_home.join(super::STATE_DIR);
     let run_dir = dir.join("sessions").join(safe_name(&req.cp_session_id));
     let mut m = Materialized::default();
     let mut env = BTreeMap::new();
@@ -121,12 +121,12 @@ fn write_state(path: &Path, trust: Option<&Path>, api_key: Option<&str>) -> Resu
     write_atomic(path, &bytes)
 }
 
-pub(super) fn argv(
+pub(crate) fn argv(
     req: &BuildProcessInvocationSpecRequest,
     m: &Materialized,
     programs: &Programs,
     warnings: &mut Vec<String>,
-) -> Vec<String> {
+) -> Result<Vec<String>> {
     let o = &req.options;
     let mut a = vec![programs.argv0(Program::Claude)];
     let headless = req.interaction_mode != InteractionMode::Interactive;
@@ -198,7 +198,7 @@ pub(super) fn argv(
         a.push("--".to_string());
         a.push(prompt.clone());
     }
-    a
+    Ok(a)
 }
 
 /// Claude's project directory name for a cwd: every character but ASCII letters and digits

@@ -2,62 +2,16 @@
 //! the key); then agent/turn/message events; an assistant message with `stopReason: "error"`
 //! carries the provider's error.
 
-use std::time::Duration;
-
 use metash_protocol::{HarnessErrorCode, HarnessEvent, RunError, RunResult, ToolCall, Usage};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
-use super::{Harness, RunTurnNonInteractiveRequest};
-use crate::error::Result;
 use crate::events::Emitter;
-use crate::invocation::{build_invocation, materialize};
-use crate::runner::run_piped_confined;
-
-pub(super) async fn run(
-    h: &Harness,
-    req: &RunTurnNonInteractiveRequest,
-    timeout: Option<Duration>,
-    cancel: &CancellationToken,
-    em: &mut Emitter<'_>,
-) -> Result<RunResult> {
-    let inv = req.invocation_request();
-    let m = materialize(&inv)?;
-    // Resolves a resumed key to its session file (or refuses with continuation_not_found).
-    let spec = build_invocation(&inv, &m, &h.programs)?.spec;
-    em.emit(HarnessEvent::TurnStarted {
-        frontend: req.frontend,
-        model: req.model.clone(),
-    });
-    let mut p = PiParser::default();
-    let outcome = run_piped_confined(&spec, req.confiner.get(), timeout, cancel, &mut |line| {
-        p.line(line, em)
-    })
-    .await?;
-    let error = p.failure.take().or_else(|| {
-        (!p.ended || !outcome.status.success()).then(|| RunError {
-            code: HarnessErrorCode::HarnessFailed,
-            message: format!(
-                "pi exited with {}: {}",
-                outcome.status,
-                outcome.stderr_tail.trim()
-            ),
-            status: None,
-        })
-    });
-    Ok(RunResult {
-        success: error.is_none(),
-        final_output: p.last_text,
-        tool_calls: Vec::new(),
-        stop_reason: p.stop_reason,
-        usage: p.usage,
-        cost_usd: None,
-        error,
-    })
-}
+use crate::frontend::process::{exited_early, turn_result};
+use crate::frontend::TurnParser;
+use crate::runner::PipedOutcome;
 
 #[derive(Default)]
-struct PiParser {
+pub(super) struct PiParser {
     ended: bool,
     failure: Option<RunError>,
     last_text: Option<String>,
@@ -65,11 +19,15 @@ struct PiParser {
     usage: Option<Usage>,
 }
 
-impl PiParser {
-    fn line(&mut self, line: &str, em: &mut Emitter<'_>) {
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
-            return;
-        };
+impl TurnParser for PiParser {
+    fn finish(mut self: Box<Self>, outcome: &PipedOutcome) -> RunResult {
+        let error = self.failure.take().or_else(|| {
+            (!self.ended || !outcome.status.success()).then(|| exited_early("pi", outcome, ""))
+        });
+        turn_result(self.last_text, self.stop_reason, self.usage, error)
+    }
+
+    fn line(&mut self, v: &Value, em: &mut Emitter<'_>) {
         match v["type"].as_str().unwrap_or("") {
             "session" => {
                 if let Some(id) = v["id"].as_str() {

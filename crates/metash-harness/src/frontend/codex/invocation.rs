@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use metash_protocol::InteractionMode;
 
 use super::toml;
-use super::{harness_dir, BuildProcessInvocationSpecRequest, Materialized};
 use crate::error::Result;
 use crate::fsutil::write_atomic;
+use crate::invocation::{BuildProcessInvocationSpecRequest, Materialized};
 use crate::programs::{Program, Programs};
 
 /// `-c` overrides for the provider, sandbox, instructions and MCP servers, in a fixed order.
@@ -67,11 +67,11 @@ fn overrides(req: &BuildProcessInvocationSpecRequest) -> Vec<(String, String)> {
     c
 }
 
-pub(super) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Materialized> {
+pub(crate) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Materialized> {
     let mut m = Materialized::default();
     let mut env = BTreeMap::new();
     if req.options.isolated_home {
-        let home = harness_dir(&req.asp_home, req.frontend).join("home");
+        let home = req.asp_home.join(super::INFO.state_dir).join("home");
         // The same overrides as the argv, as a config file: what a person running the
         // displayCommand by hand from this CODEX_HOME also gets.
         let mut doc = String::from("# written by metash; the argv's -c overrides say the same\n");
@@ -92,11 +92,12 @@ pub(super) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Mat
     Ok(m)
 }
 
-pub(super) fn argv(
+pub(crate) fn argv(
     req: &BuildProcessInvocationSpecRequest,
+    _materialized: &Materialized,
     programs: &Programs,
     warnings: &mut Vec<String>,
-) -> Vec<String> {
+) -> Result<Vec<String>> {
     let o = &req.options;
     let headless = req.interaction_mode != InteractionMode::Interactive;
     let key = req.continuation_key();
@@ -147,7 +148,7 @@ pub(super) fn argv(
     if let Some(p) = &req.prompt {
         a.push(p.clone());
     }
-    a
+    Ok(a)
 }
 
 /// Finds `$CODEX_HOME/sessions/YYYY/MM/DD/rollout-…-<thread_id>.jsonl`.

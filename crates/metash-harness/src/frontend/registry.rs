@@ -1,29 +1,49 @@
-//! Provider typing (seed 003 section 5.1) and `getHarnessCapabilities()`: which frontends exist,
-//! which provider each belongs to, and whether its program is installed here.
+//! Provider typing (seed 003 section 5.1), `getHarnessCapabilities()` and the [`Registry`] a
+//! [`crate::Harness`] looks frontends up in: the built-ins, plus any a caller registers.
+
+use std::sync::Arc;
 
 use metash_protocol::{
     FrontendCapability, HarnessCapabilities, HarnessContinuationRef, HarnessFrontend,
     ProviderCapabilities, ProviderDomain,
 };
 
+use super::{builtin, Frontend, FrontendRef};
 use crate::error::{HarnessError, Result};
-use crate::programs::{program_version, Program, Programs};
+use crate::programs::{program_version, Programs};
 
-/// The program a frontend spawns, or `None` for metash's own API clients.
-pub fn frontend_program(frontend: HarnessFrontend) -> Option<Program> {
-    match frontend {
-        HarnessFrontend::AgentSdk | HarnessFrontend::ClaudeCode => Some(Program::Claude),
-        HarnessFrontend::CodexCli => Some(Program::Codex),
-        HarnessFrontend::PiSdk => Some(Program::Pi),
-        _ => None,
+/// The frontends a [`crate::Harness`] runs: the built-ins unless one is replaced.
+#[derive(Clone, Default)]
+pub struct Registry {
+    added: Vec<FrontendRef>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ids: Vec<_> = self.added.iter().map(|a| a.info().id.as_str()).collect();
+        f.debug_struct("Registry").field("added", &ids).finish()
     }
 }
 
-fn frontend_kind(frontend: HarnessFrontend) -> &'static str {
-    match frontend {
-        HarnessFrontend::ClaudeCode | HarnessFrontend::CodexCli => "cli",
-        HarnessFrontend::AgentSdk | HarnessFrontend::PiSdk => "sdk",
-        _ => "api",
+impl Registry {
+    /// The built-in frontends ([`builtin`]).
+    pub fn builtin() -> Self {
+        Self::default()
+    }
+
+    /// This registry with `frontend` serving its id (a later one wins).
+    #[must_use]
+    pub fn with(mut self, frontend: impl Frontend + 'static) -> Self {
+        self.added.push(Arc::new(frontend));
+        self
+    }
+
+    /// The frontend serving `id`.
+    pub fn get(&self, id: HarnessFrontend) -> &dyn Frontend {
+        match self.added.iter().rev().find(|f| f.info().id == id) {
+            Some(f) => f.as_ref(),
+            None => builtin(id),
+        }
     }
 }
 
@@ -45,28 +65,36 @@ pub fn known_models(provider: ProviderDomain) -> Vec<String> {
 
 /// `getHarnessCapabilities()`. Runs each installed program's `--version` once.
 pub fn get_harness_capabilities(programs: &Programs) -> HarnessCapabilities {
-    let providers = [ProviderDomain::Anthropic, ProviderDomain::Openai]
-        .into_iter()
-        .map(|provider| ProviderCapabilities {
-            provider,
-            frontends: HarnessFrontend::ALL
-                .into_iter()
-                .filter(|f| f.provider() == provider)
-                .map(|frontend| {
-                    let path = frontend_program(frontend).and_then(|p| programs.get(p));
-                    FrontendCapability {
-                        frontend,
-                        kind: frontend_kind(frontend).to_string(),
-                        installed: frontend_program(frontend).is_none() || path.is_some(),
-                        program: path.map(|p| p.to_string_lossy().into_owned()),
-                        version: path.and_then(program_version),
-                    }
-                })
-                .collect(),
-            models: known_models(provider),
-        })
-        .collect();
-    HarnessCapabilities { providers }
+    Registry::builtin().capabilities(programs)
+}
+
+impl Registry {
+    /// `getHarnessCapabilities()` for this registry.
+    pub fn capabilities(&self, programs: &Programs) -> HarnessCapabilities {
+        let providers = [ProviderDomain::Anthropic, ProviderDomain::Openai]
+            .into_iter()
+            .map(|provider| ProviderCapabilities {
+                provider,
+                frontends: HarnessFrontend::ALL
+                    .into_iter()
+                    .filter(|f| f.provider() == provider)
+                    .map(|frontend| {
+                        let info = self.get(frontend).info();
+                        let path = info.program.and_then(|p| programs.get(p));
+                        FrontendCapability {
+                            frontend,
+                            kind: info.kind,
+                            installed: info.program.is_none() || path.is_some(),
+                            program: path.map(|p| p.to_string_lossy().into_owned()),
+                            version: path.and_then(program_version),
+                        }
+                    })
+                    .collect(),
+                models: known_models(provider),
+            })
+            .collect();
+        HarnessCapabilities { providers }
+    }
 }
 
 /// Refuses a continuation of the other provider, before anything is materialized or spawned.
@@ -92,21 +120,29 @@ pub fn check_continuation(
 /// # Errors
 /// `ModelNotSupported`.
 pub fn check_model(frontend: HarnessFrontend, model: Option<&str>) -> Result<()> {
+    check_model_of(builtin(frontend).info(), model)
+}
+
+/// [`check_model`] for any frontend's facts.
+///
+/// # Errors
+/// `ModelNotSupported`.
+pub fn check_model_of(info: &super::FrontendInfo, model: Option<&str>) -> Result<()> {
     let Some(model) = model else { return Ok(()) };
     let m = model.to_ascii_lowercase();
     let openai_like = ["gpt-", "o1", "o3", "o4", "codex-", "chatgpt"]
         .iter()
         .any(|p| m.starts_with(p));
-    let bad = match frontend {
-        HarnessFrontend::OpenaiChat | HarnessFrontend::PiSdk => false,
-        f if f.provider() == ProviderDomain::Anthropic => openai_like || model.trim().is_empty(),
-        _ => m.starts_with("claude") || model.trim().is_empty(),
+    let bad = match info.provider() {
+        _ if info.any_model => false,
+        ProviderDomain::Anthropic => openai_like || model.trim().is_empty(),
+        ProviderDomain::Openai => m.starts_with("claude") || model.trim().is_empty(),
     };
     if bad {
         return Err(HarnessError::ModelNotSupported(format!(
             "model {model:?} is not served by {} (provider {})",
-            frontend.as_str(),
-            frontend.provider().as_str()
+            info.id.as_str(),
+            info.provider().as_str()
         )));
     }
     Ok(())

@@ -2,69 +2,21 @@
 //! events. Lines: `system/init` (the key), `assistant` / `user` messages, `stream_event` partials,
 //! and a final `result` whose `is_error` decides success (HARNESSES.md: `subtype` alone lies).
 
-use std::path::PathBuf;
-use std::time::Duration;
+use std::path::Path;
 
 use metash_protocol::{HarnessErrorCode, HarnessEvent, RunError, RunResult, ToolCall, Usage};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
-use super::{env_value, Harness, RunTurnNonInteractiveRequest};
+use super::invocation::{claude_project_dir, claude_session_file};
 use crate::error::{HarnessError, Result};
 use crate::events::Emitter;
-use crate::invocation::{build_invocation, claude_project_dir, claude_session_file, materialize};
-use crate::runner::run_piped_confined;
-
-pub(super) async fn run(
-    h: &Harness,
-    req: &RunTurnNonInteractiveRequest,
-    timeout: Option<Duration>,
-    cancel: &CancellationToken,
-    em: &mut Emitter<'_>,
-) -> Result<RunResult> {
-    let inv = req.invocation_request();
-    let m = materialize(&inv)?;
-    if let Some(key) = req.key() {
-        let config = env_value(&req.env, &m.env, "CLAUDE_CONFIG_DIR")
-            .map(PathBuf::from)
-            .or_else(|| {
-                env_value(&req.env, &m.env, "HOME").map(|h| PathBuf::from(h).join(".claude"))
-            })
-            .ok_or_else(|| {
-                HarnessError::ContinuationNotFound("no HOME to find Claude's sessions in".into())
-            })?;
-        check_resumable(&config, &req.cwd, key)?;
-    }
-    let spec = build_invocation(&inv, &m, &h.programs)?.spec;
-    em.emit(HarnessEvent::TurnStarted {
-        frontend: req.frontend,
-        model: req.model.clone(),
-    });
-    let mut parser = ClaudeParser::default();
-    let outcome = run_piped_confined(&spec, req.confiner.get(), timeout, cancel, &mut |line| {
-        parser.line(line, em)
-    })
-    .await?;
-    let mut result = parser.result.take().unwrap_or_default();
-    if parser.saw_result {
-        return Ok(result);
-    }
-    result.success = false;
-    result.error = Some(RunError {
-        code: HarnessErrorCode::HarnessFailed,
-        message: format!(
-            "claude exited with {} before its result line: {}",
-            outcome.status,
-            outcome.stderr_tail.trim()
-        ),
-        status: None,
-    });
-    Ok(result)
-}
+use crate::frontend::process::exited_early;
+use crate::frontend::TurnParser;
+use crate::runner::PipedOutcome;
 
 /// Claude resumes a session only from the cwd it was started in (HARNESSES.md); say so up front
 /// instead of letting it fail or start fresh.
-fn check_resumable(config: &std::path::Path, cwd: &std::path::Path, key: &str) -> Result<()> {
+pub(super) fn check_resumable(config: &Path, cwd: &Path, key: &str) -> Result<()> {
     if claude_session_file(config, cwd, key).is_file() {
         return Ok(());
     }
@@ -84,17 +36,24 @@ fn check_resumable(config: &std::path::Path, cwd: &std::path::Path, key: &str) -
 }
 
 #[derive(Default)]
-pub(crate) struct ClaudeParser {
-    pub(crate) result: Option<RunResult>,
-    pub(crate) saw_result: bool,
+pub(super) struct ClaudeParser {
+    result: Option<RunResult>,
+    saw_result: bool,
     last_text: Option<String>,
 }
 
-impl ClaudeParser {
-    pub(crate) fn line(&mut self, line: &str, em: &mut Emitter<'_>) {
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
-            return;
-        };
+impl TurnParser for ClaudeParser {
+    fn finish(mut self: Box<Self>, outcome: &PipedOutcome) -> RunResult {
+        let mut result = self.result.take().unwrap_or_default();
+        if self.saw_result {
+            return result;
+        }
+        result.success = false;
+        result.error = Some(exited_early("claude", outcome, " before its result line"));
+        result
+    }
+
+    fn line(&mut self, v: &Value, em: &mut Emitter<'_>) {
         if let Some(id) = v["session_id"].as_str() {
             em.observe_key(id);
         }
