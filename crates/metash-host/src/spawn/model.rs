@@ -2,22 +2,42 @@
 //! role's frontend and model, `max_tokens` passed to the API and counted as the turn streams, the
 //! deadline enforced by cancelling the request (or killing the CLI's process group).
 
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use metash_harness::{CancellationToken, Endpoint, RunTurnNonInteractiveRequest};
 use metash_protocol::{
-    AgentStatus, CheckpointSignal, HarnessErrorCode, HarnessEvent, HarnessEventEnvelope, ResumeData,
+    AgentStatus, CheckpointSignal, HarnessErrorCode, HarnessEvent, HarnessEventEnvelope,
+    ResumeData, RunResult,
 };
+use metash_runtime::credential::CredentialProxy;
 use metash_store::NewEvent;
 use serde_json::{json, Value};
 
+use super::permission::PermissionServer;
 use super::Ran;
 use crate::config::{Permissions, Role};
 use crate::error::{HostError, Result};
 use crate::host::Host;
 use crate::pricing::{Stop, TurnMeter};
 use crate::spawner::SpawnRequest;
+
+/// One spawn of a model role, as its steps see it.
+struct RoleSpawn<'a> {
+    host: &'a Host,
+    role: &'a Role,
+    req: &'a SpawnRequest,
+    workdir: PathBuf,
+    timeout: Duration,
+}
+
+/// What a turn keeps alive while it runs: the spawn's home, the credential proxy, the
+/// permission server. Dropped when the turn returns.
+struct Running {
+    key_proxy: Option<(CredentialProxy, Endpoint, Vec<String>)>,
+    permission_server: Option<PermissionServer>,
+}
 
 pub(crate) fn run(
     host: &Host,
@@ -28,130 +48,35 @@ pub(crate) fn run(
 ) -> Result<Ran> {
     host.preflight_role(&req.agent_name, role)?;
     let harness = host.harness()?;
-    let workdir = req.workdir.clone().unwrap_or_else(|| host.workspace());
+    let s = RoleSpawn {
+        host,
+        role,
+        req,
+        workdir: req.workdir.clone().unwrap_or_else(|| host.workspace()),
+        timeout,
+    };
     // Each spawn gets its own aspHome: a CLI harness's config and history start empty, so the
     // sub-agent cannot see the orchestrator's (or any earlier spawn's) conversation.
     let spawn_dir = tempfile::Builder::new()
         .prefix("metash-spawn-")
         .tempdir_in(host.spawn_root()?)
         .map_err(|e| HostError::Other(format!("creating the spawn directory: {e}")))?;
-    let mut turn = RunTurnNonInteractiveRequest::new(
-        role.frontend,
-        spawn_dir.path(),
-        absolute(&workdir),
-        prompt_with_resume(&req.user_message, resume),
-    );
-    turn.cp_session_id = host.session_id()?;
-    turn.model = role.model(req.options.model_hint);
-    let max_tokens = req.options.max_tokens.or(role.max_tokens);
-    turn.max_tokens = max_tokens.map(|m| u32::try_from(m).unwrap_or(u32::MAX));
-    turn.timeout_ms = Some(timeout.as_millis() as u64);
-    turn.options.system_prompt = (!req.system_prompt.is_empty()).then(|| req.system_prompt.clone());
-    turn.options.isolated_home = role.isolated_home;
+    let mut turn = s.turn_request(spawn_dir.path(), resume)?;
     let cancel = CancellationToken::new();
-    let model = turn.model.clone().unwrap_or_default();
-    let budget = &host.config().budget;
-    let cost_budget = match budget.max_cost_usd {
-        Some(max) => Some((max, crate::budget::used(host.store())?.cost_usd)),
-        None => None,
+    let charge = s.charge(&turn, &cancel)?;
+    let mut running = Running {
+        key_proxy: s.key(&mut turn, &charge)?,
+        permission_server: None,
     };
-    let price = host.config().prices.price(&model);
-    let charge = Charge {
-        meter: Arc::new(Mutex::new(TurnMeter::new(max_tokens, cost_budget, price))),
-        stopped: Arc::new(Mutex::new(None)),
-        cancel: cancel.clone(),
-    };
-    // A CLI gets a placeholder key and the credential proxy's URL; only the in-process API
-    // clients hold the key itself.
-    let is_cli = role.runs_cli();
-    let key_proxy = if is_cli {
-        // Usage is read on the wire as each response streams, the same way for every CLI.
-        let charge = charge.clone();
-        let tap = super::usage_tap::WireUsage::new(move |u| charge.observe(u));
-        super::key_proxy::start(host, &req.agent_name, role, Some(Arc::new(tap)))?
-    } else {
-        None
-    };
-    if let Some((_, endpoint, vars)) = &key_proxy {
-        turn.options.endpoint = Some(endpoint.clone());
-        for var in vars {
-            turn.env
-                .insert(var.clone(), super::key_proxy::PLACEHOLDER.to_string());
-        }
-    } else {
-        if let Some(base_url) = &role.base_url {
-            turn.options.endpoint = Some(Endpoint {
-                base_url: base_url.clone(),
-                api_key_env: role.key_env(),
-                provider_name: None,
-            });
-        }
-        if let Some(var) = role.key_env() {
-            if let Some(v) = host.env_var(&var) {
-                turn.env.insert(var, v);
-            }
-        }
-    }
-    let mut permission_server = None;
-    if is_cli {
+    if role.runs_cli() {
         if let Some(refused) = super::confine::native_consent(host, &req.agent_name)? {
             return Ok(refused);
         }
-        let port = match &key_proxy {
-            Some((proxy, ..)) => Some(proxy.addr().port()),
-            None => role.base_url.as_deref().and_then(super::confine::url_port),
-        };
-        let mut confiner = super::confine::RoleConfiner::new(
-            &req.agent_name,
-            role,
-            spawn_dir.path(),
-            timeout,
-            |k| host.env_var(k),
-            host.event_sink(),
-        );
-        confiner.hidden = host.hidden_dirs();
-        confiner.connect_ports = port.into_iter().collect();
-        if role.permissions == Permissions::Ask {
-            let server = super::permission::start_for(host, &req.agent_name, &workdir)?;
-            confiner.connect_ports.push(server.port());
-            turn.options.mcp_servers = Some(server.mcp_servers());
-            turn.options.permission_prompt_tool = Some(super::permission::TOOL.into());
-            permission_server = Some(server);
-        } else {
-            // Its own prompts and sandbox off: metash's sandbox is the boundary.
-            turn.options.skip_permissions = true;
-        }
-        turn.confiner = metash_harness::ConfinerHandle::new(Arc::new(confiner));
+        running.permission_server = s.confine(&mut turn, spawn_dir.path(), &running)?;
     }
-
     let partial = Arc::new(Mutex::new(String::new()));
-    let agent = req.agent_name.clone();
-    let mut sink = {
-        let charge = charge.clone();
-        let partial = Arc::clone(&partial);
-        move |ev: HarnessEventEnvelope| {
-            match &ev.payload {
-                Some(HarnessEvent::TextDelta { text }) => {
-                    if let Ok(mut p) = partial.lock() {
-                        p.push_str(text);
-                    }
-                }
-                Some(HarnessEvent::Usage { usage }) => charge.observe(usage),
-                _ => {}
-            }
-            let line = match ev.payload.as_ref().and_then(super::tool_events::summarize) {
-                Some((kind, data)) => NewEvent::new(kind, Some(&agent), data),
-                None => NewEvent::new(
-                    "harness_event",
-                    Some(&agent),
-                    serde_json::to_value(&ev).unwrap_or(Value::Null),
-                ),
-            };
-            let _ = host.record_later(line);
-        }
-    };
-    let rt = host.tokio()?;
-    let response = rt.block_on(async {
+    let mut sink = event_sink(host, &req.agent_name, &charge, &partial);
+    let response = host.tokio()?.block_on(async {
         let fut = harness.run_turn_non_interactive(&turn, &cancel, &mut sink);
         // The harness enforces timeout_ms itself; this outer bound only guards against a harness
         // that does not return, and cancels it so its process or request is torn down.
@@ -166,13 +91,183 @@ pub(crate) fn run(
         }
     });
     drop(spawn_dir);
-    drop(key_proxy);
-    drop(permission_server);
-    let response = match response {
-        Ok(r) => r,
-        Err(e) => return Ok(Ran::error(format!("{}: {e}", e.code().as_str()))),
-    };
-    let result = response.result;
+    drop(running);
+    match response {
+        Ok(r) => outcome(&r.result, &charge, &partial, s.max_tokens()),
+        Err(e) => Ok(Ran::error(format!("{}: {e}", e.code().as_str()))),
+    }
+}
+
+impl RoleSpawn<'_> {
+    fn max_tokens(&self) -> Option<u64> {
+        self.req.options.max_tokens.or(self.role.max_tokens)
+    }
+
+    /// A fresh conversation for the role's frontend and model, with the spawn's limits.
+    fn turn_request(
+        &self,
+        asp_home: &Path,
+        resume: Option<&ResumeData>,
+    ) -> Result<RunTurnNonInteractiveRequest> {
+        let (req, role) = (self.req, self.role);
+        let mut turn = RunTurnNonInteractiveRequest::new(
+            role.frontend,
+            asp_home,
+            absolute(&self.workdir),
+            prompt_with_resume(&req.user_message, resume),
+        );
+        turn.cp_session_id = self.host.session_id()?;
+        turn.model = role.model(req.options.model_hint);
+        turn.max_tokens = self
+            .max_tokens()
+            .map(|m| u32::try_from(m).unwrap_or(u32::MAX));
+        turn.timeout_ms = Some(self.timeout.as_millis() as u64);
+        turn.options.system_prompt =
+            (!req.system_prompt.is_empty()).then(|| req.system_prompt.clone());
+        turn.options.isolated_home = role.isolated_home;
+        Ok(turn)
+    }
+
+    /// The turn's meter: its token cap, what is left of the cost budget, the model's price.
+    fn charge(
+        &self,
+        turn: &RunTurnNonInteractiveRequest,
+        cancel: &CancellationToken,
+    ) -> Result<Charge> {
+        let config = self.host.config();
+        let cost_budget = match config.budget.max_cost_usd {
+            Some(max) => Some((max, crate::budget::used(self.host.store())?.cost_usd)),
+            None => None,
+        };
+        let price = config
+            .prices
+            .price(turn.model.as_deref().unwrap_or_default());
+        let meter = TurnMeter::new(self.max_tokens(), cost_budget, price);
+        Ok(Charge {
+            meter: Arc::new(Mutex::new(meter)),
+            stopped: Arc::new(Mutex::new(None)),
+            cancel: cancel.clone(),
+        })
+    }
+
+    /// How the turn reaches the model: a CLI gets a placeholder key and the credential proxy's
+    /// URL (usage read on the wire as each response streams); only the in-process API clients
+    /// hold the key itself.
+    fn key(
+        &self,
+        turn: &mut RunTurnNonInteractiveRequest,
+        charge: &Charge,
+    ) -> Result<Option<(CredentialProxy, Endpoint, Vec<String>)>> {
+        let (host, role) = (self.host, self.role);
+        if role.runs_cli() {
+            let charge = charge.clone();
+            let tap = super::usage_tap::WireUsage::new(move |u| charge.observe(u));
+            let proxy =
+                super::key_proxy::start(host, &self.req.agent_name, role, Some(Arc::new(tap)))?;
+            if let Some((_, endpoint, vars)) = &proxy {
+                turn.options.endpoint = Some(endpoint.clone());
+                for var in vars {
+                    turn.env
+                        .insert(var.clone(), super::key_proxy::PLACEHOLDER.to_string());
+                }
+            }
+            return Ok(proxy);
+        }
+        if let Some(base_url) = &role.base_url {
+            turn.options.endpoint = Some(Endpoint {
+                base_url: base_url.clone(),
+                api_key_env: role.key_env(),
+                provider_name: None,
+            });
+        }
+        if let Some(var) = role.key_env() {
+            if let Some(v) = host.env_var(&var) {
+                turn.env.insert(var, v);
+            }
+        }
+        Ok(None)
+    }
+
+    /// A CLI runs in the native sandbox, reaching only the proxy (and, with `permissions =
+    /// "ask"`, metash's approve tool).
+    fn confine(
+        &self,
+        turn: &mut RunTurnNonInteractiveRequest,
+        home: &Path,
+        running: &Running,
+    ) -> Result<Option<PermissionServer>> {
+        let (host, role, agent) = (self.host, self.role, &self.req.agent_name);
+        let port = match &running.key_proxy {
+            Some((proxy, ..)) => Some(proxy.addr().port()),
+            None => role.base_url.as_deref().and_then(super::confine::url_port),
+        };
+        let mut confiner = super::confine::RoleConfiner::new(
+            agent,
+            role,
+            home,
+            self.timeout,
+            |k| host.env_var(k),
+            host.event_sink(),
+        );
+        confiner.hidden = host.hidden_dirs();
+        confiner.connect_ports = port.into_iter().collect();
+        let mut server = None;
+        if role.permissions == Permissions::Ask {
+            let s = super::permission::start_for(host, agent, &self.workdir)?;
+            confiner.connect_ports.push(s.port());
+            turn.options.mcp_servers = Some(s.mcp_servers());
+            turn.options.permission_prompt_tool = Some(super::permission::TOOL.into());
+            server = Some(s);
+        } else {
+            // Its own prompts and sandbox off: metash's sandbox is the boundary.
+            turn.options.skip_permissions = true;
+        }
+        turn.confiner = metash_harness::ConfinerHandle::new(Arc::new(confiner));
+        Ok(server)
+    }
+}
+
+/// Where the turn's events go: text deltas kept for a partial answer, usage charged, every event
+/// to the log (tool calls summarized).
+fn event_sink<'a>(
+    host: &'a Host,
+    agent: &str,
+    charge: &Charge,
+    partial: &Arc<Mutex<String>>,
+) -> impl FnMut(HarnessEventEnvelope) + Send + 'a {
+    let agent = agent.to_string();
+    let charge = charge.clone();
+    let partial = Arc::clone(partial);
+    move |ev: HarnessEventEnvelope| {
+        match &ev.payload {
+            Some(HarnessEvent::TextDelta { text }) => {
+                if let Ok(mut p) = partial.lock() {
+                    p.push_str(text);
+                }
+            }
+            Some(HarnessEvent::Usage { usage }) => charge.observe(usage),
+            _ => {}
+        }
+        let line = match ev.payload.as_ref().and_then(super::tool_events::summarize) {
+            Some((kind, data)) => NewEvent::new(kind, Some(&agent), data),
+            None => NewEvent::new(
+                "harness_event",
+                Some(&agent),
+                serde_json::to_value(&ev).unwrap_or(Value::Null),
+            ),
+        };
+        let _ = host.record_later(line);
+    }
+}
+
+/// The spawn's answer from the turn's result: a stop by the meter, a cut-off answer, a timeout,
+/// an error, or success (possibly a checkpoint).
+fn outcome(
+    result: &RunResult,
+    charge: &Charge,
+    partial: &Mutex<String>,
+    max_tokens: Option<u64>,
+) -> Result<Ran> {
     let (usage_tokens, metered_cost) = {
         let mut m = charge
             .meter
@@ -247,7 +342,7 @@ impl Charge {
     }
 }
 
-fn absolute(p: &std::path::Path) -> std::path::PathBuf {
+fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
