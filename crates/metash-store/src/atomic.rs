@@ -41,7 +41,44 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     result
 }
 
+/// [`write_atomic`] for files written with the same bytes again and again (materialized configs,
+/// transcripts): creates the parent directories, and leaves a file that already holds these bytes
+/// untouched, so a concurrent reader and the mtime see no change. Returns whether it wrote.
+///
+/// # Errors
+/// As [`write_atomic`]; also when a parent directory cannot be created.
+pub fn write_atomic_if_changed(path: &Path, bytes: &[u8]) -> Result<bool> {
+    if std::fs::read(path).ok().as_deref() == Some(bytes) {
+        return Ok(false);
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).at(dir)?;
+    }
+    write_atomic(path, bytes).map(|()| true)
+}
+
 /// fsync of a directory, making creations and renames in it durable.
 pub fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).at(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_once_creates_parents_and_skips_identical_bytes() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| crate::StoreError::Rejected(e.to_string()))?;
+        let path = dir.path().join("a/b/c.json");
+        assert!(write_atomic_if_changed(&path, b"one")?);
+        assert!(!write_atomic_if_changed(&path, b"one")?);
+        assert!(write_atomic_if_changed(&path, b"two")?);
+        assert_eq!(std::fs::read(&path).ok().as_deref(), Some(&b"two"[..]));
+        // No temp file is left behind.
+        let names: Vec<_> = std::fs::read_dir(dir.path().join("a/b"))
+            .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert_eq!(names.len(), 1);
+        Ok(())
+    }
 }
