@@ -1,7 +1,7 @@
 //! The crate's error type. Every variant maps to one stable wire code
 //! ([`HarnessErrorCode`]) so a control plane can branch on strings that never change.
 
-use metash_protocol::{HarnessErrorCode, HarnessFrontend, ProviderDomain};
+use metash_protocol::{HarnessErrorCode, HarnessFrontend, ProviderDomain, RunError};
 
 pub type Result<T, E = HarnessError> = std::result::Result<T, E>;
 
@@ -43,6 +43,18 @@ pub enum HarnessError {
 }
 
 impl HarnessError {
+    /// This error as a turn's `RunError` (a failure of the turn itself, reported in its result).
+    pub fn run_error(&self) -> RunError {
+        RunError {
+            code: self.code(),
+            message: self.to_string(),
+            status: match self {
+                Self::Api { status, .. } => *status,
+                _ => None,
+            },
+        }
+    }
+
     /// The stable wire code of this error.
     pub fn code(&self) -> HarnessErrorCode {
         match self {

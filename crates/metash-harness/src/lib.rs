@@ -20,6 +20,7 @@ pub mod fsutil;
 pub mod invocation;
 pub mod programs;
 pub mod quote;
+pub mod request;
 pub mod runner;
 pub mod tmux;
 mod turn;
@@ -37,5 +38,6 @@ pub use invocation::{
     Endpoint, HarnessOptions, Materialized,
 };
 pub use programs::{program_version, Program, Programs};
+pub use request::RunTurnNonInteractiveRequest;
 pub use tokio_util::sync::CancellationToken;
-pub use turn::{Harness, RunTurnNonInteractiveRequest};
+pub use turn::Harness;

@@ -12,7 +12,6 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{HarnessError, Result};
-use crate::invocation::is_terminal_var;
 
 /// How a piped run ended.
 #[derive(Debug, Clone)]
@@ -258,4 +257,14 @@ pub fn spawn_pty(spec: &ProcessInvocationSpec, rows: u16, cols: u16) -> Result<P
         child,
         master: std::fs::File::from(master),
     })
+}
+
+/// Seed 003 section 6.2: terminal multiplexer variables belong to the control plane, never to a
+/// harness process.
+pub fn is_terminal_var(k: &str) -> bool {
+    k.starts_with("TMUX")
+        || k.starts_with("GHOSTTY")
+        || k == "TERM_PROGRAM"
+        || k == "TERM_PROGRAM_VERSION"
+        || k == "STY"
 }

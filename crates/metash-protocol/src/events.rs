@@ -5,7 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::harness::HarnessContinuationRef;
+use crate::continuation::HarnessContinuationRef;
 use crate::host::CheckpointReason;
 
 /// The only event-protocol version this build speaks; messages carrying another are rejected.

@@ -5,41 +5,9 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ProviderDomain {
-    Anthropic,
-    Openai,
-}
+use crate::events::BaseEvent;
 
-impl ProviderDomain {
-    /// Parses the wire name (`anthropic` or `openai`).
-    pub fn parse(name: &str) -> Option<Self> {
-        match name {
-            "anthropic" => Some(Self::Anthropic),
-            "openai" => Some(Self::Openai),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Anthropic => "anthropic",
-            Self::Openai => "openai",
-        }
-    }
-}
-
-/// Provider-native opaque string; only meaningful within its provider.
-pub type HarnessContinuationKey = String;
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct HarnessContinuationRef {
-    pub provider: ProviderDomain,
-    /// Absent until the first successful provider turn.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key: Option<HarnessContinuationKey>,
-}
+pub use crate::continuation::{HarnessContinuationKey, HarnessContinuationRef, ProviderDomain};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -351,4 +319,4 @@ pub enum HarnessEvent {
 }
 
 /// What the harness streams for a turn.
-pub type HarnessEventEnvelope = crate::events::BaseEvent<HarnessEvent>;
+pub type HarnessEventEnvelope = BaseEvent<HarnessEvent>;

@@ -11,7 +11,7 @@ use crate::api::http::StreamLimits;
 use crate::api::transcript::{self, Transcript, TRANSCRIPT_VERSION};
 use crate::api::{anthropic, chat, openai, ApiCall, ApiOutput, OnEvent, ToolResultInput};
 use crate::error::{HarnessError, Result};
-use crate::turn::{env_value, run_error, Harness, RunTurnNonInteractiveRequest};
+use crate::request::{env_value, RunTurnNonInteractiveRequest};
 
 /// The wire protocol an API client speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,15 +36,15 @@ impl Wire {
 
     async fn stream(
         self,
-        h: &Harness,
+        http: &reqwest::Client,
         call: &ApiCall<'_>,
         limits: &StreamLimits<'_>,
         on: OnEvent<'_>,
     ) -> Result<ApiOutput> {
         match self {
-            Self::Anthropic => anthropic::stream(&h.http, call, limits, on).await,
-            Self::Responses => openai::stream(&h.http, call, limits, on).await,
-            Self::Chat => chat::stream(&h.http, call, limits, on).await,
+            Self::Anthropic => anthropic::stream(http, call, limits, on).await,
+            Self::Responses => openai::stream(http, call, limits, on).await,
+            Self::Chat => chat::stream(http, call, limits, on).await,
         }
     }
 }
@@ -111,11 +111,14 @@ fn system_prompt(req: &RunTurnNonInteractiveRequest) -> Option<String> {
 /// One turn of an API client.
 pub(super) async fn run(info: &FrontendInfo, wire: Wire, turn: Turn<'_, '_>) -> Result<RunResult> {
     let Turn {
-        harness: h,
+        http,
+        retry,
+        idle_timeout,
         req,
         timeout,
         cancel,
         em,
+        ..
     } = turn;
     let Target {
         base_url,
@@ -141,21 +144,21 @@ pub(super) async fn run(info: &FrontendInfo, wire: Wire, turn: Turn<'_, '_>) -> 
         max_tokens: req.max_tokens,
         tools: &req.tools,
         messages: &t.messages,
-        idle_timeout: h.idle_timeout,
+        idle_timeout,
     };
     let limits = StreamLimits {
         deadline: timeout.map(|t| Instant::now() + t),
         idle: call.idle_timeout,
         cancel,
-        retry: h.retry,
+        retry,
     };
     let mut on = |e: HarnessEvent| em.emit(e);
-    let out = match wire.stream(h, &call, &limits, &mut on).await {
+    let out = match wire.stream(http, &call, &limits, &mut on).await {
         Ok(o) => o,
         Err(e) => {
             return Ok(RunResult {
                 success: false,
-                error: Some(run_error(&e)),
+                error: Some(e.run_error()),
                 ..RunResult::default()
             });
         }

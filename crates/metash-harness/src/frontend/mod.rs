@@ -14,6 +14,7 @@ pub mod codex;
 pub mod pi;
 pub mod process;
 pub mod registry;
+pub mod spec;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,12 +24,13 @@ use std::time::Duration;
 use metash_protocol::{FrontendKind, HarnessFrontend, ProviderDomain, RunResult};
 use tokio_util::sync::CancellationToken;
 
+use crate::api::RetryPolicy;
 use crate::error::{HarnessError, Result};
 use crate::events::Emitter;
-use crate::invocation::{BuildProcessInvocationSpecRequest, Materialized};
 use crate::programs::{Program, Programs};
+use crate::request::RunTurnNonInteractiveRequest;
+use crate::request::{BuildProcessInvocationSpecRequest, Materialized};
 use crate::runner::PipedOutcome;
-use crate::turn::{Harness, RunTurnNonInteractiveRequest};
 
 pub use process::{run_process_turn, ProcessFrontend};
 pub use registry::Registry;
@@ -83,9 +85,14 @@ impl FrontendInfo {
     }
 }
 
-/// What one turn works with. `em` numbers the events and stamps the continuation.
+/// What one turn works with: the harness's programs and HTTP client, the request, its bounds.
+/// `em` numbers the events and stamps the continuation.
 pub struct Turn<'a, 'e> {
-    pub harness: &'a Harness,
+    pub programs: &'a Programs,
+    pub http: &'a reqwest::Client,
+    pub retry: RetryPolicy,
+    /// Longest silence allowed inside a provider stream.
+    pub idle_timeout: Duration,
     pub req: &'a RunTurnNonInteractiveRequest,
     pub timeout: Option<Duration>,
     pub cancel: &'a CancellationToken,

@@ -5,12 +5,13 @@ use std::path::PathBuf;
 
 use metash_protocol::{HarnessErrorCode, HarnessEvent, RunError, RunResult};
 
+use super::spec::build_invocation_with;
 use super::{not_a_process, Frontend, FrontendInfo, Turn, TurnParser};
 use crate::error::{HarnessError, Result};
-use crate::invocation::{build_invocation_with, BuildProcessInvocationSpecRequest, Materialized};
 use crate::programs::Programs;
+use crate::request::{env_value, RunTurnNonInteractiveRequest};
+use crate::request::{BuildProcessInvocationSpecRequest, Materialized};
 use crate::runner::{run_piped_confined, PipedOutcome};
-use crate::turn::{env_value, RunTurnNonInteractiveRequest};
 
 /// One headless turn of `frontend`'s program (the default [`Frontend::run_turn`]).
 ///
@@ -22,11 +23,12 @@ pub async fn run_process_turn<F: Frontend + ?Sized>(
     turn: Turn<'_, '_>,
 ) -> Result<RunResult> {
     let Turn {
-        harness,
+        programs,
         req,
         timeout,
         cancel,
         em,
+        ..
     } = turn;
     let mut parser = frontend
         .parser()
@@ -36,7 +38,7 @@ pub async fn run_process_turn<F: Frontend + ?Sized>(
     if let Some(key) = req.continuation.as_ref().and_then(|c| c.key.as_deref()) {
         frontend.check_resumable(req, &m, key)?;
     }
-    let spec = build_invocation_with(frontend, &inv, &m, &harness.programs)?.spec;
+    let spec = build_invocation_with(frontend, &inv, &m, programs)?.spec;
     em.emit(HarnessEvent::TurnStarted {
         frontend: req.frontend,
         model: req.model.clone(),

@@ -8,8 +8,8 @@ use metash_protocol::InteractionMode;
 
 use crate::error::Result;
 use crate::fsutil::{ensure_dir, write_atomic};
-use crate::invocation::{safe_name, BuildProcessInvocationSpecRequest, Materialized};
 use crate::programs::{Program, Programs};
+use crate::request::{safe_name, BuildProcessInvocationSpecRequest, Materialized};
 
 pub(crate) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Materialized> {
     let dir = req.asp_home.join(super::STATE_DIR);

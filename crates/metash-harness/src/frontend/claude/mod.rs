@@ -12,9 +12,9 @@ pub use invocation::{claude_project_dir, claude_session_file};
 use super::process::{state_home, ProcessFrontend};
 use super::{FrontendInfo, KeyHeader};
 use crate::error::Result;
-use crate::invocation::Materialized;
 use crate::programs::Program;
-use crate::turn::RunTurnNonInteractiveRequest;
+use crate::request::Materialized;
+use crate::request::RunTurnNonInteractiveRequest;
 
 const STATE_DIR: &str = "claude";
 

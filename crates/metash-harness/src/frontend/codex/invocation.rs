@@ -10,8 +10,8 @@ use metash_protocol::InteractionMode;
 use super::toml;
 use crate::error::Result;
 use crate::fsutil::write_atomic;
-use crate::invocation::{BuildProcessInvocationSpecRequest, Materialized};
 use crate::programs::{Program, Programs};
+use crate::request::{BuildProcessInvocationSpecRequest, Materialized};
 
 /// `-c` overrides for the provider, sandbox, instructions and MCP servers, in a fixed order.
 fn overrides(req: &BuildProcessInvocationSpecRequest) -> Vec<(String, String)> {

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{HarnessError, Result};
 use crate::fsutil::{ensure_dir, write_atomic};
-use crate::invocation::{BuildProcessInvocationSpecRequest, Materialized};
 use crate::programs::{Program, Programs};
+use crate::request::{BuildProcessInvocationSpecRequest, Materialized};
 
 pub(crate) fn agent_dir(asp_home: &Path) -> PathBuf {
     asp_home.join(super::INFO.state_dir).join("agent")

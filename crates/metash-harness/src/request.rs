@@ -1,6 +1,5 @@
-//! `buildProcessInvocationSpec` (seed 003 sections 3.3 and 6) with materialization split from
-//! invocation (section 5.2): [`materialize`] writes files under `aspHome`, deterministically;
-//! [`build_invocation`] only computes `{argv, cwd, env}` from the request and those paths.
+//! The harness's requests and what materialization returns: plain data, below every module that
+//! acts on them (the frontends, the invocation builder, the turn runner).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -11,15 +10,8 @@ use metash_protocol::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::error::{HarnessError, Result};
-use crate::frontend::registry::{check_continuation, check_model_of};
-use crate::frontend::{builtin, Frontend};
-use crate::programs::Programs;
-use crate::quote::display_command;
-
-pub use crate::frontend::claude::{claude_project_dir, claude_session_file};
-pub use crate::frontend::codex::codex_rollout_file;
-pub use crate::frontend::pi::pi_session_file;
+use crate::api::{ToolResultInput, ToolSpec};
+use crate::confine::ConfinerHandle;
 
 /// Where a harness sends its model requests. Absent: the harness's own default (the real
 /// provider). Tests point this at a loopback server.
@@ -38,7 +30,7 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    pub(crate) fn name(&self) -> &str {
+    pub fn name(&self) -> &str {
         self.provider_name.as_deref().unwrap_or("metash")
     }
 }
@@ -166,7 +158,7 @@ pub struct Materialized {
 }
 
 /// A file name safe for any cpSessionId.
-pub(crate) fn safe_name(s: &str) -> String {
+pub fn safe_name(s: &str) -> String {
     let cleaned: String = s
         .chars()
         .map(|c| {
@@ -184,146 +176,100 @@ pub(crate) fn safe_name(s: &str) -> String {
     }
 }
 
-fn validate<F: Frontend + ?Sized>(
-    frontend: &F,
-    req: &BuildProcessInvocationSpecRequest,
-) -> Result<()> {
-    check_continuation(req.frontend, req.continuation.as_ref())?;
-    if let Some(p) = req.provider {
-        if p != req.frontend.provider() {
-            return Err(HarnessError::ProviderMismatch {
-                continuation: p,
-                frontend: req.frontend,
-            });
+/// Seed 003 section 3.2's request, plus what the API frontends need (`maxTokens`, tools, tool
+/// results) and a timeout. Callbacks are the `sink` argument of [`Harness::run_turn_non_interactive`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunTurnNonInteractiveRequest {
+    pub cp_session_id: String,
+    pub run_id: String,
+    pub asp_home: PathBuf,
+    pub frontend: HarnessFrontend,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation: Option<HarnessContinuationRef>,
+    pub cwd: PathBuf,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub prompt: String,
+    /// System prompt, endpoint, permissions, isolated home... (as for invocation specs).
+    #[serde(default)]
+    pub options: HarnessOptions,
+    /// API frontends: the response's token cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// API frontends: tools the model may call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolSpec>,
+    /// API frontends: results of the previous turn's tool calls.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_results: Vec<ToolResultInput>,
+    /// The whole turn's bound; past it the process group is killed / the request dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// CLI frontends: confines the process (the host's native sandbox). None: a plain process
+    /// with the caller's rights.
+    #[serde(skip)]
+    pub confiner: ConfinerHandle,
+}
+
+impl RunTurnNonInteractiveRequest {
+    pub fn new(
+        frontend: HarnessFrontend,
+        asp_home: impl Into<PathBuf>,
+        cwd: impl Into<PathBuf>,
+        prompt: impl Into<String>,
+    ) -> Self {
+        Self {
+            cp_session_id: "default".into(),
+            run_id: uuid::Uuid::new_v4().to_string(),
+            asp_home: asp_home.into(),
+            frontend,
+            model: None,
+            continuation: None,
+            cwd: cwd.into(),
+            env: BTreeMap::new(),
+            prompt: prompt.into(),
+            options: HarnessOptions::default(),
+            max_tokens: None,
+            tools: Vec::new(),
+            tool_results: Vec::new(),
+            timeout_ms: None,
+            confiner: ConfinerHandle::default(),
         }
     }
-    check_model_of(frontend.info(), req.model.as_deref())?;
-    if !req.cwd.is_absolute() {
-        return Err(HarnessError::InvalidRequest(format!(
-            "cwd must be absolute: {}",
-            req.cwd.display()
-        )));
+
+    /// The headless invocation a CLI-driven frontend runs for this turn: what a control plane
+    /// would spawn itself to get the same turn.
+    pub fn invocation_request(&self) -> BuildProcessInvocationSpecRequest {
+        BuildProcessInvocationSpecRequest {
+            cp_session_id: self.cp_session_id.clone(),
+            asp_home: self.asp_home.clone(),
+            provider: None,
+            frontend: self.frontend,
+            model: self.model.clone(),
+            interaction_mode: InteractionMode::Headless,
+            io_mode: IoMode::Pipes,
+            continuation: self.continuation.clone(),
+            cwd: self.cwd.clone(),
+            env: self.env.clone(),
+            prompt: Some(self.prompt.clone()),
+            options: self.options.clone(),
+            artifact_dir: None,
+        }
     }
-    if !req.asp_home.is_absolute() {
-        return Err(HarnessError::InvalidRequest(format!(
-            "aspHome must be absolute: {}",
-            req.asp_home.display()
-        )));
-    }
-    Ok(())
 }
 
-/// Writes what the harness needs under `aspHome`: its home (isolated mode), MCP config, system
-/// prompt file, provider config. The same request writes the same bytes to the same paths.
-///
-/// # Errors
-/// `ProviderMismatch` / `ModelNotSupported` / `InvalidRequest` / `UnsupportedFrontend` before
-/// anything is written; `Io` when a file cannot be written.
-pub fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Materialized> {
-    materialize_with(builtin(req.frontend), req)
-}
-
-/// [`materialize`] by a given frontend (a registry's, which may not be the built-in).
-///
-/// # Errors
-/// As [`materialize`].
-pub fn materialize_with<F: Frontend + ?Sized>(
-    frontend: &F,
-    req: &BuildProcessInvocationSpecRequest,
-) -> Result<Materialized> {
-    validate(frontend, req)?;
-    frontend.materialize(req)
-}
-
-/// Builds argv/env/cwd from the request and what [`materialize`] returned. Writes nothing.
-///
-/// # Errors
-/// As [`materialize`]'s validation; `InvalidRequest` when a headless run has no prompt.
-pub fn build_invocation(
-    req: &BuildProcessInvocationSpecRequest,
-    materialized: &Materialized,
-    programs: &Programs,
-) -> Result<BuildProcessInvocationSpecResponse> {
-    build_invocation_with(builtin(req.frontend), req, materialized, programs)
-}
-
-/// [`build_invocation`] by a given frontend.
-///
-/// # Errors
-/// As [`build_invocation`].
-pub fn build_invocation_with<F: Frontend + ?Sized>(
-    frontend: &F,
-    req: &BuildProcessInvocationSpecRequest,
-    materialized: &Materialized,
-    programs: &Programs,
-) -> Result<BuildProcessInvocationSpecResponse> {
-    validate(frontend, req)?;
-    if req.interaction_mode != InteractionMode::Interactive && req.prompt.is_none() {
-        return Err(HarnessError::InvalidRequest(
-            "a headless run needs a prompt".to_string(),
-        ));
-    }
-    let mut warnings = Vec::new();
-    let argv = frontend.argv(req, materialized, programs, &mut warnings)?;
-    if req.interaction_mode == InteractionMode::Interactive && req.io_mode == IoMode::Pipes {
-        warnings.push(
-            "an interactive harness over pipes has no terminal; use pty or inherit".to_string(),
-        );
-    }
-    let mut env = materialized.env.clone();
-    env.extend(req.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-    // Seed 003 section 6.2: terminal multiplexer variables belong to the control plane.
-    env.retain(|k, _| !is_terminal_var(k));
-    let cwd = req.cwd.to_string_lossy().into_owned();
-    let display = display_command(&cwd, &env, &argv);
-    Ok(BuildProcessInvocationSpecResponse {
-        spec: ProcessInvocationSpec {
-            provider: req.frontend.provider(),
-            frontend: req.frontend,
-            argv,
-            cwd,
-            env,
-            interaction_mode: req.interaction_mode,
-            io_mode: req.io_mode,
-            continuation: spec_continuation(req),
-            display_command: Some(display),
-        },
-        warnings,
-    })
-}
-
-/// The continuation the spec carries: the request's, or the session id fixed up front
-/// (Anthropic only: Claude takes `--session-id`).
-fn spec_continuation(req: &BuildProcessInvocationSpecRequest) -> Option<HarnessContinuationRef> {
-    req.continuation.clone().or_else(|| {
-        req.options
-            .session_id
-            .clone()
-            .filter(|_| req.frontend.provider() == ProviderDomain::Anthropic)
-            .map(|key| HarnessContinuationRef {
-                provider: ProviderDomain::Anthropic,
-                key: Some(key),
-            })
-    })
-}
-
-/// `buildProcessInvocationSpec`: validate, materialize, build. A provider mismatch is refused
-/// before anything is written.
-///
-/// # Errors
-/// See [`materialize`] and [`build_invocation`].
-pub fn build_process_invocation_spec(
-    req: &BuildProcessInvocationSpecRequest,
-    programs: &Programs,
-) -> Result<BuildProcessInvocationSpecResponse> {
-    let materialized = materialize(req)?;
-    build_invocation(req, &materialized, programs)
-}
-
-pub(crate) fn is_terminal_var(k: &str) -> bool {
-    k.starts_with("TMUX")
-        || k.starts_with("GHOSTTY")
-        || k == "TERM_PROGRAM"
-        || k == "TERM_PROGRAM_VERSION"
-        || k == "STY"
+/// The environment value a harness will see for `var`: the request's delta, else ours.
+pub fn env_value(
+    req_env: &BTreeMap<String, String>,
+    materialized: &BTreeMap<String, String>,
+    var: &str,
+) -> Option<String> {
+    req_env
+        .get(var)
+        .or_else(|| materialized.get(var))
+        .cloned()
+        .or_else(|| std::env::var(var).ok())
 }

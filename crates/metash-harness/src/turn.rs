@@ -3,110 +3,18 @@
 //! the CLIs' resume rules, a missing transcript) run before any process starts or request is sent,
 //! so a resume never silently starts a fresh conversation.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use metash_protocol::{
-    HarnessContinuationRef, HarnessEvent, HarnessFrontend, InteractionMode, IoMode, RunError,
-    RunResult, RunTurnNonInteractiveResponse,
-};
-use serde::{Deserialize, Serialize};
+use metash_protocol::{HarnessEvent, RunResult, RunTurnNonInteractiveResponse};
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{RetryPolicy, ToolResultInput, ToolSpec};
-use crate::confine::ConfinerHandle;
+use crate::api::RetryPolicy;
 use crate::error::{HarnessError, Result};
 use crate::events::{Emitter, EventSink};
 use crate::frontend::registry::{check_continuation, check_model_of};
 use crate::frontend::{Registry, Turn};
-use crate::invocation::{BuildProcessInvocationSpecRequest, HarnessOptions};
 use crate::programs::Programs;
-
-/// Seed 003 section 3.2's request, plus what the API frontends need (`maxTokens`, tools, tool
-/// results) and a timeout. Callbacks are the `sink` argument of [`Harness::run_turn_non_interactive`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RunTurnNonInteractiveRequest {
-    pub cp_session_id: String,
-    pub run_id: String,
-    pub asp_home: PathBuf,
-    pub frontend: HarnessFrontend,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub continuation: Option<HarnessContinuationRef>,
-    pub cwd: PathBuf,
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    pub prompt: String,
-    /// System prompt, endpoint, permissions, isolated home... (as for invocation specs).
-    #[serde(default)]
-    pub options: HarnessOptions,
-    /// API frontends: the response's token cap.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_tokens: Option<u32>,
-    /// API frontends: tools the model may call.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tools: Vec<ToolSpec>,
-    /// API frontends: results of the previous turn's tool calls.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tool_results: Vec<ToolResultInput>,
-    /// The whole turn's bound; past it the process group is killed / the request dropped.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_ms: Option<u64>,
-    /// CLI frontends: confines the process (the host's native sandbox). None: a plain process
-    /// with the caller's rights.
-    #[serde(skip)]
-    pub confiner: ConfinerHandle,
-}
-
-impl RunTurnNonInteractiveRequest {
-    pub fn new(
-        frontend: HarnessFrontend,
-        asp_home: impl Into<PathBuf>,
-        cwd: impl Into<PathBuf>,
-        prompt: impl Into<String>,
-    ) -> Self {
-        Self {
-            cp_session_id: "default".into(),
-            run_id: uuid::Uuid::new_v4().to_string(),
-            asp_home: asp_home.into(),
-            frontend,
-            model: None,
-            continuation: None,
-            cwd: cwd.into(),
-            env: BTreeMap::new(),
-            prompt: prompt.into(),
-            options: HarnessOptions::default(),
-            max_tokens: None,
-            tools: Vec::new(),
-            tool_results: Vec::new(),
-            timeout_ms: None,
-            confiner: ConfinerHandle::default(),
-        }
-    }
-
-    /// The headless invocation a CLI-driven frontend runs for this turn: what a control plane
-    /// would spawn itself to get the same turn.
-    pub fn invocation_request(&self) -> BuildProcessInvocationSpecRequest {
-        BuildProcessInvocationSpecRequest {
-            cp_session_id: self.cp_session_id.clone(),
-            asp_home: self.asp_home.clone(),
-            provider: None,
-            frontend: self.frontend,
-            model: self.model.clone(),
-            interaction_mode: InteractionMode::Headless,
-            io_mode: IoMode::Pipes,
-            continuation: self.continuation.clone(),
-            cwd: self.cwd.clone(),
-            env: self.env.clone(),
-            prompt: Some(self.prompt.clone()),
-            options: self.options.clone(),
-            artifact_dir: None,
-        }
-    }
-}
+use crate::request::{BuildProcessInvocationSpecRequest, RunTurnNonInteractiveRequest};
 
 /// The harness layer's entry point: programs found once, one HTTP client reused.
 #[derive(Debug, Clone)]
@@ -154,8 +62,8 @@ impl Harness {
         req: &BuildProcessInvocationSpecRequest,
     ) -> Result<crate::BuildProcessInvocationSpecResponse> {
         let frontend = self.registry.get(req.frontend);
-        let materialized = crate::invocation::materialize_with(frontend, req)?;
-        crate::invocation::build_invocation_with(frontend, req, &materialized, &self.programs)
+        let materialized = crate::frontend::spec::materialize_with(frontend, req)?;
+        crate::frontend::spec::build_invocation_with(frontend, req, &materialized, &self.programs)
     }
 
     /// `runTurnNonInteractive()`: runs one turn, streaming events to `sink`.
@@ -192,7 +100,10 @@ impl Harness {
         );
         let outcome = frontend
             .run_turn(Turn {
-                harness: self,
+                programs: &self.programs,
+                http: &self.http,
+                retry: self.retry,
+                idle_timeout: self.idle_timeout,
                 req,
                 timeout,
                 cancel,
@@ -204,7 +115,7 @@ impl Harness {
             Err(e) if is_preflight(&e) => return Err(e),
             Err(e) => RunResult {
                 success: false,
-                error: Some(run_error(&e)),
+                error: Some(e.run_error()),
                 ..RunResult::default()
             },
         };
@@ -242,28 +153,4 @@ fn is_preflight(e: &HarnessError) -> bool {
             | HarnessError::ProgramNotFound(_)
             | HarnessError::InvalidRequest(_)
     )
-}
-
-pub(crate) fn run_error(e: &HarnessError) -> RunError {
-    RunError {
-        code: e.code(),
-        message: e.to_string(),
-        status: match e {
-            HarnessError::Api { status, .. } => *status,
-            _ => None,
-        },
-    }
-}
-
-/// The environment value a harness will see for `var`: the request's delta, else ours.
-pub(crate) fn env_value(
-    req_env: &BTreeMap<String, String>,
-    materialized: &BTreeMap<String, String>,
-    var: &str,
-) -> Option<String> {
-    req_env
-        .get(var)
-        .or_else(|| materialized.get(var))
-        .cloned()
-        .or_else(|| std::env::var(var).ok())
 }
