@@ -1,6 +1,7 @@
 //! The run-wide budget: tokens (and cost where the provider reports it) summed over every spawn of
 //! the session in `.meta/budget.json`, checked before a spawn so the host asks instead of spending.
 
+use metash_protocol::LogKind;
 use metash_store::{NewEvent, Store, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -48,7 +49,7 @@ pub fn charge(
         *doc = serde_json::to_value(&used).map_err(|e| StoreError::Rejected(e.to_string()))?;
         after = used.clone();
         Ok(NewEvent::new(
-            "budget_charge",
+            LogKind::BudgetCharge,
             Some(agent),
             json!({"tokens": tokens, "cost_usd": cost_usd, "total_tokens": used.tokens_used,
                    "total_cost_usd": used.cost_usd}),

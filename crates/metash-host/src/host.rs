@@ -1,5 +1,6 @@
 //! The `Host`: one project's store, policy and runners behind the seed-000 calls.
 
+use metash_protocol::LogKind;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, OnceLock};
@@ -8,7 +9,6 @@ use metash_policy::{
     AgentDirs, Capability, CapabilityRequest, ConsentPrompter, NonInteractive, Policy, PolicyFile,
     Registry, TerminalPrompter,
 };
-use metash_protocol::log::kinds;
 use metash_protocol::{LogLevel, LogRecord, PendingCheckpoint, ResumeData};
 use metash_store::{NewEvent, Store};
 use serde_json::{json, Value};
@@ -385,7 +385,7 @@ impl Host {
     pub fn log_progress(&self, message: &str, level: LogLevel) -> Result<u64> {
         progress::print(self.options.terminal, message, level);
         let recs = self.record(&[NewEvent::new(
-            kinds::PROGRESS,
+            LogKind::Progress,
             None,
             json!({"message": message, "level": progress::level_str(level)}),
         )])?;

@@ -4,6 +4,7 @@
 //! write that must be immediate (state updates, checkpoints, so the log keeps its order), and at
 //! the end of every spawn. Subscribers see events only after they are durable.
 
+use metash_protocol::LogKind;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -67,7 +68,7 @@ impl Journal {
 }
 
 impl metash_runtime::EventSink for Journal {
-    fn record(&self, kind: &str, agent: Option<&str>, data: Value) {
+    fn record(&self, kind: LogKind, agent: Option<&str>, data: Value) {
         let _ = self.push(NewEvent::new(kind, agent, data));
     }
 }

@@ -2,6 +2,7 @@
 //! CLI runs in a spawn (same consent, same confinement, same credential proxy), with the terminal
 //! inherited. `metash attach --role R` opens interactive CLI sessions through it.
 
+use metash_protocol::LogKind;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::Duration;
@@ -111,7 +112,7 @@ impl Host {
         confinement.apply(&mut command);
         let report = confinement.report.clone();
         self.event_sink().record(
-            metash_runtime::sink::kinds::STARTED,
+            LogKind::AgentStarted,
             Some(role_name),
             serde_json::json!({"sandbox_command": argv, "report": report}),
         );

@@ -10,6 +10,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use metash_protocol::LogKind;
 use std::time::{Duration, Instant};
 
 use metash_policy::ledger::{self, Filter, Format};
@@ -132,7 +133,7 @@ fn main() {
             String::new()
         };
         batch.push(NewEvent::new(
-            "agent_action",
+            LogKind::AgentAction,
             Some("a"),
             json!({
                 "capability": "network:api.github.com",

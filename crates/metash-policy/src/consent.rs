@@ -9,6 +9,7 @@
 //! use time against the clock.
 
 use chrono::{DateTime, Utc};
+use metash_protocol::LogKind;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -17,7 +18,6 @@ use metash_store::{NewEvent, Store, StoreError};
 use crate::capability::Capability;
 use crate::clock::{parse_rfc3339, rfc3339};
 use crate::error::{PolicyError, Result};
-use crate::ledger::kinds;
 
 pub const CONSENT_DOC: &str = "consent";
 const DOC_VERSION: u64 = 1;
@@ -151,7 +151,7 @@ pub(crate) fn grant(
         d.counter += 1;
         g.seq = d.counter;
         let event = NewEvent::new(
-            kinds::CONSENT_GRANT,
+            LogKind::ConsentGrant,
             Some(&g.agent),
             json!({
                 "capability": g.capability,
@@ -214,7 +214,7 @@ pub(crate) fn revoke(
         }
         d.version = DOC_VERSION;
         let event = NewEvent::new(
-            kinds::CONSENT_REVOKE,
+            LogKind::ConsentRevoke,
             Some(agent),
             json!({
                 "capability": capability,

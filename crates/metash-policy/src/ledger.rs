@@ -3,6 +3,7 @@
 //!
 //! The ledger is not a second file: it is a view of the one log, so it can never disagree with it.
 
+use metash_protocol::LogKind;
 use std::io::Write;
 
 use chrono::{DateTime, Duration, NaiveDate, Utc};
@@ -15,37 +16,16 @@ use crate::clock::parse_rfc3339;
 use crate::error::{PolicyError, Result};
 use crate::redact::Redactor;
 
-/// The event kinds the policy layer writes. Each `data` is documented in `docs/policy.md`.
-pub mod kinds {
-    /// A new or changed manifest was validated: `{id, name, version, sandbox, source, manifest,
-    /// entry, sha256, capabilities}`.
-    pub const AGENT_REGISTERED: &str = "agent_registered";
-    /// Someone was asked: `{request_id, capability, reason, duration_s, sensitive, prompter}`.
-    pub const CONSENT_REQUEST: &str = "consent_request";
-    /// Their answer: `{request_id, capability, answer: allow_once|allow_for|deny, duration_s, by}`.
-    pub const CONSENT_ANSWER: &str = "consent_answer";
-    /// `{capability, expires_at, duration_s, sensitive, source}`.
-    pub const CONSENT_GRANT: &str = "consent_grant";
-    /// `{capability, revoked: [{capability, expires_at}], source}`.
-    pub const CONSENT_REVOKE: &str = "consent_revoke";
-    /// A refusal sent to the agent: `{code, message, hint, capability, sensitive}`.
-    pub const ERROR: &str = "error";
-    /// An action the host mediated: `{capability, detail}`.
-    pub const AGENT_ACTION: &str = "agent_action";
-    /// The project's redaction salt was created: `{}` (the salt itself is never logged).
-    pub const REDACTION_SALT_CREATED: &str = "redaction_salt_created";
-}
-
 /// Kinds the ledger shows by default (plus any record attributed to an agent).
-pub const LEDGER_KINDS: &[&str] = &[
-    kinds::AGENT_REGISTERED,
-    kinds::CONSENT_REQUEST,
-    kinds::CONSENT_ANSWER,
-    kinds::CONSENT_GRANT,
-    kinds::CONSENT_REVOKE,
-    kinds::ERROR,
-    kinds::AGENT_ACTION,
-    metash_protocol::log::kinds::PROTOCOL_VIOLATION,
+pub const LEDGER_KINDS: &[LogKind] = &[
+    LogKind::AgentRegistered,
+    LogKind::ConsentRequest,
+    LogKind::ConsentAnswer,
+    LogKind::ConsentGrant,
+    LogKind::ConsentRevoke,
+    LogKind::Error,
+    LogKind::AgentAction,
+    LogKind::ProtocolViolation,
 ];
 
 /// Which records to show or export.
@@ -57,7 +37,7 @@ pub struct Filter {
     pub since: Option<DateTime<Utc>>,
     pub until: Option<DateTime<Utc>>,
     /// Only these kinds (empty: the ledger kinds and agent-attributed records, or all with `all`).
-    pub kinds: Vec<String>,
+    pub kinds: Vec<LogKind>,
     pub all: bool,
 }
 
@@ -67,7 +47,7 @@ impl Filter {
             if !self.kinds.contains(&rec.kind) {
                 return false;
             }
-        } else if !self.all && !LEDGER_KINDS.contains(&rec.kind.as_str()) && rec.agent.is_none() {
+        } else if !self.all && !LEDGER_KINDS.contains(&rec.kind) && rec.agent.is_none() {
             return false;
         }
         if let Some(a) = &self.agent {
@@ -163,11 +143,9 @@ pub fn summary(rec: &LogRecord) -> String {
     // Logs written before the runtime rejected host-only events hold an agent's own
     // `consent_grant`/`consent_revoke` under that kind; they carry the event's `type` field, which
     // the policy's records never do. Shown as what they are.
-    let agent_claim = matches!(
-        rec.kind.as_str(),
-        kinds::CONSENT_GRANT | kinds::CONSENT_REVOKE
-    ) && d.get("type").is_some();
-    if agent_claim || rec.kind == metash_protocol::log::kinds::PROTOCOL_VIOLATION {
+    let agent_claim = matches!(rec.kind, LogKind::ConsentGrant | LogKind::ConsentRevoke)
+        && d.get("type").is_some();
+    if agent_claim || rec.kind == LogKind::ProtocolViolation {
         let ty = d.get("type").and_then(Value::as_str).unwrap_or("?");
         let cap = d
             .get("capability")
@@ -177,15 +155,15 @@ pub fn summary(rec: &LogRecord) -> String {
             .unwrap_or_default();
         return format!("VIOLATION: the agent sent the host-only event `{ty}`{cap}; rejected, nothing was granted or revoked");
     }
-    match rec.kind.as_str() {
-        kinds::AGENT_REGISTERED => format!(
+    match rec.kind {
+        LogKind::AgentRegistered => format!(
             "{} {} ({}) from {}",
             s("name"),
             s("version"),
             s("sandbox"),
             s("manifest")
         ),
-        kinds::CONSENT_REQUEST => {
+        LogKind::ConsentRequest => {
             let sens = d
                 .get("sensitive")
                 .and_then(Value::as_str)
@@ -193,12 +171,12 @@ pub fn summary(rec: &LogRecord) -> String {
                 .unwrap_or_default();
             format!("asked {}{sens}: {}", s("prompter"), s("reason"))
         }
-        kinds::CONSENT_ANSWER => match d.get("duration_s").and_then(Value::as_u64) {
+        LogKind::ConsentAnswer => match d.get("duration_s").and_then(Value::as_u64) {
             Some(n) => format!("{} {n}s by {}", s("answer"), s("by")),
             None => format!("{} by {}", s("answer"), s("by")),
         },
-        kinds::CONSENT_GRANT => format!("until {} ({})", s("expires_at"), s("source")),
-        kinds::CONSENT_REVOKE => {
+        LogKind::ConsentGrant => format!("until {} ({})", s("expires_at"), s("source")),
+        LogKind::ConsentRevoke => {
             let n = d
                 .get("revoked")
                 .and_then(Value::as_array)
@@ -206,7 +184,7 @@ pub fn summary(rec: &LogRecord) -> String {
                 .unwrap_or(0);
             format!("{n} live grant(s) revoked ({})", s("source"))
         }
-        kinds::ERROR => format!("{}: {}", s("code"), s("message")),
+        LogKind::Error => format!("{}: {}", s("code"), s("message")),
         _ => {
             let mut t = d.to_string();
             if t.len() > 100 {
@@ -229,7 +207,7 @@ pub fn render_table(recs: &[LogRecord], redactor: &Redactor) -> String {
         .map(|r| {
             let r = redactor.redact_record(r);
             let caps = capabilities_of(&r);
-            let cap = if r.kind == kinds::AGENT_REGISTERED || caps.len() != 1 {
+            let cap = if r.kind == LogKind::AgentRegistered || caps.len() != 1 {
                 String::from("-")
             } else {
                 caps[0].to_string()
@@ -237,7 +215,7 @@ pub fn render_table(recs: &[LogRecord], redactor: &Redactor) -> String {
             [
                 r.seq.to_string(),
                 r.ts.get(..19).unwrap_or(&r.ts).replace('T', " "),
-                r.kind.clone(),
+                r.kind.to_string(),
                 r.agent.clone().unwrap_or_else(|| "-".into()),
                 cap,
                 summary(&r),
@@ -341,7 +319,7 @@ pub fn export_line(rec: &LogRecord, format: Format, redactor: &Redactor) -> Stri
             let cells = [
                 r.seq.to_string(),
                 r.ts.clone(),
-                r.kind.clone(),
+                r.kind.to_string(),
                 r.agent.clone().unwrap_or_default(),
                 cap,
                 r.data.to_string(),

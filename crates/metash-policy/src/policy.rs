@@ -3,6 +3,7 @@
 //! time (unless a grant explicitly covers sensitive use). Undeclared capabilities are refused
 //! without asking anyone: the manifest is the agent's contract, consent cannot widen it.
 
+use metash_protocol::LogKind;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -15,7 +16,6 @@ use crate::capability::{Capability, Category};
 use crate::clock::{Clock, SystemClock};
 use crate::consent::{self, Grant};
 use crate::error::{PolicyError, Result};
-use crate::ledger::kinds;
 use crate::prompt::{Answer, ConsentPrompter, ConsentQuestion};
 use crate::registry::Registry;
 
@@ -397,7 +397,7 @@ impl Policy {
             Decision::Ask => {
                 let request_id = uuid::Uuid::new_v4().to_string();
                 self.store.append(
-                    kinds::CONSENT_REQUEST,
+                    LogKind::ConsentRequest,
                     Some(agent),
                     json!({
                         "request_id": request_id,
@@ -423,7 +423,7 @@ impl Policy {
                 let answer = prompter.ask(&question);
                 let answer_event = |a: &str, d: Option<u64>| {
                     NewEvent::new(
-                        kinds::CONSENT_ANSWER,
+                        LogKind::ConsentAnswer,
                         Some(agent),
                         json!({"request_id": request_id, "capability": req.capability, "answer": a, "duration_s": d, "by": prompter.name()}),
                     )
@@ -474,7 +474,7 @@ impl Policy {
         hint: String,
     ) -> Result<Authorization> {
         self.store.append(
-            kinds::ERROR,
+            LogKind::Error,
             Some(agent),
             json!({"code": code.as_str(), "message": message, "hint": hint, "capability": req.capability, "sensitive": req.sensitive}),
         )?;
@@ -570,7 +570,7 @@ impl Policy {
         detail: Value,
     ) -> Result<u64> {
         Ok(self.store.append(
-            kinds::AGENT_ACTION,
+            LogKind::AgentAction,
             Some(agent),
             json!({"capability": capability, "detail": detail}),
         )?)

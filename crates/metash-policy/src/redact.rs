@@ -15,6 +15,7 @@
 //! salt, kept per project in `.meta/redaction.json`, stops anyone from confirming a guessed secret
 //! against an export.
 
+use metash_protocol::LogKind;
 use std::borrow::Cow;
 use std::collections::HashSet;
 
@@ -270,7 +271,7 @@ pub fn project_redactor(store: &metash_store::Store) -> Result<Redactor> {
         }
         *doc = serde_json::json!({"salt": fresh});
         Ok(metash_store::NewEvent::new(
-            crate::ledger::kinds::REDACTION_SALT_CREATED,
+            LogKind::RedactionSaltCreated,
             None,
             serde_json::json!({}),
         ))

@@ -6,6 +6,7 @@
 //! The directories are parameters so tests never read the real home; [`AgentDirs::from_env`] is the
 //! one place that looks at the environment, and it takes the lookup as a function.
 
+use metash_protocol::LogKind;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -17,7 +18,6 @@ use sha2::{Digest, Sha256};
 
 use crate::capability::Capability;
 use crate::error::{PolicyError, Result};
-use crate::ledger::kinds;
 use crate::manifest;
 
 /// Where an agent was found. A project agent shadows a user agent of the same id.
@@ -201,7 +201,7 @@ impl Registry {
                     "registered_at": ts,
                 });
                 Ok(NewEvent::new(
-                    kinds::AGENT_REGISTERED,
+                    LogKind::AgentRegistered,
                     Some(&agent.id),
                     json!({
                         "id": agent.id,

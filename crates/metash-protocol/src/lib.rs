@@ -26,7 +26,7 @@ pub use host::{
     AgentResponse, AgentStatus, CheckpointReason, CheckpointSignal, LogLevel, ModelHint,
     ResponseMetadata, ResumeData, SpawnOptions,
 };
-pub use log::LogRecord;
+pub use log::{LogKind, LogRecord};
 pub use manifest::{Manifest, SandboxKind, MANIFEST_SCHEMA_VERSIONS};
 pub use session::{
     PendingCheckpoint, Plan, SessionState, SessionStatus, Task, TaskStatus, SESSION_SCHEMA_VERSION,

@@ -4,22 +4,167 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Well-known `kind` values. Other layers add their own (`consent_grant`, `lifecycle`, ...); the log
-/// treats `kind` as an open string so a new layer never needs a store change.
-pub mod kinds {
+/// Every kind of record metash writes, once. A new kind is one line here; a typo does not compile.
+macro_rules! log_kinds {
+    ($($(#[doc = $doc:literal])* $variant:ident => $name:literal,)*) => {
+        /// What a log record is about. Serialized as its snake_case name. A name this version
+        /// does not know (a log written by a newer metash) reads as [`LogKind::Unknown`] and is
+        /// written back byte for byte, so the hash chain still verifies.
+        #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+        pub enum LogKind {
+            $($(#[doc = $doc])* $variant,)*
+            /// A kind this version does not know, kept verbatim. metash never writes one itself.
+            Unknown(String),
+        }
+
+        impl LogKind {
+            /// The kinds this version writes.
+            pub const KNOWN: &'static [LogKind] = &[$(LogKind::$variant,)*];
+
+            /// The wire name.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $(Self::$variant => $name,)*
+                    Self::Unknown(s) => s,
+                }
+            }
+
+            /// The kind with this wire name (an unknown name is [`LogKind::Unknown`]).
+            pub fn parse(name: &str) -> Self {
+                match name {
+                    $($name => Self::$variant,)*
+                    other => Self::Unknown(other.to_string()),
+                }
+            }
+        }
+    };
+}
+
+log_kinds! {
     /// First event of every log: `data` is the whole initial `SessionState`.
-    pub const SESSION_INIT: &str = "session_init";
-    /// `data` is `{key, value, scope}`; folding these over `SESSION_INIT` rebuilds session.json.
-    pub const STATE_UPDATE: &str = "state_update";
+    SessionInit => "session_init",
+    /// `data` is `{key, value, scope}`; folding these over `session_init` rebuilds session.json.
+    StateUpdate => "state_update",
     /// A per-agent KV write: `data` is `{namespace, key, value}` (value `null` deletes).
-    pub const KV_SET: &str = "kv_set";
+    KvSet => "kv_set",
     /// A progress line for people: `data` is `{message, level}`.
-    pub const PROGRESS: &str = "progress";
+    Progress => "progress",
     /// An agent sent something only the host may say (a `consent_grant`, `consent_revoke`,
     /// `input`, `start` or `shutdown` event): `data` is `{code: "host_only_event", type, message,
     /// event}`. Written by the runtime under the agent's id; the ledger shows it as a violation,
     /// never as what the agent claimed.
-    pub const PROTOCOL_VIOLATION: &str = "protocol_violation";
+    ProtocolViolation => "protocol_violation",
+    /// An artifact an agent announced was saved (`{name, path, bytes}`).
+    Artifact => "artifact",
+    /// Artifacts removed by retention (`{removed, kept}`).
+    Gc => "gc",
+    /// A new or changed manifest was validated: `{id, name, version, sandbox, source, manifest,
+    /// entry, sha256, capabilities}`.
+    AgentRegistered => "agent_registered",
+    /// Someone was asked: `{request_id, capability, reason, duration_s, sensitive, prompter}`.
+    ConsentRequest => "consent_request",
+    /// Their answer: `{request_id, capability, answer: allow_once|allow_for|deny, duration_s, by}`.
+    ConsentAnswer => "consent_answer",
+    /// A grant, by the host only: `{capability, expires_at, duration_s, sensitive, source}`.
+    ConsentGrant => "consent_grant",
+    /// A revocation, by the host only: `{capability, revoked: [{capability, expires_at}], source}`.
+    ConsentRevoke => "consent_revoke",
+    /// A refusal sent to the agent: `{code, message, hint, capability, sensitive}`.
+    Error => "error",
+    /// An action the host mediated: `{capability, detail}`.
+    AgentAction => "agent_action",
+    /// The project's redaction salt was created: `{}` (the salt itself is never logged).
+    RedactionSaltCreated => "redaction_salt_created",
+    /// An instance entered the Registered state (not the policy layer's `agent_registered`,
+    /// logged once per new or changed manifest).
+    AgentInstanceRegistered => "agent_instance_registered",
+    AgentStarted => "agent_started",
+    AgentActive => "agent_active",
+    AgentSuspended => "agent_suspended",
+    AgentResumed => "agent_resumed",
+    AgentTerminated => "agent_terminated",
+    AgentInvoked => "agent_invoked",
+    AgentInvocationEnd => "agent_invocation_end",
+    /// An event the agent emitted (its `type` is in the data).
+    AgentEvent => "agent_event",
+    /// The sandbox refused something the agent tried (network, import, path...).
+    SandboxDenied => "sandbox_denied",
+    /// A quota was hit (memory, processes, output, time).
+    LimitExceeded => "limit_exceeded",
+    AgentTimeout => "agent_timeout",
+    /// The agent was killed because it did not stop when asked.
+    AgentKilled => "agent_killed",
+    /// The agent broke the event protocol (a bad line, a bad version).
+    ProtocolError => "protocol_error",
+    /// The token bucket delayed the agent (reported once per invocation).
+    AgentThrottled => "agent_throttled",
+    /// A compiled-code cache entry failed authentication: deleted, never deserialized, and the
+    /// module compiled anew (`{file, reason, source, action}`).
+    CacheRejected => "cache_rejected",
+    /// A WASM agent trapped.
+    AgentTrap => "agent_trap",
+    /// A connection a WASM agent opened under its network grant.
+    NetworkConnect => "network_connect",
+    /// `spawn_agent` started a role or agent.
+    Spawn => "spawn",
+    /// `spawn_agent` returned (`AgentResponse` summary).
+    SpawnEnd => "spawn_end",
+    /// A spawn was refused before it ran (consent, policy).
+    Denied => "denied",
+    /// Tokens and cost charged to the budget.
+    BudgetCharge => "budget_charge",
+    /// A model turn's event (seed 003 envelope), other than tool calls and results.
+    HarnessEvent => "harness_event",
+    /// A model role's tool call (summarized).
+    ToolCall => "tool_call",
+    /// A model role's tool result (summarized).
+    ToolResult => "tool_result",
+}
+
+impl std::fmt::Display for LogKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for LogKind {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for LogKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl Serialize for LogKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for LogKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        Ok(Self::parse(&name))
+    }
+}
+
+impl JsonSchema for LogKind {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "LogKind".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names: Vec<&str> = Self::KNOWN.iter().map(LogKind::as_str).collect();
+        schemars::json_schema!({
+            "description": "What the record is about: one of the kinds this version writes (a newer metash may write others).",
+            "type": "string",
+            "examples": names,
+        })
+    }
 }
 
 /// One line of the event log. `hash` is the SHA-256 of the line's bytes before `,"hash":…` and
@@ -32,7 +177,7 @@ pub struct LogRecord {
     pub seq: u64,
     /// RFC 3339 UTC timestamp with microseconds.
     pub ts: String,
-    pub kind: String,
+    pub kind: LogKind,
     /// The agent the event concerns, when there is one (for ledger filtering).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,

@@ -171,3 +171,24 @@ fn frontends_are_typed_by_provider() {
         json!("nonInteractive")
     );
 }
+
+#[test]
+fn log_kinds_are_one_closed_set_that_still_reads_newer_logs() {
+    use metash_protocol::LogKind;
+    let mut seen = std::collections::BTreeSet::new();
+    for k in LogKind::KNOWN {
+        let json = serde_json::to_string(k).unwrap();
+        assert_eq!(json, format!("\"{}\"", k.as_str()));
+        assert_eq!(&serde_json::from_str::<LogKind>(&json).unwrap(), k);
+        assert!(seen.insert(k.as_str()), "{} listed twice", k.as_str());
+        assert!(k
+            .as_str()
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c == '_'));
+    }
+    // A kind written by a newer metash is kept verbatim (the hash chain covers its bytes).
+    let newer: LogKind = serde_json::from_str("\"vault_unsealed\"").unwrap();
+    assert_eq!(newer, LogKind::Unknown("vault_unsealed".into()));
+    assert_eq!(serde_json::to_string(&newer).unwrap(), "\"vault_unsealed\"");
+    assert!(serde_json::from_str::<LogKind>("42").is_err());
+}

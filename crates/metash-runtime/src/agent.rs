@@ -2,6 +2,7 @@
 //! through the lifecycle. This is the only layer that knows both sandboxes; it enforces the state
 //! machine and records every transition in the sink.
 
+use metash_protocol::LogKind;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use crate::lifecycle::{Action, LifecycleState};
 use crate::limits::{parse_mem, Applied, AppliedLimits};
 use crate::native::NativeProcess;
 use crate::reply::Replier;
-use crate::sink::{kinds, EventSink};
+use crate::sink::EventSink;
 use crate::spec::{caps, AgentSpec};
 use crate::wasm::{Kind, WasmAgent, WasmEngine, GUEST_WORKSPACE};
 
@@ -68,14 +69,14 @@ impl Runtime {
         }
         if spec.manifest.sandbox == SandboxKind::Native && !spec.allow_native {
             self.sink.record(
-                kinds::DENIED,
+                LogKind::SandboxDenied,
                 Some(&spec.id),
                 json!({"what": "native_execution", "reason": "no consent to run natively"}),
             );
             return Err(RuntimeError::NativeNotAllowed(spec.id.clone()));
         }
         self.sink.record(
-            kinds::REGISTERED,
+            LogKind::AgentInstanceRegistered,
             Some(&spec.id),
             json!({"name": spec.manifest.name, "version": spec.manifest.version,
                    "sandbox": spec.manifest.sandbox, "granted": spec.granted}),
@@ -162,7 +163,7 @@ impl Agent {
         Interrupter(Arc::clone(&self.interrupt))
     }
 
-    fn transition(&mut self, action: Action, kind: &str, data: Value) -> Result<()> {
+    fn transition(&mut self, action: Action, kind: LogKind, data: Value) -> Result<()> {
         let to = self.state.check(&self.spec.id, action)?;
         let from = self.state;
         self.state = to;
@@ -257,7 +258,7 @@ impl Agent {
                     Ok(p) => p,
                     Err(e) => {
                         self.sink.record(
-                            kinds::DENIED,
+                            LogKind::SandboxDenied,
                             Some(&self.spec.id),
                             json!({"what": "start", "code": e.code(), "reason": e.to_string()}),
                         );
@@ -269,7 +270,7 @@ impl Agent {
                 report
             }
         };
-        self.transition(Action::Start, kinds::STARTED, report.clone())?;
+        self.transition(Action::Start, LogKind::AgentStarted, report.clone())?;
         Ok(report)
     }
 
@@ -286,7 +287,7 @@ impl Agent {
     ) -> Result<Outcome> {
         self.state.check(&self.spec.id, Action::Invoke)?;
         if self.state == LifecycleState::Initialized {
-            self.transition(Action::Invoke, kinds::ACTIVE, json!({}))?;
+            self.transition(Action::Invoke, LogKind::AgentActive, json!({}))?;
         }
         self.interrupt.store(false, Ordering::SeqCst);
         let input = AgentEvent::Input {
@@ -295,7 +296,7 @@ impl Agent {
             context_refs: context_refs.to_vec(),
         };
         self.sink.record(
-            kinds::INVOKED,
+            LogKind::AgentInvoked,
             Some(&self.spec.id),
             json!({"prompt_bytes": prompt.len(), "context_refs": context_refs}),
         );
@@ -316,14 +317,14 @@ impl Agent {
         };
         if outcome.throttled_ms > 0 {
             self.sink.record(
-                kinds::THROTTLED,
+                LogKind::AgentThrottled,
                 Some(&self.spec.id),
                 json!({"throttled_ms": outcome.throttled_ms, "rate": self.spec.throttle.rate,
                        "burst": self.spec.throttle.burst}),
             );
         }
         self.sink.record(
-            kinds::INVOCATION_END,
+            LogKind::AgentInvocationEnd,
             Some(&self.spec.id),
             serde_json::to_value(&outcome).unwrap_or_default(),
         );
@@ -340,7 +341,7 @@ impl Agent {
             self.backend = Backend::None;
             self.transition(
                 Action::Shutdown,
-                kinds::TERMINATED,
+                LogKind::AgentTerminated,
                 json!({"reason": outcome.status}),
             )?;
         }
@@ -361,7 +362,11 @@ impl Agent {
             }
             _ => "invocations refused until resume",
         };
-        self.transition(Action::Suspend, kinds::SUSPENDED, json!({"how": how}))
+        self.transition(
+            Action::Suspend,
+            LogKind::AgentSuspended,
+            json!({"how": how}),
+        )
     }
 
     /// # Errors
@@ -371,7 +376,7 @@ impl Agent {
         if let Backend::Native(p) = &self.backend {
             p.resume();
         }
-        self.transition(Action::Resume, kinds::RESUMED, json!({}))
+        self.transition(Action::Resume, LogKind::AgentResumed, json!({}))
     }
 
     /// `shutdown()`: ask politely (`shutdown` message, stdin closed), wait the grace period, then
@@ -386,7 +391,7 @@ impl Agent {
             Backend::Native(mut p) => {
                 if p.shutdown(grace) {
                     self.sink.record(
-                        kinds::KILLED,
+                        LogKind::AgentKilled,
                         Some(&self.spec.id),
                         json!({"reason": "still running after the shutdown grace period",
                                "grace_ms": grace.as_millis() as u64}),
@@ -400,7 +405,7 @@ impl Agent {
         };
         self.transition(
             Action::Shutdown,
-            kinds::TERMINATED,
+            LogKind::AgentTerminated,
             json!({"how": match kind { ShutdownKind::Graceful => "graceful", ShutdownKind::Forced => "forced" }}),
         )?;
         Ok(kind)
@@ -417,7 +422,7 @@ impl Drop for Agent {
         // A dropped native agent is killed (NativeProcess::drop); log it if it was still live.
         if matches!(self.backend, Backend::Native(_)) && self.state != LifecycleState::Terminated {
             self.sink.record(
-                kinds::TERMINATED,
+                LogKind::AgentTerminated,
                 Some(&self.spec.id),
                 json!({"how": "dropped", "from": self.state}),
             );

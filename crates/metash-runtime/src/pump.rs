@@ -2,6 +2,7 @@
 //! the token bucket. Shared by both sandboxes: the native reader thread feeds a bounded channel,
 //! the WASM runner feeds the in-memory pipe's contents straight to the invocation.
 
+use metash_protocol::LogKind;
 use std::io::{BufRead, ErrorKind};
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use serde_json::json;
 
 use crate::codec;
 use crate::reply::Replier;
-use crate::sink::{kinds, EventSink};
+use crate::sink::EventSink;
 use crate::stream::TokenBucket;
 
 /// What the reader hands the invocation.
@@ -75,7 +76,7 @@ pub(crate) fn pump<R: BufRead>(
             too_long = false;
             let msg = format!("line longer than {} bytes discarded", cfg.max_line);
             cfg.sink.record(
-                kinds::LIMIT,
+                LogKind::LimitExceeded,
                 Some(&cfg.agent),
                 json!({"limit": "line_bytes", "max": cfg.max_line, "message": msg}),
             );
@@ -98,7 +99,7 @@ pub(crate) fn pump<R: BufRead>(
             Ok(event) => {
                 let waited = bucket.take();
                 cfg.sink.record(
-                    kinds::AGENT_EVENT,
+                    LogKind::AgentEvent,
                     Some(&cfg.agent),
                     serde_json::to_value(&event).unwrap_or_default(),
                 );
@@ -106,7 +107,7 @@ pub(crate) fn pump<R: BufRead>(
             }
             Err(e) => {
                 cfg.sink.record(
-                    kinds::PROTOCOL_ERROR,
+                    LogKind::ProtocolError,
                     Some(&cfg.agent),
                     json!({"code": e.code(), "message": e.to_string()}),
                 );
@@ -130,7 +131,7 @@ fn reject_host_only(cfg: &PumpCfg, event: &AgentEvent) {
     let ty = event.type_name();
     let message = format!("`{ty}` is an event only the host sends; an agent may not emit it");
     cfg.sink.record(
-        metash_protocol::log::kinds::PROTOCOL_VIOLATION,
+        LogKind::ProtocolViolation,
         Some(&cfg.agent),
         json!({"code": HOST_ONLY, "type": ty, "message": message,
                "event": serde_json::to_value(event).unwrap_or_default()}),

@@ -5,47 +5,19 @@
 
 use std::sync::Mutex;
 
+use metash_protocol::LogKind;
 use serde_json::Value;
-
-/// Event kinds the runtime records. Stable strings: the log and the ledger view match on them.
-pub mod kinds {
-    /// An instance entered the Registered state (not to be confused with the policy layer's
-    /// `agent_registered`, logged once per new or changed manifest).
-    pub const REGISTERED: &str = "agent_instance_registered";
-    pub const STARTED: &str = "agent_started";
-    pub const ACTIVE: &str = "agent_active";
-    pub const SUSPENDED: &str = "agent_suspended";
-    pub const RESUMED: &str = "agent_resumed";
-    pub const TERMINATED: &str = "agent_terminated";
-    pub const INVOKED: &str = "agent_invoked";
-    pub const INVOCATION_END: &str = "agent_invocation_end";
-    /// An event the agent emitted (its `type` is in the data).
-    pub const AGENT_EVENT: &str = "agent_event";
-    /// The sandbox refused something the agent tried (network, import, path...).
-    pub const DENIED: &str = "sandbox_denied";
-    /// A quota was hit (memory, processes, output, time).
-    pub const LIMIT: &str = "limit_exceeded";
-    pub const TIMEOUT: &str = "agent_timeout";
-    /// The agent was killed because it did not stop when asked.
-    pub const KILLED: &str = "agent_killed";
-    pub const PROTOCOL_ERROR: &str = "protocol_error";
-    /// The token bucket delayed the agent (reported once per invocation).
-    pub const THROTTLED: &str = "agent_throttled";
-    /// A compiled-code cache entry failed authentication: deleted, never deserialized, and the
-    /// module compiled anew (`{file, reason, source, action}`).
-    pub const CACHE_REJECTED: &str = "cache_rejected";
-}
 
 /// Receives the runtime's events. Implementations must be cheap and must not call back into the
 /// agent (they run on the runtime's reader threads).
 pub trait EventSink: Send + Sync {
-    fn record(&self, kind: &str, agent: Option<&str>, data: Value);
+    fn record(&self, kind: LogKind, agent: Option<&str>, data: Value);
 }
 
 /// One recorded event (for [`MemorySink`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Recorded {
-    pub kind: String,
+    pub kind: LogKind,
     pub agent: Option<String>,
     pub data: Value,
 }
@@ -70,7 +42,7 @@ impl MemorySink {
     }
 
     /// Recorded events of one kind.
-    pub fn of_kind(&self, kind: &str) -> Vec<Recorded> {
+    pub fn of_kind(&self, kind: LogKind) -> Vec<Recorded> {
         self.events()
             .into_iter()
             .filter(|e| e.kind == kind)
@@ -79,9 +51,9 @@ impl MemorySink {
 }
 
 impl EventSink for MemorySink {
-    fn record(&self, kind: &str, agent: Option<&str>, data: Value) {
+    fn record(&self, kind: LogKind, agent: Option<&str>, data: Value) {
         let rec = Recorded {
-            kind: kind.to_string(),
+            kind,
             agent: agent.map(str::to_string),
             data,
         };
@@ -97,5 +69,5 @@ impl EventSink for MemorySink {
 pub struct NullSink;
 
 impl EventSink for NullSink {
-    fn record(&self, _: &str, _: Option<&str>, _: Value) {}
+    fn record(&self, _: LogKind, _: Option<&str>, _: Value) {}
 }

@@ -10,6 +10,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use metash_protocol::LogKind;
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -69,7 +70,7 @@ fn appends(dir: &Path, n: u64, batch: u64) -> f64 {
         let events: Vec<_> = (0..batch)
             .map(|i| {
                 NewEvent::new(
-                    "output",
+                    LogKind::parse("output"),
                     Some("bench"),
                     json!({"chunk": b * batch + i, "data": "some output text"}),
                 )
@@ -104,7 +105,7 @@ fn rebuild(dir: &Path, n: u64) -> (f64, u64) {
                     json!(i % 100)
                 };
                 NewEvent::new(
-                    "state_update",
+                    LogKind::StateUpdate,
                     None,
                     json!({"key": k, "value": v, "scope": "session"}),
                 )

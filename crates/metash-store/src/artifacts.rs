@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use metash_protocol::LogKind;
 use serde::Serialize;
 use serde_json::json;
 
@@ -55,7 +56,7 @@ impl Artifacts<'_> {
         let path = self.dir.join(name);
         write_atomic(&path, bytes)?;
         self.store.append(
-            "artifact",
+            LogKind::Artifact,
             agent,
             json!({"id": name, "path": path.to_string_lossy(), "bytes": bytes.len()}),
         )?;
@@ -102,7 +103,7 @@ impl Artifacts<'_> {
         if !report.removed.is_empty() {
             crate::atomic::sync_dir(&self.dir)?;
             self.store.append_locked(&[NewEvent::new(
-                "gc",
+                LogKind::Gc,
                 None,
                 json!({"removed": report.removed, "removed_bytes": report.removed_bytes}),
             )])?;

@@ -1,9 +1,9 @@
 //! Per-agent KV namespaces and the shared scratchpad: small JSON maps, each one file, replaced
 //! atomically under the store lock with a `kv_set` event in the log for every write.
 
+use metash_protocol::LogKind;
 use std::path::PathBuf;
 
-use metash_protocol::log::kinds;
 use serde_json::{json, Map, Value};
 
 use crate::error::Result;
@@ -62,7 +62,7 @@ impl Kv<'_> {
                 }
             }
             Ok(NewEvent::new(
-                kinds::KV_SET,
+                LogKind::KvSet,
                 Some(&ns),
                 json!({"namespace": ns, "key": key, "value": value}),
             ))

@@ -27,10 +27,10 @@ mod names;
 mod rebuild;
 pub mod session;
 
+use metash_protocol::LogKind;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use metash_protocol::log::kinds;
 use metash_protocol::{LogRecord, SessionState};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -102,7 +102,7 @@ impl Store {
         let data = serde_json::to_value(&state).map_err(|e| StoreError::Rejected(e.to_string()))?;
         let rec = store.log.append(
             &store.log.tail()?,
-            &[NewEvent::new(kinds::SESSION_INIT, None, data)],
+            &[NewEvent::new(LogKind::SessionInit, None, data)],
         )?;
         state.revision = rec.first().map(|r| r.seq).unwrap_or(1);
         session::save(&store.session_path(), &state)?;
@@ -311,7 +311,7 @@ impl Store {
                 "scope": "session",
             }),
         };
-        let event = NewEvent::new(kinds::STATE_UPDATE, agent, data);
+        let event = NewEvent::new(LogKind::StateUpdate, agent, data);
         let bytes = session::to_bytes(&state)?;
         let path = self.session_path();
         let log_len = self.log.byte_len()?;
@@ -326,7 +326,7 @@ impl Store {
     }
 
     /// Appends one event (not a state change) to the log; returns its seq.
-    pub fn append(&self, kind: &str, agent: Option<&str>, data: Value) -> Result<u64> {
+    pub fn append(&self, kind: LogKind, agent: Option<&str>, data: Value) -> Result<u64> {
         let recs = self.append_batch(&[NewEvent::new(kind, agent, data)])?;
         Ok(recs.last().map(|r| r.seq).unwrap_or(0))
     }
@@ -341,7 +341,7 @@ impl Store {
     pub fn append_locked(&self, events: &[NewEvent]) -> Result<Vec<LogRecord>> {
         if let Some(e) = events
             .iter()
-            .find(|e| e.kind == kinds::STATE_UPDATE || e.kind == kinds::SESSION_INIT)
+            .find(|e| e.kind == LogKind::StateUpdate || e.kind == LogKind::SessionInit)
         {
             return Err(StoreError::Rejected(format!(
                 "`{}` events are written only by update_state",
@@ -471,7 +471,7 @@ impl Store {
             if r.seq <= revision {
                 return false;
             }
-            if r.kind == kinds::STATE_UPDATE || r.kind == kinds::SESSION_INIT {
+            if r.kind == LogKind::StateUpdate || r.kind == LogKind::SessionInit {
                 out.push(r);
             }
             true

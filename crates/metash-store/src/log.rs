@@ -9,7 +9,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use metash_protocol::LogRecord;
+use metash_protocol::{LogKind, LogRecord};
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -25,15 +25,15 @@ const HASH_SUFFIX_LEN: usize = 9 + 64 + 2;
 /// An event to append; the log assigns `seq`, `ts`, `prev` and `hash`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewEvent {
-    pub kind: String,
+    pub kind: LogKind,
     pub agent: Option<String>,
     pub data: Value,
 }
 
 impl NewEvent {
-    pub fn new(kind: impl Into<String>, agent: Option<&str>, data: Value) -> Self {
+    pub fn new(kind: LogKind, agent: Option<&str>, data: Value) -> Self {
         Self {
-            kind: kind.into(),
+            kind,
             agent: agent.map(str::to_string),
             data,
         }
@@ -72,7 +72,7 @@ fn encode(seq: u64, ts: &str, ev: &NewEvent, prev: &str) -> Result<(Vec<u8>, Str
     let body = serde_json::to_vec(&Body {
         seq,
         ts,
-        kind: &ev.kind,
+        kind: ev.kind.as_str(),
         agent: ev.agent.as_deref(),
         data: &ev.data,
         prev,

@@ -1,8 +1,8 @@
 //! Recreating session.json from the log alone: fold `state_update` events over `session_init`.
 
+use metash_protocol::LogKind;
 use std::path::Path;
 
-use metash_protocol::log::kinds;
 use metash_protocol::{LogRecord, SessionState};
 use serde_json::Value;
 
@@ -17,9 +17,9 @@ pub fn fold(doc: &mut Value, rec: &LogRecord, log: &Path) -> Result<()> {
         seq: rec.seq,
         reason,
     };
-    match rec.kind.as_str() {
-        kinds::SESSION_INIT => *doc = rec.data.clone(),
-        kinds::STATE_UPDATE => {
+    match rec.kind {
+        LogKind::SessionInit => *doc = rec.data.clone(),
+        LogKind::StateUpdate => {
             if let Some(updates) = rec.data.get("updates").and_then(Value::as_array) {
                 for u in updates {
                     apply_one(doc, u).map_err(broken)?;
@@ -48,7 +48,8 @@ pub fn from_log(log: &EventLog, until: u64) -> Result<SessionState> {
     let mut doc = Value::Null;
     let mut revision = 0;
     log.for_each(|rec| {
-        if rec.seq <= until && (rec.kind == kinds::SESSION_INIT || rec.kind == kinds::STATE_UPDATE)
+        if rec.seq <= until
+            && (rec.kind == LogKind::SessionInit || rec.kind == LogKind::StateUpdate)
         {
             fold(&mut doc, &rec, log.path())?;
             revision = rec.seq;

@@ -3,11 +3,15 @@
 
 mod cmd;
 mod exit;
+#[cfg(test)]
+mod grammar_tests;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+
+use crate::exit::Exit;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -20,20 +24,39 @@ struct Cli {
     #[arg(short = 'C', long = "workspace", global = true, default_value = ".")]
     workspace: PathBuf,
 
+    /// Print JSON instead of text: the same data, for scripts (every command).
+    #[arg(long, global = true)]
+    json: bool,
+
     #[command(subcommand)]
     command: cmd::Command,
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage(&e),
+    };
     let ctx = cmd::Ctx {
         workspace: cli.workspace,
+        json: cli.json,
     };
     match cmd::run(cli.command, &ctx) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("metash: {err:#}");
-            ExitCode::from(exit::FAILURE)
+            Exit::Failure.into()
         }
+    }
+}
+
+/// `--help` and `--version` print and succeed; a wrong command line prints clap's message and
+/// exits [`Exit::Usage`], never clap's 2 (see `exit.rs`).
+fn usage(e: &clap::Error) -> ExitCode {
+    let _ = e.print();
+    if e.use_stderr() {
+        Exit::Usage.into()
+    } else {
+        ExitCode::SUCCESS
     }
 }

@@ -182,3 +182,27 @@ fn checkpoint_survives_a_killed_host() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no checkpoint is pending"));
 }
+
+#[test]
+fn a_wrong_command_line_is_exit_64_and_json_goes_before_or_after_the_command() {
+    let bin = env!("CARGO_BIN_EXE_metash");
+    let ws = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(bin)
+            .current_dir(ws.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let bad = run(&["status", "--no-such-flag"]);
+    assert_eq!(bad.status.code(), Some(64), "{bad:?}");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--no-such-flag"));
+    assert_eq!(run(&["--help"]).status.code(), Some(0));
+    assert_eq!(run(&["init"]).status.code(), Some(0));
+    let before = run(&["--json", "state", "get"]);
+    let after = run(&["state", "get", "--json"]);
+    assert_eq!(before.status.code(), Some(0), "{before:?}");
+    assert_eq!(before.stdout, after.stdout);
+    let v: serde_json::Value = serde_json::from_slice(&before.stdout).unwrap();
+    assert!(v.is_object(), "{v}");
+}

@@ -2,6 +2,7 @@
 //! child's XDG_CONFIG_HOME and HOME point into the temp dir).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use metash_protocol::LogKind;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
@@ -256,7 +257,7 @@ fn consent_check_never_hangs_and_follows_flags_and_policy() {
         "--yes-to",
         "process.spawn",
     ]);
-    assert_eq!(code(&out), 2);
+    assert_eq!(code(&out), 7, "refused is exit 7 (docs/cli.md)");
     assert!(String::from_utf8_lossy(&out.stdout).contains("capability_undeclared"));
     // Nobody to ask (stdin is not a terminal, no policy): deny.
     let out = e.run(&[
@@ -266,7 +267,7 @@ fn consent_check_never_hangs_and_follows_flags_and_policy() {
         "network:api.github.com",
         "--interactive",
     ]);
-    assert_eq!(code(&out), 2);
+    assert_eq!(code(&out), 7, "refused is exit 7 (docs/cli.md)");
     assert!(String::from_utf8_lossy(&out.stdout).contains("consent_denied"));
     // --yes-to answers.
     e.ok(&[
@@ -328,7 +329,7 @@ fn ledger_view_and_export_redact_planted_secrets() {
     let store = metash_store::Store::open(&e.ws()).unwrap();
     store
         .append(
-            "agent_action",
+            LogKind::AgentAction,
             Some("claude"),
             json!({
                 "capability": "network:api.anthropic.com",

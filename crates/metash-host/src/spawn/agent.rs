@@ -1,6 +1,7 @@
 //! Running a registered WASM or native agent for one spawn: a fresh instance each time (so it has
 //! no memory of any earlier conversation), granted only what it declared and the user allowed.
 
+use metash_protocol::LogKind;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -82,7 +83,7 @@ pub(crate) fn run(
         };
         if let Some(p) = scoped_path.as_deref().filter(|p| host.is_hidden(p)) {
             let _ = host.record_later(NewEvent::new(
-                "sandbox_denied",
+                LogKind::SandboxDenied,
                 Some(&agent.id),
                 json!({"what": "files", "capability": cap.to_string(), "path": p,
                        "reason": "inside metash's state directory (.meta), which no grant reaches"}),
@@ -178,7 +179,7 @@ pub(crate) fn run(
             AgentEvent::StateUpdate { key, value, scope } => {
                 if let Err(e) = host.agent_state_update(&agent.id, key, value, scope.as_deref()) {
                     let _ = host.record_later(NewEvent::new(
-                        "denied",
+                        LogKind::Denied,
                         Some(&agent.id),
                         json!({"what": "state_update", "key": key, "reason": e.to_string()}),
                     ));

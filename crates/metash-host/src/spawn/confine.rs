@@ -6,6 +6,7 @@
 //! cleared to an allowlist, and the role's quotas. Its own permission prompts and sandbox are off
 //! (the harness's `skip_permissions`): metash's sandbox is the boundary.
 
+use metash_protocol::LogKind;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +14,6 @@ use std::time::Duration;
 use metash_harness::{ConfineGuard, Confiner};
 use metash_protocol::ProcessInvocationSpec;
 use metash_runtime::native::confine::{self, ConfineSpec, Confinement, PASS_ENV};
-use metash_runtime::sink::kinds;
 use metash_runtime::spec::PathAccess;
 use metash_runtime::EventSink;
 use serde_json::json;
@@ -137,7 +137,8 @@ impl Confiner for RoleConfiner {
         if let Some(r) = report.as_object_mut() {
             r.insert("frontend".into(), json!(self.frontend));
         }
-        self.sink.record(kinds::STARTED, Some(&self.role), report);
+        self.sink
+            .record(LogKind::AgentStarted, Some(&self.role), report);
         confinement.apply(cmd);
         Ok(Box::new(confinement))
     }

@@ -10,6 +10,7 @@ pub(crate) mod permission;
 mod tool_events;
 mod usage_tap;
 
+use metash_protocol::LogKind;
 use std::time::{Duration, Instant};
 
 use metash_protocol::{
@@ -106,7 +107,7 @@ impl Spawner for Host {
         // The answer to the last checkpoint goes to this spawn, and to no other.
         let resume = self.take_resume(&req.agent_name)?;
         self.record_later(NewEvent::new(
-            "spawn",
+            LogKind::Spawn,
             Some(&req.agent_name),
             json!({"task_id": req.task_id, "options": req.options,
                    "workdir": req.workdir, "resume_data": resume}),
@@ -134,7 +135,7 @@ impl Spawner for Host {
             },
         };
         self.record_later(NewEvent::new(
-            "spawn_end",
+            LogKind::SpawnEnd,
             Some(&req.agent_name),
             json!({"status": response.status, "tokens_used": response.metadata.tokens_used,
                    "duration_ms": response.metadata.duration_ms, "data_bytes": response.data.len()}),

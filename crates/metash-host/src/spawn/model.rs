@@ -2,6 +2,7 @@
 //! role's frontend and model, `max_tokens` passed to the API and counted as the turn streams, the
 //! deadline enforced by cancelling the request (or killing the CLI's process group).
 
+use metash_protocol::LogKind;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -251,7 +252,7 @@ fn event_sink<'a>(
         let line = match ev.payload.as_ref().and_then(super::tool_events::summarize) {
             Some((kind, data)) => NewEvent::new(kind, Some(&agent), data),
             None => NewEvent::new(
-                "harness_event",
+                LogKind::HarnessEvent,
                 Some(&agent),
                 serde_json::to_value(&ev).unwrap_or(Value::Null),
             ),

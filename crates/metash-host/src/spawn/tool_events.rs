@@ -3,16 +3,17 @@
 //! and size), in place of the raw harness events, whose arguments and outputs can be megabytes.
 
 use metash_protocol::HarnessEvent;
+use metash_protocol::LogKind;
 use serde_json::{json, Value};
 
 /// How much of a call's arguments or a result's output the log keeps.
 const SUMMARY_CHARS: usize = 200;
 
 /// The log kind and data for a tool event; `None` for every other event.
-pub fn summarize(event: &HarnessEvent) -> Option<(&'static str, Value)> {
+pub fn summarize(event: &HarnessEvent) -> Option<(LogKind, Value)> {
     match event {
         HarnessEvent::ToolCall { call } => Some((
-            "tool_call",
+            LogKind::ToolCall,
             json!({"id": call.id, "tool": call.name, "args": clip(&call.input.to_string())}),
         )),
         HarnessEvent::ToolResult {
@@ -20,7 +21,7 @@ pub fn summarize(event: &HarnessEvent) -> Option<(&'static str, Value)> {
             output,
             is_error,
         } => Some((
-            "tool_result",
+            LogKind::ToolResult,
             json!({"id": id, "status": if *is_error { "error" } else { "ok" },
                    "output_bytes": output.len(), "output": clip(output)}),
         )),
@@ -65,7 +66,7 @@ mod tests {
         let (kind, data) = summarize(&res).unwrap();
         assert_eq!(
             (kind, data["status"].as_str()),
-            ("tool_result", Some("error"))
+            (LogKind::ToolResult, Some("error"))
         );
         assert_eq!(data["output_bytes"], 6);
         assert!(summarize(&HarnessEvent::TextDelta { text: "x".into() }).is_none());

@@ -70,7 +70,7 @@ impl Project {
             .read_all()
             .unwrap()
             .into_iter()
-            .map(|r| r.kind)
+            .map(|r| r.kind.to_string())
             .collect()
     }
 }

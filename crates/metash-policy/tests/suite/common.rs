@@ -84,7 +84,7 @@ impl Project {
             .read_all()
             .unwrap()
             .into_iter()
-            .map(|r| r.kind)
+            .map(|r| r.kind.to_string())
             .collect()
     }
 }

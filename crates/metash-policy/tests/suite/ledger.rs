@@ -3,6 +3,7 @@
 use metash_policy::ledger::{self, Filter, Format};
 use metash_policy::redact::{project_redactor, Redactor};
 use metash_policy::{Answer, CapabilityRequest};
+use metash_protocol::LogKind;
 use serde_json::{json, Value};
 
 use super::common::{manifest_with, Counting, Project};
@@ -30,7 +31,7 @@ fn planted() -> Project {
     let store = p.store();
     store
         .append(
-            "agent_action",
+            LogKind::AgentAction,
             Some("a"),
             json!({
                 "capability": "process.spawn:curl",
@@ -45,7 +46,7 @@ fn planted() -> Project {
         .unwrap();
     store
         .append(
-            "agent_action",
+            LogKind::AgentAction,
             Some("a"),
             json!({
                 "capability": "network:api.example.com",

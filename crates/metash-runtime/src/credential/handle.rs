@@ -2,6 +2,7 @@
 //! `sandbox_denied` event; then swap the agent's auth for the real credential and stream the
 //! upstream's answer back through the usage tap.
 
+use metash_protocol::LogKind;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use super::headers::{add_credential, request_headers, response_headers};
 use super::route::{has_dot_segment, is_loopback, route_for, Resolved};
 use super::secret::CredentialSource;
 use super::tap::{OutBody, TappedBody, UsageTap};
-use crate::sink::{kinds, EventSink};
+use crate::sink::EventSink;
 
 /// Longest request target quoted in an event.
 const TARGET_IN_EVENT: usize = 200;
@@ -140,7 +141,7 @@ impl Shared {
     fn record_denied(&self, method: &Method, target: &str, reason: &str) {
         let target: String = target.chars().take(TARGET_IN_EVENT).collect();
         self.sink.record(
-            kinds::DENIED,
+            LogKind::SandboxDenied,
             self.agent.as_deref(),
             json!({
                 "what": "credential_proxy",

@@ -2,6 +2,7 @@
 //! hyper's HTTP/1.1 server (keep-alive, chunked bodies both ways, `Expect: 100-continue`) with a
 //! bounded request head and a deadline to send it.
 
+use metash_protocol::LogKind;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +14,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, Semaphore};
 
 use super::handle::{handle, Shared};
-use crate::sink::kinds;
 
 /// The bounds a connection is served under (from [`super::ProxyConfig`]).
 #[derive(Debug, Clone, Copy)]
@@ -49,7 +49,7 @@ pub(crate) async fn accept_loop(
         };
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
             shared.sink.record(
-                kinds::LIMIT,
+                LogKind::LimitExceeded,
                 shared.agent.as_deref(),
                 json!({"limit": "credential_proxy_connections", "max": limits.max_connections}),
             );
@@ -80,7 +80,7 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>, limits: Limits
     if let Err(e) = served {
         if e.is_parse_too_large() {
             shared.sink.record(
-                kinds::LIMIT,
+                LogKind::LimitExceeded,
                 shared.agent.as_deref(),
                 json!({"limit": "credential_proxy_header_bytes", "max": limits.max_header_bytes}),
             );

@@ -14,6 +14,7 @@ mod proxy;
 mod sandbox;
 mod spawner;
 
+use metash_protocol::LogKind;
 use std::collections::VecDeque;
 use std::io::{BufReader, Read, Write};
 use std::os::unix::process::ExitStatusExt;
@@ -35,7 +36,7 @@ use crate::error::{io_err, Result, RuntimeError};
 use crate::invocation::{InvocationStatus, Outcome, Step, Tracker};
 use crate::pump::{pump, Msg, PumpCfg};
 use crate::reply::Replier;
-use crate::sink::{kinds, EventSink};
+use crate::sink::EventSink;
 use crate::spec::AgentSpec;
 use crate::stream::TokenBucket;
 
@@ -294,7 +295,7 @@ impl NativeProcess {
             if interrupt.load(Ordering::SeqCst) {
                 let forced = self.terminate(spec.shutdown_grace);
                 sink.record(
-                    kinds::KILLED,
+                    LogKind::AgentKilled,
                     Some(&self.agent),
                     json!({"reason": "host asked it to stop while running", "forced": forced}),
                 );
@@ -307,7 +308,7 @@ impl NativeProcess {
                 // A timeout gets no grace beyond a short SIGTERM window: the deadline is the limit.
                 let forced = self.terminate(spec.shutdown_grace.min(TIMEOUT_GRACE));
                 sink.record(
-                    kinds::TIMEOUT,
+                    LogKind::AgentTimeout,
                     Some(&self.agent),
                     json!({"timeout_ms": spec.timeout.as_millis() as u64, "forced": forced,
                            "via": "killpg+cgroup"}),
@@ -329,7 +330,7 @@ impl NativeProcess {
                 Step::OverCap => {
                     self.terminate(Duration::ZERO);
                     sink.record(
-                        kinds::LIMIT,
+                        LogKind::LimitExceeded,
                         Some(&self.agent),
                         json!({"limit": "output_bytes", "max": spec.output_cap}),
                     );
@@ -349,7 +350,7 @@ impl NativeProcess {
             if !self.reported.contains(&limit) {
                 self.reported.push(limit);
                 sink.record(
-                    kinds::LIMIT,
+                    LogKind::LimitExceeded,
                     Some(&self.agent),
                     json!({"limit": limit, "via": "cgroup"}),
                 );
@@ -373,7 +374,7 @@ impl NativeProcess {
         let st = self.exit;
         if let Some(limit) = hit.first() {
             sink.record(
-                kinds::LIMIT,
+                LogKind::LimitExceeded,
                 Some(&self.agent),
                 json!({"limit": limit, "via": "cgroup", "exit": st.map(|s| s.to_string()),
                        "stderr": self.stderr_tail()}),

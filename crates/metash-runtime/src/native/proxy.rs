@@ -7,6 +7,7 @@
 //! (`GET http://host/path`), where the method tells reads from writes. Every refusal is logged as
 //! `sandbox_denied` and, with a gate, also reaches the agent as an `error` event.
 
+use metash_protocol::LogKind;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -18,7 +19,7 @@ use metash_protocol::AgentEvent;
 use serde_json::json;
 
 use crate::reply::Replier;
-use crate::sink::{kinds, EventSink};
+use crate::sink::EventSink;
 use crate::spec::{domain_allowed, Gate, GateVerdict, GatedAction};
 
 /// Connections served at once; more are refused (and logged) instead of queueing without bound.
@@ -62,7 +63,7 @@ impl ConnectProxy {
                     let Ok(conn) = conn else { continue };
                     if active.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
                         cfg.sink.record(
-                            kinds::LIMIT,
+                            LogKind::LimitExceeded,
                             Some(&cfg.agent),
                             json!({"limit": "proxy_connections", "max": MAX_CONNECTIONS}),
                         );
@@ -182,7 +183,7 @@ fn refuse(
     hint: Option<String>,
 ) -> io::Result<()> {
     cfg.sink.record(
-        kinds::DENIED,
+        LogKind::SandboxDenied,
         Some(&cfg.agent),
         json!({"what": "network", "reason": message, "code": code, "host": t.host,
                "port": t.port, "method": method}),
@@ -225,7 +226,7 @@ fn serve(conn: TcpStream, cfg: &ProxyCfg) -> io::Result<()> {
     let mut out = conn.try_clone()?;
     let Some(t) = parse_target(method, target) else {
         cfg.sink.record(
-            kinds::DENIED,
+            LogKind::SandboxDenied,
             Some(&cfg.agent),
             json!({"what": "network", "reason": "not a CONNECT or absolute-form HTTP request",
                    "method": method}),
@@ -270,7 +271,7 @@ fn serve(conn: TcpStream, cfg: &ProxyCfg) -> io::Result<()> {
         return Ok(());
     };
     cfg.sink.record(
-        "network_connect",
+        LogKind::NetworkConnect,
         Some(&cfg.agent),
         json!({"host": t.host, "port": t.port, "method": method, "write": write}),
     );

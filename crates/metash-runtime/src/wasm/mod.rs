@@ -18,6 +18,7 @@ mod pool;
 mod stdin;
 mod stdout;
 
+use metash_protocol::LogKind;
 use std::collections::HashMap;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
@@ -46,7 +47,7 @@ use crate::error::{io_err, Result, RuntimeError};
 use crate::invocation::{InvocationStatus, Outcome, Step, Tracker};
 use crate::pump::{pump, Msg, PumpCfg};
 use crate::reply::Replier;
-use crate::sink::{kinds, EventSink};
+use crate::sink::EventSink;
 use crate::spec::{caps, AgentSpec};
 use crate::stream::TokenBucket;
 
@@ -169,7 +170,7 @@ impl WasmEngine {
             cache::load_or_compile(&engine, &self.cache_dir, &self.cache_key, &hash, &bytes)?;
         if let (Some(r), Some(sink)) = (&loaded.rejected, &self.sink) {
             sink.record(
-                kinds::CACHE_REJECTED,
+                LogKind::CacheRejected,
                 None,
                 json!({"file": r.file.display().to_string(), "reason": r.reason,
                        "source": path.display().to_string(), "action": "deleted and recompiled"}),
@@ -309,7 +310,7 @@ struct GuestEnd {
 fn link_denied(sink: &dyn EventSink, spec: &AgentSpec, e: &wasmtime::Error) -> RuntimeError {
     let msg = format!("{e:#}");
     sink.record(
-        kinds::DENIED,
+        LogKind::SandboxDenied,
         Some(&spec.id),
         json!({"what": "wasm_import", "reason": "import not provided by the sandbox", "detail": msg}),
     );
@@ -552,7 +553,7 @@ impl WasmAgent {
                     return Ok(tracker.finish(st));
                 }
                 sink.record(
-                    kinds::TIMEOUT,
+                    LogKind::AgentTimeout,
                     Some(&spec.id),
                     json!({"timeout_ms": spec.timeout.as_millis() as u64, "via": "host-deadline",
                            "note": "guest blocked in a host call; abandoned"}),
@@ -598,7 +599,7 @@ impl WasmAgent {
         net_log.finish();
         if let Some((current, desired)) = denied {
             sink.record(
-                kinds::LIMIT,
+                LogKind::LimitExceeded,
                 Some(&spec.id),
                 json!({"limit": "memory", "via": "wasm-store-limits", "max": self.memory,
                        "current": current, "requested": desired}),
@@ -607,7 +608,7 @@ impl WasmAgent {
         let stopped = why.load(Ordering::SeqCst);
         let status = if over_cap {
             sink.record(
-                kinds::LIMIT,
+                LogKind::LimitExceeded,
                 Some(&spec.id),
                 json!({"limit": "output_bytes", "max": spec.output_cap}),
             );
@@ -618,7 +619,7 @@ impl WasmAgent {
             st
         } else if out_of_fuel {
             sink.record(
-                kinds::LIMIT,
+                LogKind::LimitExceeded,
                 Some(&spec.id),
                 json!({"limit": "fuel", "via": "wasm-fuel", "max": self.fuel}),
             );
@@ -627,14 +628,14 @@ impl WasmAgent {
             }
         } else if stopped == STOP_TIMEOUT {
             sink.record(
-                kinds::TIMEOUT,
+                LogKind::AgentTimeout,
                 Some(&spec.id),
                 json!({"timeout_ms": spec.timeout.as_millis() as u64, "via": "wasm-epoch"}),
             );
             InvocationStatus::Timeout
         } else if stopped == STOP_INTERRUPT {
             sink.record(
-                kinds::KILLED,
+                LogKind::AgentKilled,
                 Some(&spec.id),
                 json!({"reason": "host asked it to stop; instance interrupted at the next epoch"}),
             );
@@ -648,7 +649,7 @@ impl WasmAgent {
         } else {
             if let (Some(message), None) = (&err, exit_code) {
                 sink.record(
-                    "agent_trap",
+                    LogKind::AgentTrap,
                     Some(&spec.id),
                     json!({"message": message,
                            "stderr": String::from_utf8_lossy(&stderr.contents()).to_string()}),

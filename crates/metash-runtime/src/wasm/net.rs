@@ -17,6 +17,7 @@
 //! over wasmtime-wasi's own lookup. The guest's handle table is capped, which bounds the host
 //! sockets (file descriptors) one instance can hold.
 
+use metash_protocol::LogKind;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -35,7 +36,7 @@ use super::cache::Kind;
 use crate::error::{io_err, Result};
 use crate::native::{ConnectProxy, ProxyCfg};
 use crate::reply::Replier;
-use crate::sink::{kinds, EventSink};
+use crate::sink::EventSink;
 use crate::spec::{AgentSpec, NetworkAccess};
 
 /// Denials logged per invocation; past it they are counted and summed up once at the end.
@@ -255,7 +256,8 @@ impl NetLog {
 
     fn denied(&self, data: Value) {
         if self.count.fetch_add(1, Ordering::Relaxed) < MAX_LOGGED {
-            self.sink.record(kinds::DENIED, Some(&self.agent), data);
+            self.sink
+                .record(LogKind::SandboxDenied, Some(&self.agent), data);
         }
     }
 
@@ -264,7 +266,7 @@ impl NetLog {
         let n = self.count.load(Ordering::Relaxed);
         if n > MAX_LOGGED {
             self.sink.record(
-                kinds::DENIED,
+                LogKind::SandboxDenied,
                 Some(&self.agent),
                 json!({"what": "network", "reason": "further network denials not logged one by one",
                        "suppressed": n - MAX_LOGGED, "total": n}),
@@ -372,7 +374,7 @@ mod tests {
             log.denied(json!({"what": "network"}));
         }
         log.finish();
-        let denied = sink.of_kind(kinds::DENIED);
+        let denied = sink.of_kind(LogKind::SandboxDenied);
         assert_eq!(denied.len() as u64, MAX_LOGGED + 1);
         assert_eq!(denied[MAX_LOGGED as usize].data["suppressed"], 10);
     }

@@ -1,11 +1,11 @@
 //! Fixtures: a workspace with a secret outside it, manifests, WAT module builder, event helpers.
 
+use metash_protocol::LogKind;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use metash_protocol::{AgentEvent, Manifest, SandboxKind};
-use metash_runtime::sink::kinds;
 use metash_runtime::{
     Agent, AgentSpec, EventSink, MemorySink, Outcome, Recorded, Runtime, RuntimeConfig,
 };
@@ -124,7 +124,7 @@ impl Fixture {
     }
 
     /// Events of `kind` for agent `id`.
-    pub fn events(&self, id: &str, kind: &str) -> Vec<Recorded> {
+    pub fn events(&self, id: &str, kind: LogKind) -> Vec<Recorded> {
         self.sink
             .of_kind(kind)
             .into_iter()
@@ -134,7 +134,7 @@ impl Fixture {
 
     /// Whether the log holds the agent's own `error` event with code `denied`.
     pub fn logged_denial(&self, id: &str) -> bool {
-        self.events(id, kinds::AGENT_EVENT)
+        self.events(id, LogKind::AgentEvent)
             .iter()
             .any(|e| e.data["type"] == "error" && e.data["code"] == "denied")
     }

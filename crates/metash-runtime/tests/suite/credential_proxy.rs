@@ -2,6 +2,7 @@
 //! key replaces the agent's placeholder, SSE streams through as it comes, everything else is
 //! refused and logged, and the key is never in an event or a Debug string.
 
+use metash_protocol::LogKind;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
@@ -11,7 +12,6 @@ use metash_runtime::credential::{
     AuthStyle, CredentialProxy, Mount, ProxyConfig, Route, Secret, StaticSource, StreamEnd,
     TapEvent,
 };
-use metash_runtime::sink::kinds;
 use metash_runtime::MemorySink;
 
 use super::common::Fixture;
@@ -156,10 +156,10 @@ impl Answer {
 }
 
 /// The events of `kind` once there are `n` (the proxy logs a limit after it has answered).
-fn events_of(s: &Setup, kind: &str, n: usize) -> Vec<metash_runtime::Recorded> {
+fn events_of(s: &Setup, kind: LogKind, n: usize) -> Vec<metash_runtime::Recorded> {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let got = s.sink.of_kind(kind);
+        let got = s.sink.of_kind(kind.clone());
         if got.len() >= n || std::time::Instant::now() > deadline {
             return got;
         }
@@ -299,7 +299,7 @@ fn other_hosts_connect_and_unknown_paths_are_refused_and_logged() {
         let body: serde_json::Value = serde_json::from_slice(&a.body).expect("JSON error body");
         assert!(body["error"]["message"].is_string(), "{body}");
     }
-    let denied = s.sink.of_kind(kinds::DENIED);
+    let denied = s.sink.of_kind(LogKind::SandboxDenied);
     assert_eq!(denied.len(), cases.len(), "{denied:?}");
     for d in &denied {
         assert_eq!(d.data["what"], "credential_proxy");
@@ -390,7 +390,7 @@ fn oversized_heads_and_extra_connections_hit_the_limits() {
     let huge = format!("x-big: {}\r\n", "a".repeat(12 * 1024));
     let a = c.get(&s, "/anthropic/x", &huge);
     assert_eq!(a.status, 431);
-    let limits = events_of(&s, kinds::LIMIT, 1);
+    let limits = events_of(&s, LogKind::LimitExceeded, 1);
     assert_eq!(limits.len(), 1, "{limits:?}");
     assert_eq!(limits[0].data["limit"], "credential_proxy_header_bytes");
     assert!(s.up.seen().is_empty());
@@ -401,7 +401,7 @@ fn oversized_heads_and_extra_connections_hit_the_limits() {
     let mut extra = Client::new(&s);
     extra.send("GET /anthropic/b HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n");
     assert_eq!(extra.answer().status, 503);
-    let limits = events_of(&s, kinds::LIMIT, 2);
+    let limits = events_of(&s, LogKind::LimitExceeded, 2);
     assert_eq!(limits.len(), 2, "{limits:?}");
     assert_eq!(limits[1].data["limit"], "credential_proxy_connections");
     assert_eq!(

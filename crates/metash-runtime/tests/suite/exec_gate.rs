@@ -4,10 +4,10 @@
 //! that never answers does not outlive the invocation's deadline; without a gate nothing is
 //! installed.
 
+use metash_protocol::LogKind;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use metash_runtime::sink::kinds;
 use metash_runtime::{ActionGate, Gate, GateVerdict, GatedAction, InvocationStatus};
 
 use super::common::*;
@@ -109,7 +109,7 @@ fn exec_gate_allows_and_sees_program_and_argv() {
     // A PATH search: the first candidate does not exist and is not asked about.
     spec.env = vec![("PATH".into(), "/nonexistent-dir:/usr/bin".into())];
     let mut a = f.start(spec);
-    let report = &f.events("g-allow", kinds::STARTED)[0].data;
+    let report = &f.events("g-allow", LogKind::AgentStarted)[0].data;
     assert_eq!(report["exec_gate"], "seccomp-user-notif", "{report}");
     assert_eq!(seccomp_filters(a.pid().unwrap()), Some(2));
 
@@ -151,7 +151,7 @@ fn exec_gate_allows_and_sees_program_and_argv() {
     );
     assert_eq!(calls[4].0, "/bin/true");
     assert_eq!(calls.len(), 5, "{calls:?}");
-    assert!(f.events("g-allow", kinds::DENIED).is_empty());
+    assert!(f.events("g-allow", LogKind::SandboxDenied).is_empty());
     a.shutdown().unwrap();
 }
 
@@ -183,7 +183,7 @@ fn exec_gate_denial_reaches_agent_and_log() {
         "{notice}"
     );
     assert!(f.logged_denial("g-deny"));
-    let denied = f.events("g-deny", kinds::DENIED);
+    let denied = f.events("g-deny", LogKind::SandboxDenied);
     assert_eq!(denied.len(), 1, "{denied:?}");
     let d = &denied[0].data;
     assert_eq!(d["what"], "exec");
@@ -201,13 +201,13 @@ fn exec_without_gate_installs_nothing() {
     require_native!();
     let f = Fixture::new();
     let mut a = f.start(f.native("g-none", &["files.read"], None));
-    let report = &f.events("g-none", kinds::STARTED)[0].data;
+    let report = &f.events("g-none", LogKind::AgentStarted)[0].data;
     assert_eq!(report["exec_gate"], false, "{report}");
     // Only the EPERM filter: no notify filter, so no listener and no supervisor to answer it.
     assert_eq!(seccomp_filters(a.pid().unwrap()), Some(1));
     let (_, ev) = run(&mut a, "exec /bin/echo free");
     assert_eq!(text(&ev), "EXEC-OK:exit=0:stdout=free");
-    assert!(f.events("g-none", kinds::DENIED).is_empty());
+    assert!(f.events("g-none", LogKind::SandboxDenied).is_empty());
     a.shutdown().unwrap();
 }
 
@@ -242,5 +242,5 @@ fn exec_gate_that_never_answers_does_not_hang_the_host() {
     // The late answer finds the notification gone: no denial is logged for a dead process.
     gate.release();
     std::thread::sleep(Duration::from_millis(100));
-    assert!(f.events("g-slow", kinds::DENIED).is_empty());
+    assert!(f.events("g-slow", LogKind::SandboxDenied).is_empty());
 }

@@ -4,6 +4,7 @@
 //! channel_capacity x max_line = 64 x 256 KiB = 16 MiB of queued lines plus the pipe), every chunk
 //! must arrive, in order, and the agent must have been slowed (it produced only what was consumed).
 
+use metash_protocol::LogKind;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,7 +22,7 @@ use super::common::*;
 struct CountingSink(AtomicU64);
 
 impl EventSink for CountingSink {
-    fn record(&self, _: &str, _: Option<&str>, _: Value) {
+    fn record(&self, _: LogKind, _: Option<&str>, _: Value) {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -1,8 +1,8 @@
 //! The lifecycle state machine on both sandboxes: illegal transitions, suspend/resume.
 
+use metash_protocol::LogKind;
 use std::time::Duration;
 
-use metash_runtime::sink::kinds;
 use metash_runtime::{InvocationStatus, LifecycleState};
 
 use super::common::*;
@@ -36,23 +36,23 @@ fn illegal_transitions_are_rejected() {
     );
     assert_eq!(a.shutdown().unwrap_err().code(), "illegal_transition");
     // Each legal transition is in the log, in order.
-    let kinds_seen: Vec<String> = f
+    let kinds_seen: Vec<LogKind> = f
         .sink
         .events()
         .into_iter()
         .filter(|e| e.agent.as_deref() == Some("l-ill"))
         .map(|e| e.kind)
-        .filter(|k| k.starts_with("agent_") && k != kinds::AGENT_EVENT)
+        .filter(|k| k.as_str().starts_with("agent_") && *k != LogKind::AgentEvent)
         .collect();
     assert_eq!(
         kinds_seen,
         [
-            kinds::REGISTERED,
-            kinds::STARTED,
-            kinds::ACTIVE,
-            kinds::INVOKED,
-            kinds::INVOCATION_END,
-            kinds::TERMINATED
+            LogKind::AgentInstanceRegistered,
+            LogKind::AgentStarted,
+            LogKind::AgentActive,
+            LogKind::AgentInvoked,
+            LogKind::AgentInvocationEnd,
+            LogKind::AgentTerminated
         ]
     );
 }
@@ -70,8 +70,8 @@ fn wasm_suspend_resume_between_invocations() {
     );
     a.resume().unwrap();
     assert_eq!(text(&run(&mut a, "go").1), "OK");
-    assert_eq!(f.events("l-wsus", kinds::SUSPENDED).len(), 1);
-    assert_eq!(f.events("l-wsus", kinds::RESUMED).len(), 1);
+    assert_eq!(f.events("l-wsus", LogKind::AgentSuspended).len(), 1);
+    assert_eq!(f.events("l-wsus", LogKind::AgentResumed).len(), 1);
 }
 
 #[test]
@@ -125,7 +125,7 @@ fn start_event_reports_limits() {
     assert_eq!(report["limits"]["timeout_ms"]["via"], "wasm-epoch");
     if native_unavailable().is_none() {
         let mut n = f.start(f.native("l-nlim", &["files.read"], Some("128Mi")));
-        let ev = &f.events("l-nlim", kinds::STARTED)[0].data;
+        let ev = &f.events("l-nlim", LogKind::AgentStarted)[0].data;
         println!("native start report: {ev}");
         assert!(ev["limits"]["memory_bytes"]["via"].is_string());
         assert!(ev["limits"]["pids"]["via"].is_string());

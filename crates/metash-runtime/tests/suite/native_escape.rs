@@ -2,11 +2,11 @@
 //! reports every attempt as an event; positive controls show the same operation working where it
 //! is allowed.
 
+use metash_protocol::LogKind;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use metash_runtime::sink::kinds;
 use metash_runtime::{InvocationStatus, NetworkAccess};
 
 use super::common::*;
@@ -122,7 +122,7 @@ fn native_network_allowlist_through_proxy() {
     // A domain outside the allowlist: refused by the proxy before any lookup.
     let (_, ev) = run(&mut a, "proxy example.com:443");
     assert!(text(&ev).contains("403"), "{}", text(&ev));
-    let denied = f.events("n-net", kinds::DENIED);
+    let denied = f.events("n-net", LogKind::SandboxDenied);
     assert!(
         denied.iter().any(|e| e.data["host"] == "example.com"),
         "{denied:?}"
@@ -165,7 +165,7 @@ fn native_fork_bomb_is_contained() {
     let mut spec = f.native("n-fork", &[], None);
     spec.max_pids = 32;
     let mut a = f.start(spec);
-    let report = &f.events("n-fork", kinds::STARTED)[0].data;
+    let report = &f.events("n-fork", LogKind::AgentStarted)[0].data;
     if report["limits"]["pids"]["via"]
         .as_str()
         .unwrap_or("")
@@ -177,7 +177,7 @@ fn native_fork_bomb_is_contained() {
     let pid = a.pid().unwrap();
     let (_, ev) = run(&mut a, "forkbomb");
     assert!(text(&ev).contains("fork failed"), "{}", text(&ev));
-    let lim = f.events("n-fork", kinds::LIMIT);
+    let lim = f.events("n-fork", LogKind::LimitExceeded);
     assert!(lim.iter().any(|e| e.data["limit"] == "pids"), "{lim:?}");
     a.shutdown().unwrap();
     assert!(
@@ -191,7 +191,7 @@ fn native_memory_limit() {
     require_native!();
     let f = Fixture::new();
     let mut a = f.start(f.native("n-mem", &[], Some("64Mi")));
-    let report = f.events("n-mem", kinds::STARTED)[0].data.clone();
+    let report = f.events("n-mem", LogKind::AgentStarted)[0].data.clone();
     println!("memory limit applied: {}", report["limits"]["memory_bytes"]);
     let (o, ev) = run(&mut a, "alloc 512");
     assert!(!text(&ev).contains("ALLOC-OK"), "{}", text(&ev));
@@ -205,7 +205,7 @@ fn native_memory_limit() {
     }
     if report["limits"]["memory_bytes"]["via"] != "rlimit" {
         assert!(f
-            .events("n-mem", kinds::LIMIT)
+            .events("n-mem", LogKind::LimitExceeded)
             .iter()
             .any(|e| e.data["limit"] == "memory"));
     }
@@ -228,7 +228,7 @@ fn native_spin_past_timeout() {
         "{:?}",
         t.elapsed()
     );
-    assert_eq!(f.events("n-spin", kinds::TIMEOUT).len(), 1);
+    assert_eq!(f.events("n-spin", LogKind::AgentTimeout).len(), 1);
     assert_eq!(a.state(), metash_runtime::LifecycleState::Terminated);
 }
 
@@ -246,7 +246,7 @@ fn native_ignoring_shutdown_is_killed() {
     assert_eq!(a.shutdown().unwrap(), metash_runtime::ShutdownKind::Forced);
     assert!(group_gone(pid, Duration::ZERO), "agent survived shutdown");
     assert!(t.elapsed() < Duration::from_millis(200 + 250));
-    assert_eq!(f.events("n-ign", kinds::KILLED).len(), 1);
+    assert_eq!(f.events("n-ign", LogKind::AgentKilled).len(), 1);
 }
 
 #[test]
@@ -271,14 +271,14 @@ fn native_requires_consent_and_fails_closed() {
     spec.allow_native = false;
     let err = f.rt.register(spec).err().unwrap();
     assert_eq!(err.code(), "native_not_allowed");
-    assert_eq!(f.events("n-noconsent", kinds::DENIED).len(), 1);
+    assert_eq!(f.events("n-noconsent", LogKind::SandboxDenied).len(), 1);
     // A restriction that cannot be applied (the workspace does not exist): the agent never runs.
     let mut spec = f.native("n-closed", &["files.read"], None);
     spec.workspace = f.dir.path().join("missing");
     let mut a = f.rt.register(spec).unwrap();
     let err = a.start().unwrap_err();
     assert_eq!(err.code(), "sandbox_setup_failed", "{err}");
-    assert_eq!(f.events("n-closed", kinds::STARTED).len(), 0);
+    assert_eq!(f.events("n-closed", LogKind::AgentStarted).len(), 0);
 }
 
 /// Issue 13 item 3: no native agent reaches a Unix-domain socket of the host (a container
@@ -306,7 +306,7 @@ fn native_cannot_reach_host_unix_sockets() {
         let (_, ev) = run(&mut a, &format!("unixdgram {}", dgram_path.display()));
         assert!(!text(&ev).contains("DGRAM-OK"), "{id}: {}", text(&ev));
         assert!(
-            f.events(&id, kinds::AGENT_EVENT)
+            f.events(&id, LogKind::AgentEvent)
                 .iter()
                 .any(|e| e.data["message"]
                     .as_str()

@@ -1,7 +1,7 @@
 //! The agent protocol end to end: versions, checkpoints, chunk reassembly.
 
 use metash_protocol::AgentStatus;
-use metash_runtime::sink::kinds;
+use metash_protocol::LogKind;
 use metash_runtime::InvocationStatus;
 
 use super::common::*;
@@ -14,7 +14,7 @@ fn unsupported_version_from_agent_is_a_clear_error() {
     let (o, ev) = run(&mut a, "go");
     assert_eq!(text(&ev), "OK");
     assert_eq!(o.protocol_errors, 1);
-    let errs = f.events("p-ver", kinds::PROTOCOL_ERROR);
+    let errs = f.events("p-ver", LogKind::ProtocolError);
     assert_eq!(errs[0].data["code"], "unsupported_version");
     assert!(errs[0].data["message"].as_str().unwrap().contains("9.9"));
 }
@@ -66,7 +66,7 @@ fn output_cap_is_a_visible_limit() {
         }
     );
     assert!(f
-        .events("p-cap", kinds::LIMIT)
+        .events("p-cap", LogKind::LimitExceeded)
         .iter()
         .any(|e| e.data["limit"] == "output_bytes"));
 }

@@ -2,6 +2,7 @@
 //! reaches the agent while it runs, and an agent waiting for an answer that never comes is still
 //! ended by its deadline.
 
+use metash_protocol::LogKind;
 use std::time::{Duration, Instant};
 
 use metash_protocol::AgentEvent;
@@ -89,9 +90,7 @@ fn a_wasm_agent_gets_the_answer_to_its_request_mid_run() {
     // `consent_grant` itself, so the echo arrives as a protocol violation carrying our answer, and
     // never as an event for the host to act on.
     assert!(!seen.contains(&grant()), "{seen:?}");
-    let echoed = f
-        .sink
-        .of_kind(metash_protocol::log::kinds::PROTOCOL_VIOLATION);
+    let echoed = f.sink.of_kind(LogKind::ProtocolViolation);
     assert_eq!(echoed.len(), 1, "{echoed:?}");
     assert_eq!(
         echoed[0].data["event"],

@@ -1,6 +1,7 @@
 //! Runaway native agents: whatever they do, they are gone within timeout + 250 ms, checked by
 //! looking for surviving processes of their group and the pids they reported.
 
+use metash_protocol::LogKind;
 use std::time::{Duration, Instant};
 
 use metash_runtime::InvocationStatus;
@@ -102,8 +103,5 @@ fn native_interrupt_while_running() {
         t.elapsed()
     );
     assert!(metash_runtime::native::procs::group_members(pgid).is_empty());
-    assert_eq!(
-        f.events("r-int", metash_runtime::sink::kinds::KILLED).len(),
-        1
-    );
+    assert_eq!(f.events("r-int", LogKind::AgentKilled).len(), 1);
 }

@@ -2,9 +2,8 @@
 //! the host (by this test, with the cargo that runs it) and run under both sandboxes. Skips, saying why, when the
 //! wasm32-wasip1 target is not installed.
 
-use metash_runtime::sink::kinds;
-
 use super::common::*;
+use metash_protocol::LogKind;
 
 #[test]
 fn rust_sdk_agent_runs_as_wasm() {
@@ -30,7 +29,7 @@ fn rust_sdk_agent_runs_as_wasm() {
         "echo: hello (workspace says \"hello from inside\")"
     );
     let states: Vec<_> = f
-        .events("rs-echo", kinds::AGENT_EVENT)
+        .events("rs-echo", LogKind::AgentEvent)
         .into_iter()
         .filter(|e| e.data["type"] == "state_update")
         .collect();

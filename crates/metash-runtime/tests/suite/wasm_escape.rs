@@ -1,9 +1,9 @@
 //! The escape suite against the WASM sandbox. Each attempt has a positive control where it makes
 //! sense (the same operation allowed inside the workspace), so a denial is not a broken fixture.
 
+use metash_protocol::LogKind;
 use std::time::{Duration, Instant};
 
-use metash_runtime::sink::kinds;
 use metash_runtime::InvocationStatus;
 
 use super::common::*;
@@ -116,7 +116,7 @@ fn wasm_socket_imports_are_refused_with_and_without_network() {
         let err = a.start().unwrap_err();
         assert_eq!(err.code(), "sandbox_setup_failed", "{err}");
         assert!(err.to_string().contains("sock_connect"), "{err}");
-        assert_eq!(f.events(id, kinds::DENIED).len(), 1);
+        assert_eq!(f.events(id, LogKind::SandboxDenied).len(), 1);
     }
 }
 
@@ -133,7 +133,7 @@ fn wasm_memory_limit() {
     let mut a = f.start(f.wasm("w-mem", &wat, &[], Some("64Mi")));
     let (_, ev) = run(&mut a, "go");
     assert_eq!(text(&ev), "the sandbox refused");
-    let lim = f.events("w-mem", kinds::LIMIT);
+    let lim = f.events("w-mem", LogKind::LimitExceeded);
     assert_eq!(lim.len(), 1);
     assert_eq!(lim[0].data["limit"], "memory");
     // Positive control: 16 pages fit.
@@ -158,7 +158,7 @@ fn wasm_spin_past_timeout_is_stopped() {
     let took = t.elapsed();
     assert_eq!(o.status, InvocationStatus::Timeout);
     assert!(took < Duration::from_millis(300 + 250), "took {took:?}");
-    assert_eq!(f.events("w-spin", kinds::TIMEOUT).len(), 1);
+    assert_eq!(f.events("w-spin", LogKind::AgentTimeout).len(), 1);
     // The agent is still usable for the next invocation (a fresh instance).
     assert_eq!(a.state(), metash_runtime::LifecycleState::Active);
 }
@@ -183,7 +183,7 @@ fn wasm_ignoring_shutdown_is_interrupted() {
         "{:?}",
         t.elapsed()
     );
-    assert_eq!(f.events("w-ign", kinds::KILLED).len(), 1);
+    assert_eq!(f.events("w-ign", LogKind::AgentKilled).len(), 1);
     a.shutdown().unwrap();
 }
 
@@ -208,7 +208,7 @@ fn wasm_scoped_grant_opens_only_its_directory() {
         let (_, ev) = run(&mut a, "go");
         assert_eq!(text(&ev), want, "{path}");
     }
-    let started = f.events("w-sub-in", kinds::STARTED);
+    let started = f.events("w-sub-in", LogKind::AgentStarted);
     assert_eq!(
         started[0].data["paths"]["applied"][0]["guest"], "/workspace/sub",
         "{:?}",

@@ -2,9 +2,9 @@
 //! deadline. A spinning guest with fuel ends `limit_exceeded: fuel` long before its deadline; the
 //! same guest without fuel runs until the deadline.
 
+use metash_protocol::LogKind;
 use std::time::{Duration, Instant};
 
-use metash_runtime::sink::kinds;
 use metash_runtime::InvocationStatus;
 
 use super::common::*;
@@ -18,7 +18,7 @@ fn wasm_fuel_stops_a_spinning_guest_before_its_deadline() {
     spec.timeout = Duration::from_secs(60);
     spec.fuel = Some(FUEL);
     let mut a = f.start(spec);
-    let started = &f.events("fuel-spin", kinds::STARTED)[0].data;
+    let started = &f.events("fuel-spin", LogKind::AgentStarted)[0].data;
     assert_eq!(started["limits"]["fuel"]["value"], FUEL, "{started}");
     assert_eq!(started["limits"]["fuel"]["via"], "wasm-fuel");
     for _ in 0..2 {
@@ -34,12 +34,12 @@ fn wasm_fuel_stops_a_spinning_guest_before_its_deadline() {
         );
         assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     }
-    let limits = f.events("fuel-spin", kinds::LIMIT);
+    let limits = f.events("fuel-spin", LogKind::LimitExceeded);
     assert_eq!(limits.len(), 2, "{limits:?}");
     assert_eq!(limits[0].data["limit"], "fuel");
     assert_eq!(limits[0].data["via"], "wasm-fuel");
     assert_eq!(limits[0].data["max"], FUEL);
-    assert!(f.events("fuel-spin", kinds::TIMEOUT).is_empty());
+    assert!(f.events("fuel-spin", LogKind::AgentTimeout).is_empty());
 }
 
 #[test]
@@ -48,13 +48,13 @@ fn wasm_without_fuel_spins_until_its_deadline() {
     let mut spec = f.wasm("nofuel-spin", &wat_spin(), &[], None);
     spec.timeout = Duration::from_millis(500);
     let mut a = f.start(spec);
-    let started = &f.events("nofuel-spin", kinds::STARTED)[0].data;
+    let started = &f.events("nofuel-spin", LogKind::AgentStarted)[0].data;
     assert!(started["limits"]["fuel"].is_null(), "{started}");
     let t = Instant::now();
     let (o, _) = run(&mut a, "go");
     assert_eq!(o.status, InvocationStatus::Timeout, "{o:?}");
     assert!(t.elapsed() >= Duration::from_millis(500));
-    assert!(f.events("nofuel-spin", kinds::LIMIT).is_empty());
+    assert!(f.events("nofuel-spin", LogKind::LimitExceeded).is_empty());
 }
 
 #[test]

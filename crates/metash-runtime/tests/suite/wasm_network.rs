@@ -5,6 +5,7 @@
 //! refused by the proxy before anything is resolved. Skips, saying why, when the wasm32-wasip2
 //! target is not installed.
 
+use metash_protocol::LogKind;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -13,7 +14,6 @@ use std::thread;
 use std::time::Duration;
 
 use metash_protocol::{AgentEvent, AgentStatus};
-use metash_runtime::sink::kinds;
 use metash_runtime::{NetworkAccess, Recorded};
 
 use super::common::*;
@@ -91,7 +91,7 @@ fn outputs(events: &[AgentEvent]) -> Vec<String> {
 
 /// The host-side denials of the socket address check for `addr`.
 fn addr_denials(f: &Fixture, id: &str, addr: &str) -> Vec<Recorded> {
-    f.events(id, kinds::DENIED)
+    f.events(id, LogKind::SandboxDenied)
         .into_iter()
         .filter(|e| {
             e.data["what"] == "network"
@@ -118,7 +118,7 @@ fn wasm_p2_component_runs_the_echo_protocol() {
             format!("echo: {prompt} (workspace says \"hello from inside\")")
         );
     }
-    let started = &f.events("p2-echo", kinds::STARTED)[0].data;
+    let started = &f.events("p2-echo", LogKind::AgentStarted)[0].data;
     assert_eq!(started["kind"], "wasi-p2 component", "{started}");
     assert_eq!(started["network"]["mode"], "none", "{started}");
     assert_eq!(started["preopen"], "read-only");
@@ -174,7 +174,7 @@ fn wasm_p2_without_network_cannot_connect() {
     spec.entry = wasm;
     spec.network = NetworkAccess::Allowlist(vec!["localhost".into()]);
     let mut a = f.start(spec);
-    let started = &f.events("p2-nonet", kinds::STARTED)[0].data;
+    let started = &f.events("p2-nonet", LogKind::AgentStarted)[0].data;
     assert_eq!(started["network"]["mode"], "none", "{started}");
     assert!(started["network"]["proxy_port"].is_null(), "{started}");
 
@@ -196,7 +196,7 @@ fn wasm_p2_without_network_cannot_connect() {
     let errs = errors(&ev);
     assert!(errs.len() == 1 && errs[0].contains("udp"), "{ev:?}");
     assert!(
-        f.events("p2-nonet", kinds::DENIED)
+        f.events("p2-nonet", LogKind::SandboxDenied)
             .iter()
             .any(|e| e.data["use"] == "udp_bind" && e.data["reason"] == "UDP is not allowed"),
         "{:?}",
@@ -221,7 +221,7 @@ fn wasm_p2_allowlist_reaches_only_the_proxy() {
     spec.entry = wasm;
     spec.network = NetworkAccess::Allowlist(vec!["localhost".into()]);
     let mut a = f.start(spec);
-    let started = f.events("p2-allow", kinds::STARTED)[0].data.clone();
+    let started = f.events("p2-allow", LogKind::AgentStarted)[0].data.clone();
     assert_eq!(started["network"]["mode"], "allowlist", "{started}");
     assert_eq!(started["network"]["via"], "wasi-p2 socket_addr_check");
     let proxy_port = started["network"]["proxy_port"].as_u64().unwrap();
@@ -250,7 +250,7 @@ fn wasm_p2_allowlist_reaches_only_the_proxy() {
     assert_eq!(errors(&ev).len(), 1, "connected by name? {ev:?}");
     assert!(listener.received().is_empty());
     assert!(
-        f.events("p2-allow", kinds::DENIED)
+        f.events("p2-allow", LogKind::SandboxDenied)
             .iter()
             .any(|e| { e.data["via"] == "wasi-ip-name-lookup" && e.data["name"] == "localhost" }),
         "{:?}",
@@ -263,7 +263,7 @@ fn wasm_p2_allowlist_reaches_only_the_proxy() {
     assert_eq!(outputs(&ev), vec!["proxied: pong: ping"], "{ev:?}");
     assert_eq!(listener.received(), vec!["ping"]);
     assert!(f
-        .events("p2-allow", "network_connect")
+        .events("p2-allow", LogKind::NetworkConnect)
         .iter()
         .any(|e| e.data["host"] == "localhost" && e.data["port"] == listener.port));
     // The proxy's own port passed the check: no denial for it.
@@ -280,9 +280,11 @@ fn wasm_p2_allowlist_reaches_only_the_proxy() {
         );
         let host = refused.rsplit_once(':').unwrap().0.to_string();
         assert!(
-            f.events("p2-allow", kinds::DENIED).iter().any(|e| {
-                e.data["host"] == host.as_str() && e.data["code"] == "domain_not_allowed"
-            }),
+            f.events("p2-allow", LogKind::SandboxDenied)
+                .iter()
+                .any(|e| {
+                    e.data["host"] == host.as_str() && e.data["code"] == "domain_not_allowed"
+                }),
             "{refused}: {:?}",
             f.sink.events()
         );
@@ -301,12 +303,12 @@ fn wasm_p2_unrestricted_connects_directly() {
     spec.entry = wasm;
     spec.network = NetworkAccess::Unrestricted;
     let mut a = f.start(spec);
-    let started = &f.events("p2-open", kinds::STARTED)[0].data;
+    let started = &f.events("p2-open", LogKind::AgentStarted)[0].data;
     assert_eq!(started["network"]["mode"], "unrestricted", "{started}");
     let (_, ev) = run(&mut a, &format!("connect 127.0.0.1:{}", listener.port));
     assert_eq!(outputs(&ev), vec!["connected: pong: ping"], "{ev:?}");
     assert_eq!(listener.received(), vec!["ping"]);
-    assert!(f.events("p2-open", kinds::DENIED).is_empty());
+    assert!(f.events("p2-open", LogKind::SandboxDenied).is_empty());
 }
 
 #[test]
@@ -315,7 +317,7 @@ fn wasm_p1_module_has_no_network_even_when_granted() {
     let mut spec = f.wasm("p1-net", &wat_echo(), &["network"], None);
     spec.network = NetworkAccess::Allowlist(vec!["localhost".into()]);
     let mut a = f.start(spec);
-    let started = &f.events("p1-net", kinds::STARTED)[0].data;
+    let started = &f.events("p1-net", LogKind::AgentStarted)[0].data;
     assert_eq!(started["kind"], "wasi-p1 module");
     assert_eq!(started["network"]["mode"], "none", "{started}");
     assert_eq!(started["network"]["via"], "wasi-p1");
@@ -340,7 +342,7 @@ fn wasm_wat_component_runs() {
   (export "wasi:cli/run@0.2.0" (instance $r))
 )"#;
     let mut a = f.start(f.wasm("wat-comp", wat, &[], None));
-    let started = &f.events("wat-comp", kinds::STARTED)[0].data;
+    let started = &f.events("wat-comp", LogKind::AgentStarted)[0].data;
     assert_eq!(started["kind"], "wasi-p2 component", "{started}");
     // It says nothing on stdout: the invocation ends as an exit with code 0.
     let (o, _) = run(&mut a, "go");

@@ -1,4 +1,4 @@
-use metash_protocol::log::kinds;
+use metash_protocol::LogKind;
 use serde_json::json;
 
 use super::common::{project, spawn_writer};
@@ -23,7 +23,7 @@ fn eight_processes_times_500_increments() {
     let records = store.log().read_all().unwrap();
     let updates = records
         .iter()
-        .filter(|r| r.kind == kinds::STATE_UPDATE)
+        .filter(|r| r.kind == LogKind::StateUpdate)
         .count();
     assert_eq!(updates, 4000);
     // Gapless seq, and the state equals the one rebuilt from the log.

@@ -1,3 +1,4 @@
+use metash_protocol::LogKind;
 use std::io::Write;
 
 use metash_store::{NewEvent, StoreError};
@@ -17,10 +18,14 @@ fn lines(path: &std::path::Path) -> Vec<String> {
 fn appends_are_gapless_and_chained() {
     let (_dir, store) = project();
     store
-        .append("progress", None, json!({"message": "hi", "level": "info"}))
+        .append(
+            LogKind::Progress,
+            None,
+            json!({"message": "hi", "level": "info"}),
+        )
         .unwrap();
     let batch: Vec<_> = (0..10)
-        .map(|i| NewEvent::new("output", Some("agent-a"), json!({"i": i})))
+        .map(|i| NewEvent::new(LogKind::parse("output"), Some("agent-a"), json!({"i": i})))
         .collect();
     let recs = store.append_batch(&batch).unwrap();
     assert_eq!(recs.first().unwrap().seq, 3);
@@ -39,7 +44,7 @@ fn state_events_can_only_come_from_update_state() {
     let (_dir, store) = project();
     let err = store
         .append(
-            "state_update",
+            LogKind::StateUpdate,
             None,
             json!({"key": "status", "value": "halted"}),
         )
@@ -111,12 +116,16 @@ fn rebuild_ignores_other_events_and_matches_the_file() {
     let (_dir, store) = project();
     store.update_state("status", json!("executing")).unwrap();
     store
-        .append("lifecycle", Some("a"), json!({"to": "active"}))
+        .append(
+            LogKind::parse("lifecycle"),
+            Some("a"),
+            json!({"to": "active"}),
+        )
         .unwrap();
     store.kv("a").unwrap().set("k", json!(1)).unwrap();
     store.update_state("currentPhase", json!(2)).unwrap();
     store
-        .append("progress", None, json!({"message": "m"}))
+        .append(LogKind::Progress, None, json!({"message": "m"}))
         .unwrap();
     let state = store.state().unwrap();
     assert_eq!(state.revision, 5);

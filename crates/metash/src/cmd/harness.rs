@@ -18,11 +18,6 @@ use metash_protocol::{
     ProcessInvocationSpec, ProviderDomain,
 };
 
-/// Exit code of `harness turn` when the turn ran but failed (API error, harness failure...).
-const TURN_FAILED: u8 = 3;
-/// Exit code when the harness refused the request (provider_mismatch, continuation_not_found...).
-const REFUSED: u8 = 2;
-
 #[derive(Debug, Subcommand)]
 pub enum HarnessCommand {
     /// Coding-agent harnesses and model API clients: capabilities, invocation specs, turns.
@@ -49,10 +44,7 @@ pub enum HarnessCommand {
 #[derive(Debug, Subcommand)]
 pub enum HarnessSub {
     /// Providers, their frontends (installed? which version?) and models.
-    List {
-        #[arg(long)]
-        json: bool,
-    },
+    List {},
     /// Prints the ProcessInvocationSpec for a CLI harness as JSON (warnings go to stderr).
     Invocation(Box<InvocationArgs>),
     /// Runs one non-interactive turn and prints the response.
@@ -67,18 +59,22 @@ pub struct CommonArgs {
     /// The harness's working directory (made absolute).
     #[arg(long)]
     cwd: PathBuf,
+    /// The model (default: the frontend's own).
     #[arg(long)]
     model: Option<String>,
+    /// The prompt (headless runs need one).
     #[arg(long)]
     prompt: Option<String>,
     /// Where the harness keeps its state (default `<workspace>/.meta/harness`).
     #[arg(long)]
     asp_home: Option<PathBuf>,
+    /// The control plane's session id, stamped on every event.
     #[arg(long, default_value = "default")]
     cp_session_id: String,
     /// The continuation's provider (default: the frontend's).
     #[arg(long)]
     continuation_provider: Option<String>,
+    /// Resume this conversation (a key a previous turn reported).
     #[arg(long)]
     continuation_key: Option<String>,
     /// Provider base URL (default: ANTHROPIC_BASE_URL / OPENAI_BASE_URL, else the provider's own).
@@ -96,21 +92,30 @@ pub struct CommonArgs {
     /// With --isolated-home: pre-answer the CLI's "trust this folder?" question for --cwd.
     #[arg(long)]
     trust_cwd: bool,
+    /// Claude: `--permission-mode`; Codex: a sandbox mode (read-only, workspace-write,
+    /// danger-full-access).
     #[arg(long)]
     permission_mode: Option<String>,
     /// Claude: the MCP tool (`mcp__SERVER__TOOL`) that answers permission prompts headless.
     #[arg(long)]
     permission_prompt_tool: Option<String>,
+    /// Turn the CLI's own permission prompts and sandbox off (Claude
+    /// `--dangerously-skip-permissions`, Codex `--dangerously-bypass-approvals-and-sandbox`).
     #[arg(long)]
     skip_permissions: bool,
+    /// Replace the harness's system prompt.
     #[arg(long)]
     system_prompt: Option<String>,
+    /// Append to the harness's system prompt.
     #[arg(long)]
     append_system_prompt: Option<String>,
+    /// Another directory the CLI may work in (repeatable).
     #[arg(long = "add-dir")]
     extra_dirs: Vec<PathBuf>,
+    /// Claude: `--max-budget-usd`.
     #[arg(long)]
     max_budget_usd: Option<f64>,
+    /// Claude: `--max-turns`.
     #[arg(long)]
     max_turns: Option<u32>,
     /// MCP servers as a JSON object `{name: {command, args, env}}`.
@@ -125,8 +130,10 @@ pub struct CommonArgs {
 pub struct InvocationArgs {
     #[command(flatten)]
     common: CommonArgs,
+    /// A headless run (the default).
     #[arg(long, conflicts_with = "interactive")]
     headless: bool,
+    /// An interactive run for a terminal.
     #[arg(long)]
     interactive: bool,
     /// pipes, pty or inherit (default: pty when interactive, pipes when headless).
@@ -141,27 +148,26 @@ pub struct InvocationArgs {
 pub struct TurnArgs {
     #[command(flatten)]
     common: CommonArgs,
+    /// API frontends: the response's token cap.
     #[arg(long)]
     max_tokens: Option<u32>,
     /// Bound on the whole turn.
     #[arg(long)]
     timeout_secs: Option<u64>,
-    /// Print the response as JSON.
-    #[arg(long)]
-    json: bool,
     /// Stream every event as a JSON line to stderr.
     #[arg(long)]
     events: bool,
 }
 
 pub fn run(cmd: HarnessCommand, ctx: &super::Ctx) -> anyhow::Result<ExitCode> {
+    let json = ctx.json;
     let workspace = absolute(&ctx.workspace)?;
     let programs = Programs::discover(Some(&workspace));
     match cmd {
         HarnessCommand::Harness { command } => match command {
-            HarnessSub::List { json } => list(&programs, json),
+            HarnessSub::List {} => list(&programs, json),
             HarnessSub::Invocation(a) => invocation(&programs, &workspace, *a),
-            HarnessSub::Turn(a) => turn(programs, &workspace, *a),
+            HarnessSub::Turn(a) => turn(programs, &workspace, *a, json),
         },
         HarnessCommand::Attach {
             spec,
@@ -296,7 +302,7 @@ fn refused(err: &HarnessError) -> anyhow::Result<ExitCode> {
     let doc = serde_json::json!({"error": {"code": err.code(), "message": err.to_string()}});
     println!("{}", serde_json::to_string_pretty(&doc)?);
     eprintln!("metash: {err}");
-    Ok(ExitCode::from(REFUSED))
+    Ok(crate::exit::Exit::Refused.into())
 }
 
 fn invocation(
@@ -347,7 +353,7 @@ fn invocation(
     }
 }
 
-fn turn(programs: Programs, workspace: &Path, a: TurnArgs) -> anyhow::Result<ExitCode> {
+fn turn(programs: Programs, workspace: &Path, a: TurnArgs, json: bool) -> anyhow::Result<ExitCode> {
     let c = common(&a.common, workspace)?;
     let prompt = a
         .common
@@ -390,7 +396,7 @@ fn turn(programs: Programs, workspace: &Path, a: TurnArgs) -> anyhow::Result<Exi
         Ok(r) => r,
         Err(e) => return refused(&e),
     };
-    if a.json {
+    if json {
         println!("{}", serde_json::to_string_pretty(&resp)?);
     } else {
         if let Some(text) = &resp.result.final_output {
@@ -406,7 +412,7 @@ fn turn(programs: Programs, workspace: &Path, a: TurnArgs) -> anyhow::Result<Exi
     Ok(if resp.result.success {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(TURN_FAILED)
+        crate::exit::Exit::AgentError.into()
     })
 }
 
@@ -637,12 +643,11 @@ mod tests {
             "local",
             "--base-url",
             &base,
-            "--json",
         ])
         else {
             panic!("not a turn");
         };
-        let code = turn(Programs::default(), ws.path(), *a).unwrap();
+        let code = turn(Programs::default(), ws.path(), *a, true).unwrap();
         assert_eq!(code, ExitCode::SUCCESS);
         let request = server.join().unwrap();
         assert!(request.starts_with("POST /v1/chat/completions"));

@@ -10,7 +10,7 @@ use metash_host::{ConsentMode, Host, HostOptions, SpawnRequest, Spawner, Termina
 use metash_protocol::{AgentResponse, AgentStatus, CheckpointSignal, ModelHint, SpawnOptions};
 
 use super::Ctx;
-use crate::exit;
+use crate::exit::Exit;
 
 /// How a command that runs agents gets consent answers; shared with `metash run`.
 #[derive(Debug, Clone, Args)]
@@ -75,19 +75,23 @@ pub enum Hint {
 #[derive(Debug, Subcommand)]
 pub enum HostCommand {
     /// Run one sub-agent (seed 000's spawn_agent) and print its AgentResponse.
-    /// Exit codes: 0 success, 3 error, 4 checkpoint, 6 timeout.
+    /// Exit codes: 0 success, 3 error, 4 checkpoint, 6 timeout (docs/cli.md).
     Spawn {
         /// A registered agent or a role of .meta/config.toml.
         agent: String,
+        /// The task for the sub-agent (its only view of the conversation).
         #[arg(long)]
         message: String,
+        /// A system prompt for it.
         #[arg(long, default_value = "")]
         system: String,
+        /// Model roles: pick the role's fast or smart model.
         #[arg(long, value_enum)]
         model_hint: Option<Hint>,
         /// Seconds.
         #[arg(long)]
         timeout: Option<f64>,
+        /// Token budget for the spawn (model roles stop when it is spent).
         #[arg(long)]
         max_tokens: Option<u64>,
         /// Where the agent works (default: the project).
@@ -96,8 +100,6 @@ pub enum HostCommand {
         /// Wait for the answer to a checkpoint on stdin even when it is not a terminal.
         #[arg(long)]
         wait_for_answer: bool,
-        #[arg(long)]
-        json: bool,
         #[command(flatten)]
         host: HostArgs,
     },
@@ -126,17 +128,17 @@ pub enum HostCommand {
     },
     /// Answer the pending checkpoint; the next spawn receives the answer, once.
     Resume {
+        /// The answer: an option, its number, or free text.
         #[arg(long)]
         answer: String,
         /// The checkpoint being answered (refused if it is not the pending one).
         #[arg(long)]
         checkpoint: Option<String>,
-        #[arg(long)]
-        json: bool,
     },
 }
 
 pub fn run(cmd: HostCommand, ctx: &Ctx) -> Result<ExitCode> {
+    let json = ctx.json;
     match cmd {
         HostCommand::Spawn {
             agent,
@@ -147,7 +149,6 @@ pub fn run(cmd: HostCommand, ctx: &Ctx) -> Result<ExitCode> {
             max_tokens,
             workdir,
             wait_for_answer,
-            json,
             host,
         } => {
             let h = host.open(ctx)?;
@@ -177,11 +178,7 @@ pub fn run(cmd: HostCommand, ctx: &Ctx) -> Result<ExitCode> {
             host,
             command,
         } => sandbox(ctx, &role, workdir, &env, show, &host, &command),
-        HostCommand::Resume {
-            answer,
-            checkpoint,
-            json,
-        } => {
+        HostCommand::Resume { answer, checkpoint } => {
             let store = metash_store::Store::open(&ctx.workspace)?;
             let data = metash_host::checkpoint::answer(&store, checkpoint.as_deref(), &answer)?;
             if json {
@@ -238,9 +235,9 @@ fn sandbox(
 pub fn status_code(status: AgentStatus) -> ExitCode {
     match status {
         AgentStatus::Success => ExitCode::SUCCESS,
-        AgentStatus::Error => ExitCode::from(exit::AGENT_ERROR),
-        AgentStatus::Timeout => ExitCode::from(exit::TIMEOUT),
-        AgentStatus::Checkpoint => ExitCode::from(exit::CHECKPOINT),
+        AgentStatus::Error => Exit::AgentError.into(),
+        AgentStatus::Timeout => Exit::Timeout.into(),
+        AgentStatus::Checkpoint => Exit::Checkpoint.into(),
     }
 }
 
@@ -282,7 +279,7 @@ pub fn checkpoint(h: &Host, r: &AgentResponse, ask: bool, json: bool) -> Result<
             err,
             "waiting for an answer: metash resume --answer VALUE --checkpoint {id}"
         )?;
-        return Ok(ExitCode::from(exit::CHECKPOINT));
+        return Ok(Exit::Checkpoint.into());
     }
     drop(err);
     let stdin = std::io::stdin();
@@ -291,7 +288,7 @@ pub fn checkpoint(h: &Host, r: &AgentResponse, ask: bool, json: bool) -> Result<
         eprint!("answer> ");
         let Some(line) = lines.next() else {
             eprintln!("\nno answer (end of input); the checkpoint stays pending");
-            return Ok(ExitCode::from(exit::CHECKPOINT));
+            return Ok(Exit::Checkpoint.into());
         };
         match h.answer_checkpoint(Some(&id), &line?) {
             Ok(data) => {

@@ -17,6 +17,8 @@ mod store;
 #[derive(Debug, Clone)]
 pub struct Ctx {
     pub workspace: PathBuf,
+    /// `--json`: print the same data as JSON.
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]

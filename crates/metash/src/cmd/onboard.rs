@@ -151,10 +151,7 @@ pub fn write_roles(ctx: &Ctx, opts: &InitAgent) -> Result<Option<AgentChoice>> {
 pub enum OnboardCommand {
     /// What a real agent needs here (CLIs, keys, Landlock, seccomp, cgroups, user namespaces),
     /// each missing piece with the command that fixes it. Exit 1 when something needed is missing.
-    Doctor {
-        #[arg(long)]
-        json: bool,
-    },
+    Doctor {},
 }
 
 /// How one check came out.
@@ -189,7 +186,8 @@ fn check(name: &str, status: Status, detail: String, fix: Option<&str>) -> Check
 }
 
 pub fn run(command: OnboardCommand, ctx: &Ctx) -> Result<ExitCode> {
-    let OnboardCommand::Doctor { json } = command;
+    let json = ctx.json;
+    let OnboardCommand::Doctor {} = command;
     let checks = doctor(&ctx.workspace);
     let ok = checks.iter().all(|c| c.status != Status::Fail);
     if json {
@@ -221,7 +219,7 @@ pub fn run(command: OnboardCommand, ctx: &Ctx) -> Result<ExitCode> {
     Ok(if ok {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(crate::exit::FAILURE)
+        crate::exit::Exit::Failure.into()
     })
 }
 

@@ -10,7 +10,7 @@ use metash_orchestrator::{Orchestrator, RunOptions, RunOutcome, StatusReport};
 use super::host::HostArgs;
 use super::Ctx;
 
-use crate::exit::{CHECKPOINT, HALTED};
+use crate::exit::Exit;
 
 #[derive(Debug, Subcommand)]
 pub enum OrchestratorCommand {
@@ -18,18 +18,14 @@ pub enum OrchestratorCommand {
     /// checkpoint needs you, or the session halts. Continues a stopped or killed run.
     Run(RunArgs),
     /// The session: phase, tasks, gaps, pending checkpoint, budget used.
-    Status {
-        #[arg(long)]
-        json: bool,
-    },
+    Status {},
     /// Undo a task's recorded commits (and of the tasks depending on it, after asking).
     Rollback {
+        /// The task's id (as `metash status` lists it).
         task: String,
         /// Also roll back dependent tasks without asking.
         #[arg(long)]
         yes: bool,
-        #[arg(long)]
-        json: bool,
     },
 }
 
@@ -49,20 +45,19 @@ pub struct RunArgs {
     retry: bool,
     #[command(flatten)]
     host: HostArgs,
-    /// Print the outcome as JSON on stdout.
-    #[arg(long)]
-    json: bool,
 }
 
 pub fn run(cmd: OrchestratorCommand, ctx: &Ctx) -> Result<ExitCode> {
+    let json = ctx.json;
     match cmd {
         OrchestratorCommand::Run(args) => run_loop(args, ctx),
-        OrchestratorCommand::Status { json } => status(ctx, json),
-        OrchestratorCommand::Rollback { task, yes, json } => rollback(ctx, &task, yes, json),
+        OrchestratorCommand::Status {} => status(ctx, json),
+        OrchestratorCommand::Rollback { task, yes } => rollback(ctx, &task, yes, json),
     }
 }
 
 fn run_loop(args: RunArgs, ctx: &Ctx) -> Result<ExitCode> {
+    let json = ctx.json;
     let host = args.host.open(ctx)?;
     let mut orch = Orchestrator::new(&host, &host)?;
     if args.answer.is_none() && host.pending_checkpoint()?.is_none() {
@@ -77,7 +72,7 @@ fn run_loop(args: RunArgs, ctx: &Ctx) -> Result<ExitCode> {
     let mut outcome = orch.run(&options)?;
     // At a terminal, a checkpoint is asked and answered in place; scripts get exit code 4.
     while let RunOutcome::Checkpoint(p) = &outcome {
-        if args.json || !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+        if json || !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
             break;
         }
         let Some(answer) = ask(p)? else { break };
@@ -111,7 +106,7 @@ fn run_loop(args: RunArgs, ctx: &Ctx) -> Result<ExitCode> {
             }
             eprintln!("answer with: metash run --answer VALUE");
             (
-                ExitCode::from(CHECKPOINT),
+                Exit::Checkpoint.into(),
                 serde_json::json!({"outcome": "checkpoint", "checkpoint": p}),
             )
         }
@@ -122,12 +117,12 @@ fn run_loop(args: RunArgs, ctx: &Ctx) -> Result<ExitCode> {
             }
             eprintln!("fix the cause, then `metash run --retry` (or `metash rollback TASK`)");
             (
-                ExitCode::from(HALTED),
+                Exit::Halted.into(),
                 serde_json::json!({"outcome": "halted", "halt": h}),
             )
         }
     };
-    if args.json {
+    if json {
         println!("{}", serde_json::to_string_pretty(&value)?);
     }
     Ok(code)
@@ -260,7 +255,7 @@ fn rollback(ctx: &Ctx, task: &str, yes: bool, json: bool) -> Result<ExitCode> {
         std::io::stdin().read_line(&mut line)?;
         if !matches!(line.trim(), "y" | "Y" | "yes") {
             eprintln!("nothing was rolled back");
-            return Ok(ExitCode::from(crate::exit::FAILURE));
+            return Ok(crate::exit::Exit::Failure.into());
         }
         with_dependents = true;
     }

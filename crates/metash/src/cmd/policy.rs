@@ -1,6 +1,7 @@
 //! `agents`, `consent`, `ledger`: the policy layer (seed 002) from the command line. Thin: each
 //! command calls `metash-policy` and prints for people, or JSON with `--json`.
 
+use metash_protocol::LogKind;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -19,9 +20,6 @@ use metash_store::Store;
 use serde_json::{json, Value};
 
 use super::Ctx;
-
-/// Exit code when a capability check is refused.
-const DENIED: u8 = 2;
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
@@ -46,30 +44,24 @@ pub enum PolicyCommand {
 pub enum AgentsCmd {
     /// Agents found in `.meta/agents/` and `$XDG_CONFIG_HOME/metash/agents/` (records new ones as
     /// Registered in the ledger).
-    List {
-        #[arg(long)]
-        json: bool,
-    },
+    List {},
     /// One agent's manifest, resolved entry and declared capabilities.
     Show {
+        /// The agent's id.
         id: String,
-        #[arg(long)]
-        json: bool,
     },
     /// Validates a manifest (a file, or a directory holding manifest.toml), or every agent found.
     Validate {
+        /// A manifest file or agent directory (default: every agent found).
         path: Option<PathBuf>,
-        #[arg(long)]
-        json: bool,
     },
     /// Upgrades manifests without `schema_version` to the current schema, keeping comments.
     Migrate {
+        /// A manifest file or agent directory (default: every agent found).
         path: Option<PathBuf>,
         /// Only report what would change (exit 1 if anything would).
         #[arg(long)]
         check: bool,
-        #[arg(long)]
-        json: bool,
     },
 }
 
@@ -77,16 +69,18 @@ pub enum AgentsCmd {
 pub enum ConsentCmd {
     /// Grants as persisted: live ones, or with `--all` expired ones and revocations too.
     List {
+        /// Only this agent's grants.
         #[arg(long)]
         agent: Option<String>,
+        /// Expired grants and revocations too.
         #[arg(long)]
         all: bool,
-        #[arg(long)]
-        json: bool,
     },
     /// Grants a capability the agent's manifest declares, for a limited time.
     Grant {
+        /// The agent's id.
         agent: String,
+        /// A capability its manifest declares, e.g. `files.write:src` or `network:api.github.com`.
         capability: String,
         /// How long the grant lasts.
         #[arg(long, default_value_t = 3600)]
@@ -95,17 +89,15 @@ pub enum ConsentCmd {
         /// workspace, native execution) without asking each time.
         #[arg(long)]
         sensitive: bool,
-        #[arg(long)]
-        json: bool,
     },
     /// Revokes a capability (and every narrower grant it covers); effective at once everywhere.
     Revoke {
+        /// The agent's id.
         agent: String,
+        /// The capability (every narrower grant it covers goes too).
         capability: String,
-        #[arg(long)]
-        json: bool,
     },
-    /// Decides whether the agent may use the capability now, asking if needed (exit 2 if refused).
+    /// Decides whether the agent may use the capability now, asking if needed (exit 7 if refused).
     Check(CheckArgs),
 }
 
@@ -119,11 +111,14 @@ pub enum ActionArg {
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
+    /// The agent's id.
     agent: String,
+    /// The capability requested, e.g. `files.read:src`.
     capability: String,
     /// The request is a sensitive action (asked every time).
     #[arg(long, value_enum)]
     action: Option<ActionArg>,
+    /// Why the capability is wanted (shown when asking, recorded in the ledger).
     #[arg(long, default_value = "requested from the command line")]
     reason: String,
     /// Answer consent requests from this policy file (TOML, see docs/policy.md).
@@ -138,12 +133,11 @@ pub struct CheckArgs {
     /// Only print the decision; never ask or write to the ledger.
     #[arg(long)]
     dry_run: bool,
-    #[arg(long)]
-    json: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct FilterArgs {
+    /// Records concerning this agent.
     #[arg(long)]
     agent: Option<String>,
     /// Records concerning this capability or a narrower one.
@@ -152,6 +146,7 @@ pub struct FilterArgs {
     /// RFC 3339, a date (2026-11-22) or an age (10m, 2h, 7d).
     #[arg(long)]
     since: Option<String>,
+    /// Up to this time: RFC 3339, a date or an age, as --since.
     #[arg(long)]
     until: Option<String>,
     /// Only these event kinds (repeatable).
@@ -177,13 +172,12 @@ pub enum LedgerCmd {
         /// Only the last N records.
         #[arg(long)]
         limit: Option<usize>,
-        #[arg(long)]
-        json: bool,
     },
     /// Exports the ledger with secrets redacted.
     Export {
         #[command(flatten)]
         filter: FilterArgs,
+        /// jsonl (one record per line) or csv.
         #[arg(long, value_enum)]
         format: FormatArg,
         /// Write here instead of standard output.
@@ -257,8 +251,9 @@ fn agent_json(a: &Agent) -> Value {
 }
 
 fn agents(cmd: AgentsCmd, ctx: &Ctx) -> Result<ExitCode> {
+    let json = ctx.json;
     match cmd {
-        AgentsCmd::List { json } => {
+        AgentsCmd::List {} => {
             let (reg, _) = registry(ctx)?;
             if json {
                 let agents: Vec<Value> = reg.agents().map(agent_json).collect();
@@ -297,7 +292,7 @@ fn agents(cmd: AgentsCmd, ctx: &Ctx) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        AgentsCmd::Show { id, json } => {
+        AgentsCmd::Show { id } => {
             let (reg, _) = registry(ctx)?;
             let a = reg
                 .get(&id)
@@ -337,8 +332,8 @@ fn agents(cmd: AgentsCmd, ctx: &Ctx) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        AgentsCmd::Validate { path, json } => validate(ctx, path, json),
-        AgentsCmd::Migrate { path, check, json } => migrate_cmd(ctx, path, check, json),
+        AgentsCmd::Validate { path } => validate(ctx, path, json),
+        AgentsCmd::Migrate { path, check } => migrate_cmd(ctx, path, check, json),
     }
 }
 
@@ -505,8 +500,9 @@ fn parse_cap(s: &str) -> Result<Capability> {
 }
 
 fn consent(cmd: ConsentCmd, ctx: &Ctx) -> Result<ExitCode> {
+    let json = ctx.json;
     match cmd {
-        ConsentCmd::List { agent, all, json } => {
+        ConsentCmd::List { agent, all } => {
             let p = policy(ctx)?;
             let grants: Vec<_> = p
                 .grants()?
@@ -559,7 +555,6 @@ fn consent(cmd: ConsentCmd, ctx: &Ctx) -> Result<ExitCode> {
             capability,
             duration_s,
             sensitive,
-            json,
         } => {
             let p = policy(ctx)?;
             if duration_s == 0 {
@@ -582,11 +577,7 @@ fn consent(cmd: ConsentCmd, ctx: &Ctx) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        ConsentCmd::Revoke {
-            agent,
-            capability,
-            json,
-        } => {
+        ConsentCmd::Revoke { agent, capability } => {
             let p = policy(ctx)?;
             let revoked = p.revoke(&agent, &parse_cap(&capability)?, "cli")?;
             if json {
@@ -607,6 +598,7 @@ fn consent(cmd: ConsentCmd, ctx: &Ctx) -> Result<ExitCode> {
 }
 
 fn check(ctx: &Ctx, a: CheckArgs) -> Result<ExitCode> {
+    let json = ctx.json;
     let p = policy(ctx)?;
     let mut req = CapabilityRequest::parse(&a.capability, a.reason.clone())?;
     req.sensitive = a.action.map(|x| match x {
@@ -631,7 +623,7 @@ fn check(ctx: &Ctx, a: CheckArgs) -> Result<ExitCode> {
                 Some(hint.clone()),
             ),
         };
-        if a.json {
+        if json {
             println!(
                 "{}",
                 json!({"decision": word, "code": code, "message": message, "hint": hint})
@@ -645,7 +637,7 @@ fn check(ctx: &Ctx, a: CheckArgs) -> Result<ExitCode> {
         return Ok(if d.is_allow() {
             ExitCode::SUCCESS
         } else {
-            ExitCode::from(DENIED)
+            crate::exit::Exit::Refused.into()
         });
     }
     let yes_to = a
@@ -666,7 +658,7 @@ fn check(ctx: &Ctx, a: CheckArgs) -> Result<ExitCode> {
     let auth = p.authorize(&a.agent, &req, prompter.as_mut())?;
     match auth {
         Authorization::Allowed { .. } => {
-            if a.json {
+            if json {
                 println!("{}", json!({"decision": "allow"}));
             } else {
                 println!("allowed");
@@ -674,7 +666,7 @@ fn check(ctx: &Ctx, a: CheckArgs) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Authorization::Denied { event, .. } => {
-            if a.json {
+            if json {
                 println!("{}", json!({"decision": "deny", "event": event}));
             } else if let metash_protocol::AgentEvent::Error {
                 code,
@@ -687,7 +679,7 @@ fn check(ctx: &Ctx, a: CheckArgs) -> Result<ExitCode> {
                     println!("  hint: {h}");
                 }
             }
-            Ok(ExitCode::from(DENIED))
+            Ok(crate::exit::Exit::Refused.into())
         }
     }
 }
@@ -707,20 +699,17 @@ fn filter(args: FilterArgs) -> Result<Filter> {
             .as_deref()
             .map(|s| ledger::parse_time(s, now))
             .transpose()?,
-        kinds: args.kind,
+        kinds: args.kind.iter().map(|k| LogKind::parse(k)).collect(),
         all: args.all,
     })
 }
 
 fn ledger_cmd(cmd: LedgerCmd, ctx: &Ctx) -> Result<ExitCode> {
+    let json = ctx.json;
     let store = Store::open(&ctx.workspace)?;
     let redactor = project_redactor(&store)?;
     match cmd {
-        LedgerCmd::View {
-            filter: f,
-            limit,
-            json,
-        } => {
+        LedgerCmd::View { filter: f, limit } => {
             let mut recs = ledger::records(&store, &filter(f)?)?;
             if let Some(n) = limit {
                 let skip = recs.len().saturating_sub(n);

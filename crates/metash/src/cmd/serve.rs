@@ -40,9 +40,10 @@ pub struct ServeArgs {
 
 #[derive(Debug, Args)]
 pub struct HostArgs {
-    /// A policy file granting capabilities to spawned agents (nobody can be asked for consent).
-    #[arg(long, value_name = "FILE")]
-    policy_file: Option<PathBuf>,
+    /// A consent policy file granting capabilities to spawned agents (nobody can be asked for
+    /// consent over stdio). Same flag as `metash spawn --policy`.
+    #[arg(long = "policy", visible_alias = "policy-file", value_name = "FILE")]
+    policy: Option<PathBuf>,
     /// Print no progress lines on stderr.
     #[arg(long)]
     quiet: bool,
@@ -83,7 +84,7 @@ fn open(ctx: &Ctx, args: &HostArgs) -> Result<Arc<Host>> {
             Terminal::Stderr
         },
         consent: ConsentMode::NonInteractive,
-        policy_file: args.policy_file.clone(),
+        policy_file: args.policy.clone(),
         yes_to: Vec::new(),
         config_home: config_home(),
         ..HostOptions::default()

@@ -21,8 +21,6 @@ pub enum StoreCommand {
         context: Option<PathBuf>,
         #[command(flatten)]
         agent: super::onboard::InitAgent,
-        #[arg(long)]
-        json: bool,
     },
     /// Read and change session.json.
     State {
@@ -47,12 +45,12 @@ pub enum StoreCommand {
         /// Then remove the oldest until the rest fit in this many MiB.
         #[arg(long, default_value_t = 1024)]
         max_total_mib: u64,
-        #[arg(long)]
-        json: bool,
     },
     /// Print the JSON Schema of a metash type (`--list` for the names).
     Schema {
+        /// The type's schema name (e.g. `session`, `agent-response`).
         name: Option<String>,
+        /// List the names instead.
         #[arg(long)]
         list: bool,
     },
@@ -62,12 +60,12 @@ pub enum StoreCommand {
 pub enum StateCmd {
     /// Print a value by dotted key path (the whole state without KEY).
     Get {
+        /// A dotted key path, e.g. `variables.plan`.
         key: Option<String>,
-        #[arg(long)]
-        json: bool,
     },
     /// Set a dotted key path to a JSON value, atomically (seed 000's update_state).
     Set {
+        /// A dotted key path, e.g. `variables.plan`.
         key: String,
         /// A JSON value: `3`, `"text"`, `{"a":1}`.
         value: String,
@@ -77,32 +75,24 @@ pub enum StateCmd {
         /// Lock timeout in milliseconds.
         #[arg(long, default_value_t = 5000)]
         lock_timeout_ms: u64,
-        #[arg(long)]
-        json: bool,
     },
     /// Recreate session.json from the event log alone.
-    Rebuild {
-        #[arg(long)]
-        json: bool,
-    },
+    Rebuild {},
 }
 
 #[derive(Debug, Subcommand)]
 pub enum LogCmd {
     /// The last events.
     Tail {
+        /// How many of the last events.
         #[arg(short = 'n', long, default_value_t = 20)]
         lines: usize,
-        #[arg(long)]
-        json: bool,
     },
     /// Check the hash chain; names the first broken event.
-    Verify {
-        #[arg(long)]
-        json: bool,
-    },
+    Verify {},
     /// The whole verified log as JSON lines (to stdout or a file).
     Export {
+        /// Write to this file instead of stdout.
         #[arg(long, short)]
         output: Option<PathBuf>,
     },
@@ -110,18 +100,23 @@ pub enum LogCmd {
 
 #[derive(Debug, Subcommand)]
 pub enum KvCmd {
+    /// Print one key's value.
     Get {
+        /// The key.
         key: String,
         #[command(flatten)]
         ns: AgentArg,
     },
+    /// Set a key to a JSON value.
     Set {
+        /// The key.
         key: String,
         /// A JSON value.
         value: String,
         #[command(flatten)]
         ns: AgentArg,
     },
+    /// List the namespace's keys.
     List {
         #[command(flatten)]
         ns: AgentArg,
@@ -133,24 +128,18 @@ pub struct AgentArg {
     /// The agent whose namespace this is.
     #[arg(long)]
     agent: String,
-    #[arg(long)]
-    json: bool,
 }
 
 pub fn run(cmd: StoreCommand, ctx: &Ctx) -> Result<ExitCode> {
+    let json = ctx.json;
     match cmd {
-        StoreCommand::Init {
-            context,
-            agent,
-            json,
-        } => init(ctx, context, &agent, json),
+        StoreCommand::Init { context, agent } => init(ctx, context, &agent),
         StoreCommand::State { cmd } => state(ctx, cmd),
         StoreCommand::Log { cmd } => log(ctx, cmd),
         StoreCommand::Kv { cmd } => kv(ctx, cmd),
         StoreCommand::Gc {
             max_age_days,
             max_total_mib,
-            json,
         } => {
             let store = Store::open(&ctx.workspace)?;
             let policy = Retention {
@@ -179,8 +168,8 @@ fn init(
     ctx: &Ctx,
     context: Option<PathBuf>,
     agent: &super::onboard::InitAgent,
-    json: bool,
 ) -> Result<ExitCode> {
+    let json = ctx.json;
     let text = match &context {
         Some(p) => {
             Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
@@ -233,8 +222,9 @@ fn parse_json(value: &str) -> Result<Value> {
 }
 
 fn state(ctx: &Ctx, cmd: StateCmd) -> Result<ExitCode> {
+    let json = ctx.json;
     match cmd {
-        StateCmd::Get { key, json } => {
+        StateCmd::Get { key } => {
             let store = Store::open(&ctx.workspace)?;
             let value = store.get(key.as_deref().unwrap_or(""))?;
             print_value(&value, json)?;
@@ -244,7 +234,6 @@ fn state(ctx: &Ctx, cmd: StateCmd) -> Result<ExitCode> {
             value,
             expect_revision,
             lock_timeout_ms,
-            json,
         } => {
             let value = parse_json(&value)?;
             let store = Store::open(&ctx.workspace)?
@@ -256,7 +245,7 @@ fn state(ctx: &Ctx, cmd: StateCmd) -> Result<ExitCode> {
                 println!("{key} set (revision {revision})");
             }
         }
-        StateCmd::Rebuild { json } => {
+        StateCmd::Rebuild {} => {
             let store = Store::open(&ctx.workspace)?;
             let state = store.rebuild_and_save()?;
             if json {
@@ -274,9 +263,10 @@ fn state(ctx: &Ctx, cmd: StateCmd) -> Result<ExitCode> {
 }
 
 fn log(ctx: &Ctx, cmd: LogCmd) -> Result<ExitCode> {
+    let json = ctx.json;
     let store = Store::open(&ctx.workspace)?;
     match cmd {
-        LogCmd::Tail { lines, json } => {
+        LogCmd::Tail { lines } => {
             let mut recs = Vec::new();
             store.log().scan_back(|r| {
                 recs.push(r);
@@ -297,7 +287,7 @@ fn log(ctx: &Ctx, cmd: LogCmd) -> Result<ExitCode> {
                 }
             }
         }
-        LogCmd::Verify { json } => match store.log().verify() {
+        LogCmd::Verify {} => match store.log().verify() {
             Ok(n) => {
                 if json {
                     println!("{}", serde_json::json!({"ok": true, "events": n}));
@@ -314,7 +304,7 @@ fn log(ctx: &Ctx, cmd: LogCmd) -> Result<ExitCode> {
                 } else {
                     eprintln!("{}: broken at event {seq}: {reason}", path.display());
                 }
-                return Ok(ExitCode::from(crate::exit::FAILURE));
+                return Ok(crate::exit::Exit::Failure.into());
             }
             Err(e) => return Err(e.into()),
         },
@@ -338,15 +328,16 @@ fn log(ctx: &Ctx, cmd: LogCmd) -> Result<ExitCode> {
 }
 
 fn kv(ctx: &Ctx, cmd: KvCmd) -> Result<ExitCode> {
+    let json = ctx.json;
     let store = Store::open(&ctx.workspace)?;
     match cmd {
         KvCmd::Get { key, ns } => match store.kv(&ns.agent)?.get(&key)? {
-            Some(v) => print_value(&v, ns.json)?,
+            Some(v) => print_value(&v, json)?,
             None => bail!("no key `{key}` in {}'s namespace", ns.agent),
         },
         KvCmd::Set { key, value, ns } => {
             let seq = store.kv(&ns.agent)?.set(&key, parse_json(&value)?)?;
-            if ns.json {
+            if json {
                 println!("{}", serde_json::json!({ "seq": seq }));
             } else {
                 println!("{}: {key} set", ns.agent);
@@ -354,7 +345,7 @@ fn kv(ctx: &Ctx, cmd: KvCmd) -> Result<ExitCode> {
         }
         KvCmd::List { ns } => {
             let map = store.kv(&ns.agent)?.list()?;
-            if ns.json {
+            if json {
                 println!("{}", serde_json::to_string(&map)?);
             } else {
                 for (k, v) in map {

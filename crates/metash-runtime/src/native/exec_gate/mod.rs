@@ -21,6 +21,7 @@ mod filter;
 mod handoff;
 mod memory;
 
+use metash_protocol::LogKind;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -37,7 +38,7 @@ pub use handoff::ChildSide;
 
 use crate::error::{Result, RuntimeError};
 use crate::reply::Replier;
-use crate::sink::{kinds, EventSink};
+use crate::sink::EventSink;
 use crate::spec::{ActionGate, GateVerdict, GatedAction};
 use filter::notify_program;
 use handoff::{receive, Received};
@@ -319,7 +320,7 @@ fn deny(
         return;
     }
     cfg.sink.record(
-        kinds::DENIED,
+        LogKind::SandboxDenied,
         Some(&cfg.agent),
         json!({"what": "exec", "program": program, "code": code, "reason": message,
                "pid": req.pid, "via": "seccomp-user-notif"}),
