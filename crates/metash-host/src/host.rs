@@ -19,7 +19,6 @@ use crate::config::{HostConfig, Role};
 use crate::error::{HostError, Result};
 use crate::journal::Journal;
 use crate::progress::{self, Terminal};
-use crate::spawn::Target;
 
 /// Who answers consent questions during spawns.
 #[derive(Debug, Clone, Default)]
@@ -435,4 +434,11 @@ impl Host {
             self.publish_since(tail.seq);
         }
     }
+}
+
+/// What a name resolves to.
+pub(crate) enum Target {
+    /// The registry it was found in (reused for the policy decisions of the spawn).
+    Agent(Box<metash_policy::Registry>),
+    Role(Box<crate::config::Role>),
 }

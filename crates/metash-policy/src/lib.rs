@@ -48,6 +48,7 @@ pub mod policy;
 pub mod policy_file;
 pub mod prompt;
 pub mod quantity;
+pub mod question;
 pub mod redact;
 pub mod registry;
 mod suggest;

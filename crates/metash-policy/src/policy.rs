@@ -19,26 +19,7 @@ use crate::error::{PolicyError, Result};
 use crate::prompt::{Answer, ConsentPrompter, ConsentQuestion};
 use crate::registry::Registry;
 
-/// High-risk actions that the seed says ask per action.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Sensitive {
-    NetworkWrite,
-    ProcessSpawn,
-    WriteOutsideWorkspace,
-    NativeExec,
-}
-
-impl Sensitive {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Sensitive::NetworkWrite => "network_write",
-            Sensitive::ProcessSpawn => "process_spawn",
-            Sensitive::WriteOutsideWorkspace => "write_outside_workspace",
-            Sensitive::NativeExec => "native_exec",
-        }
-    }
-}
+pub use crate::question::Sensitive;
 
 /// What an agent wants to do, as the policy sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]

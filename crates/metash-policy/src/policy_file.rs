@@ -22,7 +22,7 @@ use serde::Deserialize;
 use crate::capability::Capability;
 use crate::error::{PolicyError, Result};
 use crate::manifest::line_col;
-use crate::prompt::{Answer, ConsentQuestion};
+use crate::question::{Answer, ConsentQuestion};
 
 pub const POLICY_SCHEMA_VERSIONS: &[&str] = &["0.1"];
 

@@ -7,30 +7,8 @@
 use std::io::{BufRead, Write};
 
 use crate::capability::Capability;
-use crate::policy::Sensitive;
 use crate::policy_file::PolicyFile;
-
-/// The question put to the person (or rule set).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConsentQuestion {
-    pub agent: String,
-    /// The manifest's human name.
-    pub agent_name: String,
-    pub capability: Capability,
-    pub reason: String,
-    pub sensitive: Option<Sensitive>,
-    /// The grant length the agent suggested.
-    pub duration_s: Option<u64>,
-}
-
-/// The answers users expect.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Answer {
-    AllowOnce,
-    /// Allow for this many seconds (records a grant).
-    AllowFor(u64),
-    Deny,
-}
+pub use crate::question::{Answer, ConsentQuestion};
 
 pub trait ConsentPrompter {
     fn ask(&mut self, q: &ConsentQuestion) -> Answer;

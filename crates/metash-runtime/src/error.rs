@@ -1,17 +1,13 @@
 //! The runtime's error type. Every variant names what was refused and why, because the host shows
 //! these messages to people deciding whether to grant more.
 
-use crate::lifecycle::LifecycleState;
+use crate::lifecycle::IllegalTransition;
 
 /// Everything the runtime can refuse or fail at.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("illegal lifecycle transition for agent {agent}: cannot {action} while {from}")]
-    IllegalTransition {
-        agent: String,
-        from: LifecycleState,
-        action: String,
-    },
+    #[error(transparent)]
+    IllegalTransition(#[from] IllegalTransition),
     #[error("unsupported schema_version {found:?} (this runtime speaks {supported})")]
     UnsupportedVersion { found: String, supported: String },
     #[error("malformed protocol message: {0}")]

@@ -5,8 +5,6 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::error::{Result, RuntimeError};
-
 /// The five lifecycle states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -61,15 +59,24 @@ impl LifecycleState {
     /// The next state for `action` on `agent`.
     ///
     /// # Errors
-    /// [`RuntimeError::IllegalTransition`] when the lifecycle does not allow it.
-    pub fn check(self, agent: &str, action: Action) -> Result<LifecycleState> {
-        self.after(action)
-            .ok_or_else(|| RuntimeError::IllegalTransition {
-                agent: agent.to_string(),
-                from: self,
-                action: format!("{action:?}").to_lowercase(),
-            })
+    /// [`IllegalTransition`] when the lifecycle does not allow it.
+    pub fn check(self, agent: &str, action: Action) -> Result<LifecycleState, IllegalTransition> {
+        self.after(action).ok_or_else(|| IllegalTransition {
+            agent: agent.to_string(),
+            from: self,
+            action: format!("{action:?}").to_lowercase(),
+        })
     }
+}
+
+/// An action the lifecycle does not allow in the agent's state (the state machine's own error, so
+/// it depends on nothing; the runtime's error wraps it).
+#[derive(Debug, thiserror::Error)]
+#[error("illegal lifecycle transition for agent {agent}: cannot {action} while {from}")]
+pub struct IllegalTransition {
+    pub agent: String,
+    pub from: LifecycleState,
+    pub action: String,
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use serde_json::json;
 
 use crate::budget;
 use crate::error::{HostError, Result};
-use crate::host::Host;
+use crate::host::{Host, Target};
 use crate::spawner::{SpawnRequest, Spawner};
 
 /// When neither the spawn nor the config gives a timeout.
@@ -166,11 +166,4 @@ impl Host {
             },
         })
     }
-}
-
-/// What a name resolves to.
-pub(crate) enum Target {
-    /// The registry it was found in (reused for the policy decisions of the spawn).
-    Agent(Box<metash_policy::Registry>),
-    Role(Box<crate::config::Role>),
 }
