@@ -16,51 +16,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// A capability category. `native` is declared by `sandbox = "native"`, not listed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Category {
-    FilesRead,
-    FilesWrite,
-    Network,
-    MediaPreview,
-    Codegen,
-    Memory,
-    ProcessSpawn,
-    Native,
-    Oauth,
-}
-
-impl Category {
-    pub const ALL: &'static [Category] = &[
-        Category::FilesRead,
-        Category::FilesWrite,
-        Category::Network,
-        Category::MediaPreview,
-        Category::Codegen,
-        Category::Memory,
-        Category::ProcessSpawn,
-        Category::Native,
-        Category::Oauth,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Category::FilesRead => "files.read",
-            Category::FilesWrite => "files.write",
-            Category::Network => "network",
-            Category::MediaPreview => "media.preview",
-            Category::Codegen => "codegen",
-            Category::Memory => "memory",
-            Category::ProcessSpawn => "process.spawn",
-            Category::Native => "native",
-            Category::Oauth => "oauth",
-        }
-    }
-
-    fn names() -> Vec<&'static str> {
-        Self::ALL.iter().map(|c| c.as_str()).collect()
-    }
-}
+pub use metash_protocol::capability::Category;
 
 /// A parsed capability: category plus optional scope (normalised: hosts lowercased, paths without a
 /// trailing `/`).

@@ -6,6 +6,7 @@
 //! wire follow the seeds exactly: camelCase for seeds 001 and 003, snake_case for 000's checkpoint and
 //! 002's events.
 
+pub mod capability;
 pub mod continuation;
 pub mod events;
 pub mod harness;

@@ -19,7 +19,7 @@ use crate::limits::{parse_mem, Applied, AppliedLimits};
 use crate::native::NativeProcess;
 use crate::reply::Replier;
 use crate::sink::EventSink;
-use crate::spec::{caps, AgentSpec};
+use crate::spec::{AgentSpec, Category};
 use crate::wasm::{Kind, WasmAgent, WasmEngine, GUEST_WORKSPACE};
 
 /// Default WASM memory when the manifest sets none.
@@ -236,8 +236,8 @@ impl Agent {
                     },
                     "module_cache": format!("{:?}", wasm.cache).to_lowercase(),
                     "load_ms": t0.elapsed().as_secs_f64() * 1000.0,
-                    "preopen": if self.spec.has(caps::FILES_WRITE) { "read-write" }
-                        else if self.spec.has(caps::FILES_READ) { "read-only" } else { "none" },
+                    "preopen": if self.spec.has(Category::FilesWrite) { "read-write" }
+                        else if self.spec.has(Category::FilesRead) { "read-only" } else { "none" },
                     "paths": crate::limits::paths_report(&self.spec, Some(GUEST_WORKSPACE)),
                     "network": wasm.network_report(),
                     "env": self.spec.env.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),

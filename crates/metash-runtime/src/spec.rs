@@ -13,12 +13,9 @@ use serde_json::Value;
 
 use crate::stream::Throttle;
 
-/// Capability names the runtime enforces (seed 002 section 2).
-pub mod caps {
-    pub const FILES_READ: &str = "files.read";
-    pub const FILES_WRITE: &str = "files.write";
-    pub const NETWORK: &str = "network";
-}
+/// The capability categories the runtime enforces (seed 002 section 2): files.read, files.write,
+/// network.
+pub use metash_protocol::capability::Category;
 
 /// Outbound network access, decided by policy.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -202,20 +199,21 @@ impl AgentSpec {
     /// existing scoped path): what [`Self::hidden`] is checked against.
     pub fn granted_dirs(&self) -> Vec<PathBuf> {
         let mut dirs = Vec::new();
-        if self.has(caps::FILES_READ) || self.has(caps::FILES_WRITE) {
+        if self.has(Category::FilesRead) || self.has(Category::FilesWrite) {
             dirs.push(self.workspace.clone());
         }
         dirs.extend(self.split_paths().0.into_iter().map(|p| p.path.clone()));
         dirs
     }
 
-    pub fn has(&self, cap: &str) -> bool {
-        self.granted.iter().any(|c| c == cap)
+    /// Whether the whole category is granted (unscoped).
+    pub fn has(&self, cap: Category) -> bool {
+        self.granted.iter().any(|c| c == cap.as_str())
     }
 
     /// Whether the agent can see any file of its own (the workspace, or a scoped path).
     pub fn has_files(&self) -> bool {
-        self.has(caps::FILES_READ) || self.has(caps::FILES_WRITE) || !self.paths.is_empty()
+        self.has(Category::FilesRead) || self.has(Category::FilesWrite) || !self.paths.is_empty()
     }
 
     /// The scoped paths that exist (applied) and those that do not (skipped, reported).
@@ -225,7 +223,7 @@ impl AgentSpec {
 
     /// The network mode in force: `None` unless `network` is granted.
     pub fn effective_network(&self) -> NetworkAccess {
-        if self.has(caps::NETWORK) {
+        if self.has(Category::Network) {
             self.network.clone()
         } else {
             NetworkAccess::None

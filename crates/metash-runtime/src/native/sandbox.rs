@@ -19,7 +19,7 @@ use crate::error::{io_err, Result};
 use crate::limits::{parse_cpu, parse_mem, Applied, AppliedLimits};
 use crate::reply::Replier;
 use crate::sink::EventSink;
-use crate::spec::{caps, AgentSpec, NetworkAccess};
+use crate::spec::{AgentSpec, Category, NetworkAccess};
 
 static NONCE: AtomicU64 = AtomicU64::new(0);
 
@@ -66,8 +66,8 @@ impl Sandbox {
         let proxy_ports: Vec<u16> = proxy.iter().map(ConnectProxy::port).collect();
         let (ll_fd, abi) = isolate::landlock_ruleset(&isolate::LandlockPlan {
             workspace: &workspace,
-            read: spec.has(caps::FILES_READ),
-            write: spec.has(caps::FILES_WRITE),
+            read: spec.has(Category::FilesRead),
+            write: spec.has(Category::FilesWrite),
             paths: &spec.split_paths().0,
             entry: &entry,
             network: &network,
@@ -144,8 +144,8 @@ impl Sandbox {
             "capabilities_dropped": true,
             "network": network,
             "proxy_port": proxy.as_ref().map(ConnectProxy::port),
-            "workspace_access": if spec.has(caps::FILES_WRITE) { "read-write" }
-                else if spec.has(caps::FILES_READ) { "read-only" } else { "none" },
+            "workspace_access": if spec.has(Category::FilesWrite) { "read-write" }
+                else if spec.has(Category::FilesRead) { "read-only" } else { "none" },
             "paths": crate::limits::paths_report(spec, None),
             "state_hidden": hidden_report,
         });

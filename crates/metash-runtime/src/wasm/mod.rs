@@ -48,7 +48,7 @@ use crate::invocation::{InvocationStatus, Outcome, Step, Tracker};
 use crate::pump::{pump, Msg, PumpCfg};
 use crate::reply::Replier;
 use crate::sink::EventSink;
-use crate::spec::{caps, AgentSpec};
+use crate::spec::{AgentSpec, Category};
 use crate::stream::TokenBucket;
 
 /// How often the timer thread advances the epoch: the resolution of WASM deadlines.
@@ -431,9 +431,9 @@ impl WasmAgent {
         for (k, v) in spec.env.iter().chain(self.net.env().iter()) {
             b.env(k, v);
         }
-        let perms = if spec.has(caps::FILES_WRITE) {
+        let perms = if spec.has(Category::FilesWrite) {
             Some(FsPerms::ReadWrite)
-        } else if spec.has(caps::FILES_READ) {
+        } else if spec.has(Category::FilesRead) {
             Some(FsPerms::ReadOnly)
         } else {
             None
