@@ -73,13 +73,58 @@ pub struct ResumeFor {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Halt {
-    /// `complete` (nothing left to plan), `gap_limit`, `plan_rejected`, `task_failed`, `blocked`,
-    /// `merge_aborted`.
-    pub reason: String,
+    pub reason: HaltReason,
     pub phase: u32,
     #[serde(default)]
     pub failed: Vec<FailedTask>,
     pub message: String,
+}
+
+/// Why a session stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HaltReason {
+    /// Nothing left to plan: the project is done.
+    Complete,
+    /// `gapCount` reached its limit.
+    GapLimit,
+    /// The planner's plans were rejected too often.
+    PlanRejected,
+    /// A task kept failing past `max_task_attempts`.
+    TaskFailed,
+    /// No task can run (dependencies failed).
+    Blocked,
+    /// A merge conflict was not resolved.
+    MergeAborted,
+    /// Halted for a reason this version does not name (or none recorded).
+    #[serde(other)]
+    Halted,
+}
+
+impl HaltReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HaltReason::Complete => "complete",
+            HaltReason::GapLimit => "gap_limit",
+            HaltReason::PlanRejected => "plan_rejected",
+            HaltReason::TaskFailed => "task_failed",
+            HaltReason::Blocked => "blocked",
+            HaltReason::MergeAborted => "merge_aborted",
+            HaltReason::Halted => "halted",
+        }
+    }
+}
+
+impl std::fmt::Display for HaltReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for HaltReason {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -135,19 +180,87 @@ impl Book {
     }
 }
 
-/// The key path of a bookkeeping entry: `key(&["running", "02"])` = `variables.metash.running.02`.
-pub fn key(parts: &[&str]) -> String {
-    let mut k = format!("variables.{NS}");
-    for p in parts {
-        k.push('.');
-        k.push_str(p);
-    }
-    k
+/// Every bookkeeping entry, by its key under `variables.metash` (the camelCase names of [`Book`]'s
+/// fields, plus `rolledBack` and `lastAnswer`, which it reads as raw JSON). A typo no longer compiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    Phases,
+    NoChange,
+    Running,
+    Attempts,
+    Findings,
+    Errors,
+    Verified,
+    Summaries,
+    Merged,
+    Decisions,
+    PlanAttempts,
+    LastRejection,
+    ResumeFor,
+    Halt,
+    /// What a rollback undid, per task: `{commits, at}`.
+    RolledBack,
+    /// The answer to the orchestrator's own checkpoint (a merge conflict's).
+    LastAnswer,
 }
 
-/// One `(key, value)` update of a bookkeeping entry.
-pub fn set(parts: &[&str], value: Value) -> (String, Value) {
-    (key(parts), value)
+impl Entry {
+    pub const ALL: [Entry; 16] = [
+        Entry::Phases,
+        Entry::NoChange,
+        Entry::Running,
+        Entry::Attempts,
+        Entry::Findings,
+        Entry::Errors,
+        Entry::Verified,
+        Entry::Summaries,
+        Entry::Merged,
+        Entry::Decisions,
+        Entry::PlanAttempts,
+        Entry::LastRejection,
+        Entry::ResumeFor,
+        Entry::Halt,
+        Entry::RolledBack,
+        Entry::LastAnswer,
+    ];
+
+    /// The key under `variables.metash`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Entry::Phases => "phases",
+            Entry::NoChange => "noChange",
+            Entry::Running => "running",
+            Entry::Attempts => "attempts",
+            Entry::Findings => "findings",
+            Entry::Errors => "errors",
+            Entry::Verified => "verified",
+            Entry::Summaries => "summaries",
+            Entry::Merged => "merged",
+            Entry::Decisions => "decisions",
+            Entry::PlanAttempts => "planAttempts",
+            Entry::LastRejection => "lastRejection",
+            Entry::ResumeFor => "resumeFor",
+            Entry::Halt => "halt",
+            Entry::RolledBack => "rolledBack",
+            Entry::LastAnswer => "lastAnswer",
+        }
+    }
+}
+
+/// The key path of an entry: `variables.metash.halt`.
+pub fn key(entry: Entry) -> String {
+    format!("variables.{NS}.{}", entry.as_str())
+}
+
+/// One `(key, value)` update of a whole entry.
+pub fn set(entry: Entry, value: Value) -> (String, Value) {
+    (key(entry), value)
+}
+
+/// One `(key, value)` update of a task's entry: `set_for(Entry::Running, "02", v)` sets
+/// `variables.metash.running.02`.
+pub fn set_for(entry: Entry, task: &str, value: Value) -> (String, Value) {
+    (format!("{}.{task}", key(entry)), value)
 }
 
 /// A task field update: `task_set("02", "status", json!("complete"))`.
@@ -157,4 +270,28 @@ pub fn task_set(id: &str, field: &str, value: Value) -> (String, Value) {
 
 pub fn null() -> Value {
     json!(null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The entries are exactly the keys the bookkeeping reads (plus the two read raw).
+    #[test]
+    fn entries_are_the_book_s_keys() {
+        let v = serde_json::to_value(Book::default()).unwrap_or_default();
+        let mut keys: Vec<&str> = v
+            .as_object()
+            .map(|o| o.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        keys.extend(["rolledBack", "lastAnswer"]);
+        keys.sort_unstable();
+        let mut names: Vec<&str> = Entry::ALL.iter().map(|e| e.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(keys, names);
+        assert_eq!(
+            set_for(Entry::NoChange, "02", json!(true)).0,
+            "variables.metash.noChange.02"
+        );
+    }
 }

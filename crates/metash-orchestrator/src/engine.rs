@@ -12,7 +12,8 @@ use metash_protocol::{
 use metash_store::Store;
 use serde_json::{json, Value};
 
-use crate::book::{self, Book, Decision, Halt, ResumeFor};
+use crate::book::Entry;
+use crate::book::{self, Book, Decision, Halt, HaltReason, ResumeFor};
 use crate::config::OrchestratorConfig;
 use crate::error::{OrchestratorError, Result};
 use crate::git::Git;
@@ -200,12 +201,12 @@ impl<'a> Orchestrator<'a> {
             let step = match state.status {
                 SessionStatus::Halted => {
                     let halt = Book::of(&state).halt.unwrap_or_else(|| Halt {
-                        reason: "halted".into(),
+                        reason: HaltReason::Halted,
                         phase: state.current_phase,
                         failed: vec![],
                         message: "the session is halted".into(),
                     });
-                    if halt.reason == "complete" {
+                    if halt.reason == HaltReason::Complete {
                         Step::Stop(RunOutcome::Complete {
                             phases_completed: phases,
                         })
@@ -251,7 +252,7 @@ impl<'a> Orchestrator<'a> {
         if pending.agent == ORCHESTRATOR_AGENT {
             // Our own question (a merge conflict): no agent should receive the answer.
             metash_host::checkpoint::take_resume(self.store(), ORCHESTRATOR_AGENT)?;
-            self.update(vec![book::set(&["lastAnswer"], json!(resume.user_input))])?;
+            self.update(vec![book::set(Entry::LastAnswer, json!(resume.user_input))])?;
             return Ok(());
         }
         if pending.agent == "host" {
@@ -266,7 +267,7 @@ impl<'a> Orchestrator<'a> {
             let mut decisions = Book::of(state).decisions;
             decisions.retain(|d| d.id != decision.id);
             decisions.push(decision.clone());
-            Ok(vec![book::set(&["decisions"], json!(decisions))])
+            Ok(vec![book::set(Entry::Decisions, json!(decisions))])
         })?;
         Ok(())
     }
@@ -283,10 +284,10 @@ impl<'a> Orchestrator<'a> {
             }
             self.update(vec![
                 book::task_set(id, "status", json!(TaskStatus::Failed)),
-                book::set(&["running", id], book::null()),
-                book::set(&["attempts", id], json!(running.attempt.saturating_sub(1))),
-                book::set(
-                    &["errors", id],
+                book::set_for(Entry::Running, id, book::null()),
+                book::set_for(Entry::Attempts, id, json!(running.attempt.saturating_sub(1))),
+                book::set_for(
+                    Entry::Errors, id,
                     json!("the run stopped while this task was running; its partial work was discarded"),
                 ),
             ])?;
@@ -311,16 +312,16 @@ impl<'a> Orchestrator<'a> {
         }
         if Book::of(&state)
             .halt
-            .is_some_and(|h| h.reason == "complete")
+            .is_some_and(|h| h.reason == HaltReason::Complete)
         {
             return Ok(());
         }
         self.update(vec![
             ("status".into(), json!(SessionStatus::Planning)),
             ("gapCount".into(), json!(0)),
-            book::set(&["halt"], book::null()),
-            book::set(&["attempts"], json!({})),
-            book::set(&["planAttempts"], json!(0)),
+            book::set(Entry::Halt, book::null()),
+            book::set(Entry::Attempts, json!({})),
+            book::set(Entry::PlanAttempts, json!(0)),
         ])?;
         self.progress("retrying the halted session", LogLevel::Info);
         Ok(())
@@ -328,7 +329,7 @@ impl<'a> Orchestrator<'a> {
 
     /// Halts the session with `halt` as its report.
     pub(crate) fn halt(&self, halt: Halt) -> Result<Step> {
-        let level = if halt.reason == "complete" {
+        let level = if halt.reason == HaltReason::Complete {
             LogLevel::Info
         } else {
             LogLevel::Error
@@ -337,11 +338,11 @@ impl<'a> Orchestrator<'a> {
         self.update(vec![
             ("status".into(), json!(SessionStatus::Halted)),
             book::set(
-                &["halt"],
+                Entry::Halt,
                 serde_json::to_value(&halt).unwrap_or(Value::Null),
             ),
         ])?;
-        Ok(if halt.reason == "complete" {
+        Ok(if halt.reason == HaltReason::Complete {
             Step::Continue
         } else {
             Step::Stop(RunOutcome::Halted(halt))
@@ -432,7 +433,7 @@ impl<'a> Orchestrator<'a> {
             }
         };
         self.update(vec![book::set(
-            &["resumeFor"],
+            Entry::ResumeFor,
             serde_json::to_value(&resume_for).unwrap_or(Value::Null),
         )])?;
         self.progress(
@@ -461,7 +462,7 @@ impl<'a> Orchestrator<'a> {
         };
         let pending = self.host.raise_checkpoint(ORCHESTRATOR_AGENT, &signal)?;
         self.update(vec![book::set(
-            &["resumeFor"],
+            Entry::ResumeFor,
             serde_json::to_value(&resume_for).unwrap_or(Value::Null),
         )])?;
         self.progress(&pending.signal.message, LogLevel::Warn);

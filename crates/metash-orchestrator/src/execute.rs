@@ -22,7 +22,8 @@ use metash_protocol::{
 };
 use serde_json::{json, Value};
 
-use crate::book::{self, Book, FailedTask, Halt, ResumeFor};
+use crate::book::Entry;
+use crate::book::{self, Book, FailedTask, Halt, HaltReason, ResumeFor};
 use crate::engine::{branch_of, worktree_of, Orchestrator, RunOutcome, Step};
 use crate::error::{OrchestratorError, Result};
 use crate::git::Merge;
@@ -127,7 +128,7 @@ impl Orchestrator<'_> {
                             sched.abandon(&id);
                             if stop.is_none() {
                                 stop = Some(Step::Stop(RunOutcome::Halted(Halt {
-                                    reason: "task_failed".into(),
+                                    reason: HaltReason::TaskFailed,
                                     phase,
                                     failed: vec![FailedTask {
                                         id: id.clone(),
@@ -170,7 +171,7 @@ impl Orchestrator<'_> {
         let blocked = sched.blocked();
         if !blocked.is_empty() {
             return self.halt(Halt {
-                reason: "blocked".into(),
+                reason: HaltReason::Blocked,
                 phase,
                 failed: vec![],
                 message: format!(
@@ -196,11 +197,12 @@ impl Orchestrator<'_> {
         let findings = book.findings(id).to_vec();
         let last_error = book.last_error(id).map(str::to_string);
         self.update(vec![
-            book::set(
-                &["running", id],
+            book::set_for(
+                Entry::Running,
+                id,
                 json!({"attempt": attempt, "head": head, "since": metash_store::log::now()}),
             ),
-            book::set(&["attempts", id], json!(attempt)),
+            book::set_for(Entry::Attempts, id, json!(attempt)),
         ])?;
         self.progress(
             &format!("task {id}: executing (attempt {attempt})"),
@@ -236,11 +238,11 @@ impl Orchestrator<'_> {
                     book::task_set(id, "status", json!(TaskStatus::Complete)),
                     book::task_set(id, "commits", json!(commits)),
                     ("plan.currentTaskIdx".into(), json!(next_idx)),
-                    book::set(&["running", id], book::null()),
-                    book::set(&["attempts", id], json!(0)),
-                    book::set(&["errors", id], book::null()),
-                    book::set(&["verified", id], json!(false)),
-                    book::set(&["summaries", id], json!(clip(&summary))),
+                    book::set_for(Entry::Running, id, book::null()),
+                    book::set_for(Entry::Attempts, id, json!(0)),
+                    book::set_for(Entry::Errors, id, book::null()),
+                    book::set_for(Entry::Verified, id, json!(false)),
+                    book::set_for(Entry::Summaries, id, json!(clip(&summary))),
                 ])?;
                 self.progress(
                     &format!(
@@ -272,8 +274,8 @@ impl Orchestrator<'_> {
                 )?;
                 // Asking is not failing: the attempt does not count.
                 self.update(vec![
-                    book::set(&["running", id], book::null()),
-                    book::set(&["attempts", id], json!(attempt - 1)),
+                    book::set_for(Entry::Running, id, book::null()),
+                    book::set_for(Entry::Attempts, id, json!(attempt - 1)),
                 ])?;
                 Ok(Attempt::Checkpoint(p))
             }
@@ -285,8 +287,8 @@ impl Orchestrator<'_> {
         self.git.reset_to(wt, head)?;
         self.update(vec![
             book::task_set(id, "status", json!(TaskStatus::Failed)),
-            book::set(&["running", id], book::null()),
-            book::set(&["errors", id], json!(why)),
+            book::set_for(Entry::Running, id, book::null()),
+            book::set_for(Entry::Errors, id, json!(why)),
         ])?;
         Ok(Attempt::Failed(why))
     }

@@ -7,7 +7,8 @@
 use metash_protocol::{LogLevel, SessionState};
 use serde_json::json;
 
-use crate::book::{self, Book, Halt, ResumeFor};
+use crate::book::Entry;
+use crate::book::{self, Book, Halt, HaltReason, ResumeFor};
 use crate::engine::{branch_of, worktree_of, Orchestrator, Step};
 use crate::error::Result;
 use crate::git::Merge;
@@ -25,7 +26,7 @@ impl Orchestrator<'_> {
             if waiting_on_person && book_answer(&state) == Some("abort") {
                 self.git.run(&root, &["merge", "--abort"])?;
                 return self.halt(Halt {
-                    reason: "merge_aborted".into(),
+                    reason: HaltReason::MergeAborted,
                     phase,
                     failed: vec![],
                     message: format!("phase {phase} halted: the conflicting merge was aborted"),
@@ -47,7 +48,7 @@ impl Orchestrator<'_> {
         }
         if waiting_on_person && book_answer(&state) == Some("abort") {
             return self.halt(Halt {
-                reason: "merge_aborted".into(),
+                reason: HaltReason::MergeAborted,
                 phase,
                 failed: vec![],
                 message: format!("phase {phase} halted: merging was abandoned"),
@@ -103,8 +104,8 @@ impl Orchestrator<'_> {
             }
             let head = self.git.head(&root)?;
             self.update(vec![
-                book::set(&["merged", &id], json!(head)),
-                book::set(&["resumeFor"], book::null()),
+                book::set_for(Entry::Merged, &id, json!(head)),
+                book::set(Entry::ResumeFor, book::null()),
             ])?;
             self.progress(&format!("task {id}: merged"), LogLevel::Info);
         }
@@ -129,6 +130,6 @@ fn book_answer(state: &SessionState) -> Option<&str> {
     state
         .variables
         .get(book::NS)
-        .and_then(|m| m.get("lastAnswer"))
+        .and_then(|m| m.get(Entry::LastAnswer.as_str()))
         .and_then(|v| v.as_str())
 }

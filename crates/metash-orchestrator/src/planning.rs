@@ -6,7 +6,8 @@
 use metash_protocol::{AgentStatus, LogLevel, SessionState, SessionStatus, TaskStatus};
 use serde_json::json;
 
-use crate::book::{self, Book, Halt, ResumeFor};
+use crate::book::Entry;
+use crate::book::{self, Book, Halt, HaltReason, ResumeFor};
 use crate::engine::{Orchestrator, RunOutcome, Step};
 use crate::error::Result;
 use crate::plan::{self, TaskNode};
@@ -66,7 +67,7 @@ impl Orchestrator<'_> {
         let book = Book::of(state);
         if book.plan_attempts >= self.config.max_plan_attempts {
             return self.halt(Halt {
-                reason: "plan_rejected".into(),
+                reason: HaltReason::PlanRejected,
                 phase,
                 failed: vec![],
                 message: format!(
@@ -121,16 +122,16 @@ impl Orchestrator<'_> {
             Err(reason) => {
                 self.progress(&format!("plan rejected: {reason}"), LogLevel::Warn);
                 self.update(vec![
-                    book::set(&["planAttempts"], json!(book.plan_attempts + 1)),
-                    book::set(&["lastRejection"], json!(reason)),
-                    book::set(&["resumeFor"], book::null()),
+                    book::set(Entry::PlanAttempts, json!(book.plan_attempts + 1)),
+                    book::set(Entry::LastRejection, json!(reason)),
+                    book::set(Entry::ResumeFor, book::null()),
                 ])?;
                 return Ok(Step::Continue);
             }
         };
         if reply.tasks.is_empty() {
             return self.halt(Halt {
-                reason: "complete".into(),
+                reason: HaltReason::Complete,
                 phase,
                 failed: vec![],
                 message: format!(
@@ -147,9 +148,9 @@ impl Orchestrator<'_> {
         for n in &all[nodes.len()..] {
             tasks.push(json!({"id": n.id, "title": n.title, "status": "pending",
                               "dependencies": n.dependencies, "commits": []}));
-            updates.push(book::set(&["phases", &n.id], json!(n.phase)));
+            updates.push(book::set_for(Entry::Phases, &n.id, json!(n.phase)));
             if !n.expects_change {
-                updates.push(book::set(&["noChange", &n.id], json!(true)));
+                updates.push(book::set_for(Entry::NoChange, &n.id, json!(true)));
             }
         }
         let idx = state.plan.as_ref().map(|p| p.current_task_idx).unwrap_or(0);
@@ -160,9 +161,9 @@ impl Orchestrator<'_> {
                 json!({"tasks": tasks, "currentTaskIdx": idx}),
             ),
         );
-        updates.push(book::set(&["planAttempts"], json!(0)));
-        updates.push(book::set(&["lastRejection"], book::null()));
-        updates.push(book::set(&["resumeFor"], book::null()));
+        updates.push(book::set(Entry::PlanAttempts, json!(0)));
+        updates.push(book::set(Entry::LastRejection, book::null()));
+        updates.push(book::set(Entry::ResumeFor, book::null()));
         updates.push(("status".into(), json!(SessionStatus::Executing)));
         self.update(updates)?;
         self.progress(
@@ -186,7 +187,7 @@ impl Orchestrator<'_> {
             ("status".into(), json!(SessionStatus::Planning)),
             ("currentPhase".into(), json!(phase + 1)),
             ("gapCount".into(), json!(0)),
-            book::set(&["planAttempts"], json!(0)),
+            book::set(Entry::PlanAttempts, json!(0)),
         ])?;
         self.progress(&format!("phase {phase} complete"), LogLevel::Info);
         Ok(Step::PhaseDone)

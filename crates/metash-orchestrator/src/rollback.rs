@@ -10,6 +10,7 @@
 use metash_protocol::{SessionStatus, TaskStatus};
 use serde_json::json;
 
+use crate::book::Entry;
 use crate::book::{self, Book};
 use crate::engine::{branch_of, worktree_of, Orchestrator};
 use crate::error::{OrchestratorError, Result};
@@ -123,14 +124,15 @@ impl Orchestrator<'_> {
             self.update(vec![
                 book::task_set(&id, "status", json!(TaskStatus::Pending)),
                 book::task_set(&id, "commits", json!([])),
-                book::set(&["verified", &id], json!(false)),
-                book::set(&["merged", &id], book::null()),
-                book::set(&["findings", &id], book::null()),
-                book::set(&["errors", &id], book::null()),
-                book::set(&["attempts", &id], json!(0)),
-                book::set(&["running", &id], book::null()),
-                book::set(
-                    &["rolledBack", &id],
+                book::set_for(Entry::Verified, &id, json!(false)),
+                book::set_for(Entry::Merged, &id, book::null()),
+                book::set_for(Entry::Findings, &id, book::null()),
+                book::set_for(Entry::Errors, &id, book::null()),
+                book::set_for(Entry::Attempts, &id, json!(0)),
+                book::set_for(Entry::Running, &id, book::null()),
+                book::set_for(
+                    Entry::RolledBack,
+                    &id,
                     json!({"commits": commits, "reverts": reverts, "at": metash_store::log::now()}),
                 ),
             ])?;
@@ -144,7 +146,7 @@ impl Orchestrator<'_> {
             ("status".into(), json!(SessionStatus::Planning)),
             ("currentPhase".into(), json!(min_phase)),
             ("gapCount".into(), json!(0)),
-            book::set(&["halt"], book::null()),
+            book::set(Entry::Halt, book::null()),
         ])?;
         Ok(done)
     }

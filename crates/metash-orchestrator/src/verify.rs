@@ -8,7 +8,8 @@ use metash_protocol::{
 };
 use serde_json::{json, Value};
 
-use crate::book::{self, Book, FailedTask, Halt, ResumeFor};
+use crate::book::Entry;
+use crate::book::{self, Book, FailedTask, Halt, HaltReason, ResumeFor};
 use crate::engine::{worktree_of, Orchestrator, RunOutcome, Step};
 use crate::error::Result;
 use crate::execute::title_of;
@@ -115,7 +116,7 @@ impl Orchestrator<'_> {
                 rejected.push(id.clone());
                 self.update(vec![
                     book::task_set(id, "status", json!(TaskStatus::Pending)),
-                    book::set(&["verified", id], json!(false)),
+                    book::set_for(Entry::Verified, id, json!(false)),
                 ])?;
                 self.progress(
                     &format!(
@@ -177,7 +178,7 @@ impl Orchestrator<'_> {
                     .map(|f| format!("{} ({})", f.id, f.why.join("; ")))
                     .collect();
                 return self.halt(Halt {
-                    reason: "gap_limit".into(),
+                    reason: HaltReason::GapLimit,
                     phase,
                     message: format!(
                         "phase {phase} halted after {} failed verifications (max_gap_retries = {}): {}",
@@ -340,9 +341,9 @@ impl Orchestrator<'_> {
         };
         if verdict.pass {
             self.update(vec![
-                book::set(&["verified", id], json!(true)),
-                book::set(&["findings", id], book::null()),
-                book::set(&["resumeFor"], book::null()),
+                book::set_for(Entry::Verified, id, json!(true)),
+                book::set_for(Entry::Findings, id, book::null()),
+                book::set(Entry::ResumeFor, book::null()),
             ])?;
             self.progress(&format!("task {id}: verified"), LogLevel::Info);
             return Ok(Checked::Pass);
@@ -360,9 +361,9 @@ impl Orchestrator<'_> {
                 Ok(vec![
                     ("gapCount".into(), json!(gap)),
                     book::task_set(id, "status", json!("failed")),
-                    book::set(&["verified", id], json!(false)),
-                    book::set(&["findings", id], json!(findings)),
-                    book::set(&["resumeFor"], book::null()),
+                    book::set_for(Entry::Verified, id, json!(false)),
+                    book::set_for(Entry::Findings, id, json!(findings)),
+                    book::set(Entry::ResumeFor, book::null()),
                 ])
             })?;
         self.progress(
