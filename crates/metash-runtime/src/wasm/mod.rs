@@ -13,43 +13,36 @@
 //! that meters it (created on first use: metering slows every guest down).
 
 pub mod cache;
+mod invoke;
 mod net;
 mod pool;
 mod stdin;
 mod stdout;
 
-use metash_protocol::LogKind;
 use std::collections::HashMap;
-use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use metash_protocol::AgentEvent;
+use metash_protocol::LogKind;
 use serde_json::{json, Value};
 use wasmtime::component::ResourceTable;
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, InstancePre, Linker, PoolingAllocationConfig,
-    ResourceLimiter, Store, Trap, UpdateDeadline,
+    ResourceLimiter,
 };
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::bindings::sync::CommandPre;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 pub use cache::{CacheHit, Compiled, Kind};
 
-use crate::codec;
 use crate::error::{io_err, Result, RuntimeError};
-use crate::invocation::{InvocationStatus, Outcome, Step, Tracker};
-use crate::pump::{pump, Msg, PumpCfg};
 use crate::reply::Replier;
 use crate::sink::EventSink;
-use crate::spec::{AgentSpec, Category};
-use crate::stream::TokenBucket;
+use crate::spec::AgentSpec;
 
 /// How often the timer thread advances the epoch: the resolution of WASM deadlines.
 const TICK: Duration = Duration::from_millis(5);
@@ -382,348 +375,6 @@ impl WasmAgent {
     /// The network as applied (for `agent_started`).
     pub fn network_report(&self) -> Value {
         self.net.report()
-    }
-
-    /// Run one invocation: a fresh instance on its own thread, its stdout streamed live through a
-    /// bounded channel into the shared reader, its stdin open to `replier` until the invocation
-    /// ends, until `done`/`checkpoint`, exit, deadline, interrupt, fuel or the output cap.
-    ///
-    /// # Errors
-    /// Only host-side failures (building the WASI context, the preopen, threads); guest failures
-    /// are statuses.
-    // The pieces `Agent` owns for one invocation; a struct would only move the list.
-    #[allow(clippy::too_many_arguments)]
-    pub fn invoke(
-        &self,
-        spec: &AgentSpec,
-        sink: &Arc<dyn EventSink>,
-        start_line: &[u8],
-        input: AgentEvent,
-        interrupt: &Arc<AtomicBool>,
-        replier: &Replier,
-        on_event: &mut dyn FnMut(&AgentEvent),
-    ) -> Result<Outcome> {
-        let (stdin_tx, stdin) = stdin::channel();
-        for line in [start_line.to_vec(), codec::encode(input)?] {
-            stdin_tx
-                .try_send(line)
-                .map_err(|_| RuntimeError::Wasm("queueing the guest's first lines".into()))?;
-        }
-        replier.attach(stdin_tx);
-        // However this invocation ends, the guest's stdin closes with it.
-        struct Detach<'a>(&'a Replier);
-        impl Drop for Detach<'_> {
-            fn drop(&mut self) {
-                self.0.detach();
-            }
-        }
-        let _detach = Detach(replier);
-        let (stdout, reader) = stdout::channel();
-        let stderr = MemoryOutputPipe::new(64 * 1024);
-        let mut b = WasiCtxBuilder::new();
-        b.stdin(stdin)
-            .stdout(stdout)
-            .stderr(stderr.clone())
-            .arg(&spec.manifest.name)
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false);
-        for (k, v) in spec.env.iter().chain(self.net.env().iter()) {
-            b.env(k, v);
-        }
-        let perms = if spec.has(Category::FilesWrite) {
-            Some(FsPerms::ReadWrite)
-        } else if spec.has(Category::FilesRead) {
-            Some(FsPerms::ReadOnly)
-        } else {
-            None
-        };
-        if let Some(perms) = perms {
-            b.preopened_dir(&spec.workspace, GUEST_WORKSPACE, perms)
-                .map_err(|e| RuntimeError::SandboxSetup(format!("preopen workspace: {e:#}")))?;
-        }
-        // Scoped grants: directories only (WASI preopens are directories; a file grant is
-        // reported as skipped by the start report's `paths`).
-        for p in spec.split_paths().0 {
-            if !p.path.is_dir() {
-                continue;
-            }
-            let perms = if p.write {
-                FsPerms::ReadWrite
-            } else {
-                FsPerms::ReadOnly
-            };
-            let guest = p.guest_path(&spec.workspace, GUEST_WORKSPACE);
-            b.preopened_dir(&p.path, &guest, perms).map_err(|e| {
-                RuntimeError::SandboxSetup(format!("preopen {}: {e:#}", p.path.display()))
-            })?;
-        }
-        let limits = Limits {
-            memory: self.memory,
-            used: 0,
-            denied: None,
-        };
-        let deadline = Instant::now() + spec.timeout;
-        let why = Arc::new(AtomicU8::new(STOP_NONE));
-        // Set by this thread when the invocation is over (done, cap) so a guest that keeps
-        // running is stopped at its next epoch.
-        let halt = Arc::new(AtomicBool::new(false));
-        let ctl = GuestCtl {
-            deadline,
-            why: Arc::clone(&why),
-            interrupt: Arc::clone(interrupt),
-            halt: Arc::clone(&halt),
-            fuel: self.fuel,
-        };
-        let net_log = net::NetLog::new(&spec.id, sink, self.net.policy());
-
-        // The guest thread: only instantiate-and-run differs between the two kinds.
-        let done_rx = match &self.pre {
-            Pre::Module(pre) => {
-                let pre = pre.clone();
-                let state = State {
-                    wasi: b.build_p1(),
-                    limits,
-                    net: None,
-                };
-                self.spawn_guest(state, ctl, move |store| {
-                    let instance = pre.instantiate(&mut *store)?;
-                    let start = instance.get_typed_func::<(), ()>(&mut *store, "_start")?;
-                    start.call(&mut *store, ())?;
-                    Ok(0)
-                })?
-            }
-            Pre::Component(pre) => {
-                let pre = pre.clone();
-                self.net.apply(&mut b, &net_log);
-                let mut table = ResourceTable::new();
-                table.set_max_capacity(net::MAX_HANDLES);
-                let state = State {
-                    wasi: P2 {
-                        ctx: b.build(),
-                        table,
-                    },
-                    limits,
-                    net: Some(Arc::clone(&net_log)),
-                };
-                self.spawn_guest(state, ctl, move |store| {
-                    let command = pre.instantiate(&mut *store)?;
-                    // `wasi:cli/run` returns `result`: an error is exit status 1.
-                    Ok(match command.wasi_cli_run().call_run(&mut *store)? {
-                        Ok(()) => 0,
-                        Err(()) => 1,
-                    })
-                })?
-            }
-        };
-
-        // The reader thread: framing, version check, log, token bucket, into a bounded channel.
-        let (tx, rx) = mpsc::sync_channel::<Msg>(spec.channel_capacity.max(1));
-        let cfg = PumpCfg {
-            agent: spec.id.clone(),
-            sink: Arc::clone(sink),
-            max_line: spec.max_line,
-            replier: replier.clone(),
-        };
-        let throttle = spec.throttle;
-        self.engine.workers.run(move || {
-            let mut bucket = TokenBucket::new(throttle);
-            let reader = BufReader::with_capacity(16 * 1024, reader);
-            pump(reader, &cfg, &mut bucket, |m| tx.send(m).is_ok());
-        })?;
-
-        let mut tracker = Tracker::new(spec.output_cap);
-        let mut end: Option<InvocationStatus> = None;
-        let mut over_cap = false;
-        // Past the deadline plus this, a guest blocked in a host call is abandoned (it stops at its
-        // next epoch check or host call) rather than hanging the host.
-        let give_up = deadline + spec.shutdown_grace.max(Duration::from_millis(100));
-        let mut ignored = |_: &AgentEvent| {};
-        loop {
-            if Instant::now() >= deadline || interrupt.load(Ordering::SeqCst) {
-                // A guest waiting on stdin gets end of input and so reaches its next epoch check.
-                replier.detach();
-            }
-            if Instant::now() >= give_up {
-                halt.store(true, Ordering::SeqCst);
-                net_log.finish();
-                if let Some(st) = end {
-                    // It finished its invocation but then blocked in a host call: the answer
-                    // stands, the instance is abandoned.
-                    return Ok(tracker.finish(st));
-                }
-                sink.record(
-                    LogKind::AgentTimeout,
-                    Some(&spec.id),
-                    json!({"timeout_ms": spec.timeout.as_millis() as u64, "via": "host-deadline",
-                           "note": "guest blocked in a host call; abandoned"}),
-                );
-                return Ok(tracker.finish(InvocationStatus::Timeout));
-            }
-            let msg = match rx.recv_timeout(Duration::from_millis(20)) {
-                Ok(m) => m,
-                Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => Msg::Eof,
-            };
-            // After the end (or the cap) the rest is drained to EOF but not delivered.
-            let deliver: &mut dyn FnMut(&AgentEvent) = if end.is_some() || over_cap {
-                &mut ignored
-            } else {
-                on_event
-            };
-            match tracker.step(msg, deliver) {
-                Step::Continue => {}
-                Step::End(st) => {
-                    if end.is_none() && !over_cap {
-                        end = Some(st);
-                        halt.store(true, Ordering::SeqCst);
-                        replier.detach();
-                    }
-                }
-                Step::OverCap => {
-                    over_cap = true;
-                    halt.store(true, Ordering::SeqCst);
-                    replier.detach();
-                }
-                Step::Eof => break,
-            }
-        }
-        let GuestEnd {
-            exit_code,
-            err,
-            denied,
-            out_of_fuel,
-        } = done_rx
-            .recv()
-            .map_err(|_| RuntimeError::Wasm("the guest worker panicked".into()))?;
-        net_log.finish();
-        if let Some((current, desired)) = denied {
-            sink.record(
-                LogKind::LimitExceeded,
-                Some(&spec.id),
-                json!({"limit": "memory", "via": "wasm-store-limits", "max": self.memory,
-                       "current": current, "requested": desired}),
-            );
-        }
-        let stopped = why.load(Ordering::SeqCst);
-        let status = if over_cap {
-            sink.record(
-                LogKind::LimitExceeded,
-                Some(&spec.id),
-                json!({"limit": "output_bytes", "max": spec.output_cap}),
-            );
-            InvocationStatus::LimitExceeded {
-                limit: "output_bytes".into(),
-            }
-        } else if let Some(st) = end {
-            st
-        } else if out_of_fuel {
-            sink.record(
-                LogKind::LimitExceeded,
-                Some(&spec.id),
-                json!({"limit": "fuel", "via": "wasm-fuel", "max": self.fuel}),
-            );
-            InvocationStatus::LimitExceeded {
-                limit: "fuel".into(),
-            }
-        } else if stopped == STOP_TIMEOUT {
-            sink.record(
-                LogKind::AgentTimeout,
-                Some(&spec.id),
-                json!({"timeout_ms": spec.timeout.as_millis() as u64, "via": "wasm-epoch"}),
-            );
-            InvocationStatus::Timeout
-        } else if stopped == STOP_INTERRUPT {
-            sink.record(
-                LogKind::AgentKilled,
-                Some(&spec.id),
-                json!({"reason": "host asked it to stop; instance interrupted at the next epoch"}),
-            );
-            InvocationStatus::Killed {
-                reason: "interrupted".into(),
-            }
-        } else if denied.is_some() {
-            InvocationStatus::LimitExceeded {
-                limit: "memory".into(),
-            }
-        } else {
-            if let (Some(message), None) = (&err, exit_code) {
-                sink.record(
-                    LogKind::AgentTrap,
-                    Some(&spec.id),
-                    json!({"message": message,
-                           "stderr": String::from_utf8_lossy(&stderr.contents()).to_string()}),
-                );
-            }
-            InvocationStatus::Exited {
-                code: exit_code,
-                signal: None,
-            }
-        };
-        Ok(tracker.finish(status))
-    }
-
-    /// Run the guest on a worker: a store with the limiter, the fuel and the epoch callback
-    /// (deadline, interrupt, halt), then `run` (instantiate and call the entry point; the exit
-    /// code). The store, and with it the guest's stdout, is dropped before the result is sent, so
-    /// the reader has seen EOF by then.
-    fn spawn_guest<W: Send + 'static>(
-        &self,
-        state: State<W>,
-        ctl: GuestCtl,
-        run: impl FnOnce(&mut Store<State<W>>) -> wasmtime::Result<i32> + Send + 'static,
-    ) -> Result<Receiver<GuestEnd>> {
-        let engine = self.code_engine.clone();
-        let (done_tx, done_rx) = mpsc::channel();
-        self.engine.workers.run(move || {
-            let GuestCtl {
-                deadline,
-                why,
-                interrupt,
-                halt,
-                fuel,
-            } = ctl;
-            let mut store = Store::new(&engine, state);
-            store.limiter(|s| &mut s.limits);
-            let fueled = match fuel {
-                Some(f) => store.set_fuel(f),
-                None => Ok(()),
-            };
-            store.set_epoch_deadline(1);
-            store.epoch_deadline_callback(move |_| {
-                if interrupt.load(Ordering::SeqCst) {
-                    why.store(STOP_INTERRUPT, Ordering::SeqCst);
-                    return Err(wasmtime::Error::msg("interrupted by host"));
-                }
-                if halt.load(Ordering::SeqCst) {
-                    why.store(STOP_HALT, Ordering::SeqCst);
-                    return Err(wasmtime::Error::msg("invocation already over"));
-                }
-                if Instant::now() >= deadline {
-                    why.store(STOP_TIMEOUT, Ordering::SeqCst);
-                    return Err(wasmtime::Error::msg("deadline exceeded"));
-                }
-                Ok(UpdateDeadline::Continue(1))
-            });
-            let result = fueled.and_then(|()| run(&mut store));
-            let (exit_code, out_of_fuel) = match &result {
-                Ok(code) => (Some(*code), false),
-                Err(e) => (
-                    e.downcast_ref::<I32Exit>().map(|c| c.0),
-                    matches!(e.downcast_ref::<Trap>(), Some(Trap::OutOfFuel)),
-                ),
-            };
-            let end = GuestEnd {
-                exit_code,
-                err: result.err().map(|e| format!("{e:#}")),
-                denied: store.data().limits.denied,
-                out_of_fuel,
-            };
-            // Drop the store (and with it the stdout sender) first: the reader sees EOF.
-            drop(store);
-            let _ = done_tx.send(end);
-        })?;
-        Ok(done_rx)
     }
 }
 

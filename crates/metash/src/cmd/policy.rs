@@ -253,88 +253,94 @@ fn agent_json(a: &Agent) -> Value {
 fn agents(cmd: AgentsCmd, ctx: &Ctx) -> Result<ExitCode> {
     let json = ctx.json;
     match cmd {
-        AgentsCmd::List {} => {
-            let (reg, _) = registry(ctx)?;
-            if json {
-                let agents: Vec<Value> = reg.agents().map(agent_json).collect();
-                let invalid: Vec<Value> = reg
-                    .invalid()
-                    .iter()
-                    .map(|i| json!({"manifest": i.manifest_path, "source": source_str(i.source), "error": i.error}))
-                    .collect();
-                println!("{}", json!({"agents": agents, "invalid": invalid}));
-            } else {
-                if reg.agents().next().is_none() && reg.invalid().is_empty() {
-                    println!("no agents (add one as .meta/agents/<id>/manifest.toml)");
-                }
-                for a in reg.agents() {
-                    println!(
-                        "{:<20} {:<24} {:<10} {:<7} {:<8} {}",
-                        a.id,
-                        a.manifest.name,
-                        a.manifest.version,
-                        json!(a.manifest.sandbox).as_str().unwrap_or(""),
-                        source_str(a.source),
-                        a.declared
-                            .iter()
-                            .map(|c| c.to_string())
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    );
-                }
-                for i in reg.invalid() {
-                    println!(
-                        "INVALID {}\n  {}",
-                        i.manifest_path.display(),
-                        i.error.replace('\n', "\n  ")
-                    );
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        AgentsCmd::Show { id } => {
-            let (reg, _) = registry(ctx)?;
-            let a = reg
-                .get(&id)
-                .ok_or_else(|| PolicyError::UnknownAgent(id.clone()))?;
-            if json {
-                println!("{}", agent_json(a));
-            } else {
-                println!("id:           {}", a.id);
-                println!("name:         {}", a.manifest.name);
-                println!("version:      {}", a.manifest.version);
-                println!("schema:       {}", a.manifest.schema_version);
-                println!(
-                    "sandbox:      {}",
-                    json!(a.manifest.sandbox).as_str().unwrap_or("")
-                );
-                println!(
-                    "source:       {} ({})",
-                    source_str(a.source),
-                    a.manifest_path.display()
-                );
-                println!("entry:        {}", a.entry_path.display());
-                println!(
-                    "capabilities: {}",
-                    a.declared
-                        .iter()
-                        .map(|c| c.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-                println!("oauth_scopes: {}", a.manifest.oauth_scopes.join(", "));
-                println!(
-                    "resources:    cpu {} mem {}",
-                    a.manifest.resources.cpu.as_deref().unwrap_or("-"),
-                    a.manifest.resources.mem.as_deref().unwrap_or("-")
-                );
-                println!("ui.hints:     {}", a.manifest.ui.hints.join(", "));
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        AgentsCmd::List {} => agents_list(ctx, json),
+        AgentsCmd::Show { id } => agents_show(ctx, &id, json),
         AgentsCmd::Validate { path } => validate(ctx, path, json),
         AgentsCmd::Migrate { path, check } => migrate_cmd(ctx, path, check, json),
     }
+}
+
+/// `metash agents list`: every agent found, and the manifests that did not validate.
+fn agents_list(ctx: &Ctx, json: bool) -> Result<ExitCode> {
+    let (reg, _) = registry(ctx)?;
+    if json {
+        let agents: Vec<Value> = reg.agents().map(agent_json).collect();
+        let invalid: Vec<Value> = reg
+            .invalid()
+            .iter()
+            .map(|i| json!({"manifest": i.manifest_path, "source": source_str(i.source), "error": i.error}))
+            .collect();
+        println!("{}", json!({"agents": agents, "invalid": invalid}));
+    } else {
+        if reg.agents().next().is_none() && reg.invalid().is_empty() {
+            println!("no agents (add one as .meta/agents/<id>/manifest.toml)");
+        }
+        for a in reg.agents() {
+            println!(
+                "{:<20} {:<24} {:<10} {:<7} {:<8} {}",
+                a.id,
+                a.manifest.name,
+                a.manifest.version,
+                json!(a.manifest.sandbox).as_str().unwrap_or(""),
+                source_str(a.source),
+                a.declared
+                    .iter()
+                    .map(|c| c.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+        }
+        for i in reg.invalid() {
+            println!(
+                "INVALID {}\n  {}",
+                i.manifest_path.display(),
+                i.error.replace('\n', "\n  ")
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `metash agents show ID`: one agent's manifest, entry and declared capabilities.
+fn agents_show(ctx: &Ctx, id: &str, json: bool) -> Result<ExitCode> {
+    let (reg, _) = registry(ctx)?;
+    let a = reg
+        .get(id)
+        .ok_or_else(|| PolicyError::UnknownAgent(id.to_string()))?;
+    if json {
+        println!("{}", agent_json(a));
+    } else {
+        println!("id:           {}", a.id);
+        println!("name:         {}", a.manifest.name);
+        println!("version:      {}", a.manifest.version);
+        println!("schema:       {}", a.manifest.schema_version);
+        println!(
+            "sandbox:      {}",
+            json!(a.manifest.sandbox).as_str().unwrap_or("")
+        );
+        println!(
+            "source:       {} ({})",
+            source_str(a.source),
+            a.manifest_path.display()
+        );
+        println!("entry:        {}", a.entry_path.display());
+        println!(
+            "capabilities: {}",
+            a.declared
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        println!("oauth_scopes: {}", a.manifest.oauth_scopes.join(", "));
+        println!(
+            "resources:    cpu {} mem {}",
+            a.manifest.resources.cpu.as_deref().unwrap_or("-"),
+            a.manifest.resources.mem.as_deref().unwrap_or("-")
+        );
+        println!("ui.hints:     {}", a.manifest.ui.hints.join(", "));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The manifest files a PATH argument names (a file, or a directory holding manifest.toml), or
@@ -499,57 +505,67 @@ fn parse_cap(s: &str) -> Result<Capability> {
     })
 }
 
+/// `metash consent list`: live grants (with `--all` expired and revoked ones too).
+fn consent_list(ctx: &Ctx, agent: Option<&str>, all: bool) -> Result<ExitCode> {
+    let json = ctx.json;
+    let p = policy(ctx)?;
+    let grants: Vec<_> = p
+        .grants()?
+        .into_iter()
+        .filter(|(g, live)| (all || *live) && agent.is_none_or(|a| a == g.agent))
+        .collect();
+    if json {
+        let v: Vec<Value> = grants
+            .iter()
+            .map(|(g, live)| {
+                let mut v = json!(g);
+                v["live"] = json!(live);
+                v
+            })
+            .collect();
+        println!("{}", Value::Array(v));
+    } else if grants.is_empty() {
+        println!("no {}grants", if all { "" } else { "live " });
+    } else {
+        print_grants(&grants);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The grants as a table for people.
+fn print_grants(grants: &[(metash_policy::Grant, bool)]) {
+    println!(
+        "{:<20} {:<32} {:<8} {:<28} SOURCE",
+        "AGENT", "CAPABILITY", "STATE", "EXPIRES (UTC)"
+    );
+    for (g, live) in grants {
+        let live = *live;
+        let state = if g.revoked_at.is_some() {
+            "revoked"
+        } else if live {
+            if g.sensitive {
+                "live+s"
+            } else {
+                "live"
+            }
+        } else {
+            "expired"
+        };
+        println!(
+            "{:<20} {:<32} {:<8} {:<28} {}",
+            g.agent,
+            g.capability.to_string(),
+            state,
+            g.expires_at,
+            g.source
+        );
+    }
+}
+
 fn consent(cmd: ConsentCmd, ctx: &Ctx) -> Result<ExitCode> {
     let json = ctx.json;
     match cmd {
-        ConsentCmd::List { agent, all } => {
-            let p = policy(ctx)?;
-            let grants: Vec<_> = p
-                .grants()?
-                .into_iter()
-                .filter(|(g, live)| (all || *live) && agent.as_ref().is_none_or(|a| *a == g.agent))
-                .collect();
-            if json {
-                let v: Vec<Value> = grants
-                    .iter()
-                    .map(|(g, live)| {
-                        let mut v = json!(g);
-                        v["live"] = json!(live);
-                        v
-                    })
-                    .collect();
-                println!("{}", Value::Array(v));
-            } else if grants.is_empty() {
-                println!("no {}grants", if all { "" } else { "live " });
-            } else {
-                println!(
-                    "{:<20} {:<32} {:<8} {:<28} SOURCE",
-                    "AGENT", "CAPABILITY", "STATE", "EXPIRES (UTC)"
-                );
-                for (g, live) in grants {
-                    let state = if g.revoked_at.is_some() {
-                        "revoked"
-                    } else if live {
-                        if g.sensitive {
-                            "live+s"
-                        } else {
-                            "live"
-                        }
-                    } else {
-                        "expired"
-                    };
-                    println!(
-                        "{:<20} {:<32} {:<8} {:<28} {}",
-                        g.agent,
-                        g.capability.to_string(),
-                        state,
-                        g.expires_at,
-                        g.source
-                    );
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        ConsentCmd::List { agent, all } => consent_list(ctx, agent.as_deref(), all),
         ConsentCmd::Grant {
             agent,
             capability,
@@ -597,6 +613,41 @@ fn consent(cmd: ConsentCmd, ctx: &Ctx) -> Result<ExitCode> {
     }
 }
 
+/// `consent check --dry-run`: the decision, without asking or writing to the ledger.
+fn dry_run(p: &Policy, agent: &str, req: &CapabilityRequest, json: bool) -> Result<ExitCode> {
+    let d = p.check(agent, req)?;
+    let (word, code, message, hint) = match &d {
+        Decision::Allow { .. } => ("allow", None, None, None),
+        Decision::Ask => ("ask", None, None, None),
+        Decision::Deny {
+            code,
+            message,
+            hint,
+        } => (
+            "deny",
+            Some(code.as_str()),
+            Some(message.clone()),
+            Some(hint.clone()),
+        ),
+    };
+    if json {
+        println!(
+            "{}",
+            json!({"decision": word, "code": code, "message": message, "hint": hint})
+        );
+    } else {
+        println!(
+            "{word}{}",
+            message.map(|m| format!(": {m}")).unwrap_or_default()
+        );
+    }
+    Ok(if d.is_allow() {
+        ExitCode::SUCCESS
+    } else {
+        crate::exit::Exit::Refused.into()
+    })
+}
+
 fn check(ctx: &Ctx, a: CheckArgs) -> Result<ExitCode> {
     let json = ctx.json;
     let p = policy(ctx)?;
@@ -608,37 +659,7 @@ fn check(ctx: &Ctx, a: CheckArgs) -> Result<ExitCode> {
         ActionArg::NativeExec => Sensitive::NativeExec,
     });
     if a.dry_run {
-        let d = p.check(&a.agent, &req)?;
-        let (word, code, message, hint) = match &d {
-            Decision::Allow { .. } => ("allow", None, None, None),
-            Decision::Ask => ("ask", None, None, None),
-            Decision::Deny {
-                code,
-                message,
-                hint,
-            } => (
-                "deny",
-                Some(code.as_str()),
-                Some(message.clone()),
-                Some(hint.clone()),
-            ),
-        };
-        if json {
-            println!(
-                "{}",
-                json!({"decision": word, "code": code, "message": message, "hint": hint})
-            );
-        } else {
-            println!(
-                "{word}{}",
-                message.map(|m| format!(": {m}")).unwrap_or_default()
-            );
-        }
-        return Ok(if d.is_allow() {
-            ExitCode::SUCCESS
-        } else {
-            crate::exit::Exit::Refused.into()
-        });
+        return dry_run(&p, &a.agent, &req, json);
     }
     let yes_to = a
         .yes_to
