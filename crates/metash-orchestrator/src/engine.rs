@@ -12,8 +12,7 @@ use metash_protocol::{
 use metash_store::Store;
 use serde_json::{json, Value};
 
-use crate::book::Entry;
-use crate::book::{self, Book, Decision, Halt, HaltReason, ResumeFor};
+use crate::book::{self, Book, Decision, Entry, Halt, HaltReason, ResumeFor};
 use crate::config::OrchestratorConfig;
 use crate::error::{OrchestratorError, Result};
 use crate::git::Git;

@@ -22,8 +22,7 @@ use metash_protocol::{
 };
 use serde_json::{json, Value};
 
-use crate::book::Entry;
-use crate::book::{self, Book, FailedTask, Halt, HaltReason, ResumeFor};
+use crate::book::{self, Book, Entry, FailedTask, Halt, HaltReason, ResumeFor};
 use crate::engine::{branch_of, worktree_of, Orchestrator, RunOutcome, Step};
 use crate::error::{OrchestratorError, Result};
 use crate::git::Merge;
@@ -39,6 +38,19 @@ pub(crate) enum Attempt {
     Checkpoint(PendingCheckpoint),
     /// The orchestrator itself must stop (a merge needs a person).
     Stop(RunOutcome),
+}
+
+/// How a phase's task loop stopped early, if it did.
+#[derive(Default)]
+struct Ended {
+    stop: Option<Step>,
+    error: Option<OrchestratorError>,
+}
+
+impl Ended {
+    fn is_clear(&self) -> bool {
+        self.stop.is_none() && self.error.is_none()
+    }
 }
 
 impl Orchestrator<'_> {
@@ -72,33 +84,33 @@ impl Orchestrator<'_> {
             .resume_for
             .filter(|r| r.role == "executor")
             .and_then(|r| r.task);
-        let mut stop: Option<Step> = None;
-        let mut error: Option<OrchestratorError> = None;
+        let ended = self.run_tasks(state, &mut sched, first.as_deref());
+        self.finish_phase(phase, &sched, ended)
+    }
+
+    /// Runs the scheduled tasks, up to `jobs` at once, until none is ready or running, or one
+    /// stops the phase (a checkpoint, a halt) or fails the host.
+    fn run_tasks(&self, state: &SessionState, sched: &mut Scheduler, first: Option<&str>) -> Ended {
+        let mut ended = Ended::default();
         std::thread::scope(|scope| {
             let (tx, rx) = mpsc::channel::<(String, Result<Attempt>)>();
-            // The task whose checkpoint was answered runs first and alone, so the answer the host
-            // hands to the next spawn reaches it.
-            let mut exclusive: Option<String> =
-                first.as_deref().and_then(|id| sched.take_if_ready(id));
-            if let Some(id) = exclusive.clone() {
+            let start = |id: String| {
                 let tx = tx.clone();
                 scope.spawn(move || {
                     let r = self.attempt(&id);
                     let _ = tx.send((id, r));
                 });
+            };
+            // The task whose checkpoint was answered runs first and alone, so the answer the host
+            // hands to the next spawn reaches it.
+            let mut exclusive: Option<String> = first.and_then(|id| sched.take_if_ready(id));
+            if let Some(id) = exclusive.clone() {
+                start(id);
             }
             loop {
-                while exclusive.is_none()
-                    && stop.is_none()
-                    && error.is_none()
-                    && sched.running() < self.jobs
-                {
+                while exclusive.is_none() && ended.is_clear() && sched.running() < self.jobs {
                     let Some(id) = sched.next_ready() else { break };
-                    let tx = tx.clone();
-                    scope.spawn(move || {
-                        let r = self.attempt(&id);
-                        let _ = tx.send((id, r));
-                    });
+                    start(id);
                 }
                 if sched.running() == 0 {
                     break;
@@ -107,63 +119,93 @@ impl Orchestrator<'_> {
                 if exclusive.as_deref() == Some(id.as_str()) {
                     exclusive = None;
                 }
-                match result {
-                    Ok(Attempt::Complete) => sched.complete(&id),
-                    Ok(Attempt::Failed(why)) => {
-                        let attempts = self
-                            .store()
-                            .state()
-                            .map(|s| Book::of(&s).attempts.get(&id).copied().unwrap_or(0))
-                            .unwrap_or(u32::MAX);
-                        if attempts < self.config.max_task_attempts {
-                            self.progress(
-                                &format!(
-                                    "task {id} failed (attempt {attempts}): {}; retrying",
-                                    clip(&why)
-                                ),
-                                LogLevel::Warn,
-                            );
-                            sched.retry(&id);
-                        } else {
-                            sched.abandon(&id);
-                            if stop.is_none() {
-                                stop = Some(Step::Stop(RunOutcome::Halted(Halt {
-                                    reason: HaltReason::TaskFailed,
-                                    phase,
-                                    failed: vec![FailedTask {
-                                        id: id.clone(),
-                                        title: title_of(state, &id),
-                                        why: vec![why.clone()],
-                                    }],
-                                    message: format!(
-                                        "phase {phase} halted: task {id} failed {attempts} time(s); last: {}",
-                                        clip(&why)
-                                    ),
-                                })));
-                            }
-                        }
-                    }
-                    Ok(Attempt::Checkpoint(p)) => {
-                        sched.abandon(&id);
-                        if !matches!(stop, Some(Step::Stop(RunOutcome::Checkpoint(_)))) {
-                            stop = Some(Step::Stop(RunOutcome::Checkpoint(p)));
-                        }
-                    }
-                    Ok(Attempt::Stop(outcome)) => {
-                        sched.abandon(&id);
-                        stop.get_or_insert(Step::Stop(outcome));
-                    }
-                    Err(e) => {
-                        sched.abandon(&id);
-                        error.get_or_insert(e);
-                    }
-                }
+                self.settle(state, sched, &mut ended, &id, result);
             }
         });
-        if let Some(e) = error {
+        ended
+    }
+
+    /// What one finished attempt means for the schedule and the phase.
+    fn settle(
+        &self,
+        state: &SessionState,
+        sched: &mut Scheduler,
+        ended: &mut Ended,
+        id: &str,
+        result: Result<Attempt>,
+    ) {
+        match result {
+            Ok(Attempt::Complete) => sched.complete(id),
+            Ok(Attempt::Failed(why)) => {
+                if let Some(halt) = self.retry_or_halt(state, sched, id, &why) {
+                    ended.stop.get_or_insert(halt);
+                }
+            }
+            Ok(Attempt::Checkpoint(p)) => {
+                sched.abandon(id);
+                if !matches!(ended.stop, Some(Step::Stop(RunOutcome::Checkpoint(_)))) {
+                    ended.stop = Some(Step::Stop(RunOutcome::Checkpoint(p)));
+                }
+            }
+            Ok(Attempt::Stop(outcome)) => {
+                sched.abandon(id);
+                ended.stop.get_or_insert(Step::Stop(outcome));
+            }
+            Err(e) => {
+                sched.abandon(id);
+                ended.error.get_or_insert(e);
+            }
+        }
+    }
+
+    /// A failed attempt is retried while attempts remain; after the last one the phase halts.
+    fn retry_or_halt(
+        &self,
+        state: &SessionState,
+        sched: &mut Scheduler,
+        id: &str,
+        why: &str,
+    ) -> Option<Step> {
+        let phase = state.current_phase;
+        let attempts = self
+            .store()
+            .state()
+            .map(|s| Book::of(&s).attempts.get(id).copied().unwrap_or(0))
+            .unwrap_or(u32::MAX);
+        if attempts < self.config.max_task_attempts {
+            self.progress(
+                &format!(
+                    "task {id} failed (attempt {attempts}): {}; retrying",
+                    clip(why)
+                ),
+                LogLevel::Warn,
+            );
+            sched.retry(id);
+            return None;
+        }
+        sched.abandon(id);
+        Some(Step::Stop(RunOutcome::Halted(Halt {
+            reason: HaltReason::TaskFailed,
+            phase,
+            failed: vec![FailedTask {
+                id: id.to_string(),
+                title: title_of(state, id),
+                why: vec![why.to_string()],
+            }],
+            message: format!(
+                "phase {phase} halted: task {id} failed {attempts} time(s); last: {}",
+                clip(why)
+            ),
+        })))
+    }
+
+    /// After the tasks: a host error, a stop, tasks blocked on failed dependencies, or on to
+    /// verification.
+    fn finish_phase(&self, phase: u32, sched: &Scheduler, ended: Ended) -> Result<Step> {
+        if let Some(e) = ended.error {
             return Err(e);
         }
-        match stop {
+        match ended.stop {
             Some(Step::Stop(RunOutcome::Halted(h))) => return self.halt(h),
             Some(step) => return Ok(step),
             None => {}
@@ -220,40 +262,7 @@ impl Orchestrator<'_> {
             Some(wt.clone()),
         )?;
         match response.status {
-            AgentStatus::Success => {
-                if let Err(why) = apply_files(&wt, &response.data) {
-                    return self.fail_attempt(id, &wt, &head, why);
-                }
-                let title = title_of(&state, id);
-                let summary = summary_of(&response.data);
-                let message = format!("metash: task {id}: {title}\n\n{summary}");
-                let sha = self.git.commit_all(&wt, message.trim_end())?;
-                let mut commits: Vec<String> = state
-                    .task(id)
-                    .and_then(|t| t.commits.clone())
-                    .unwrap_or_default();
-                commits.extend(sha.clone());
-                let next_idx = next_task_idx(&state, id);
-                self.update(vec![
-                    book::task_set(id, "status", json!(TaskStatus::Complete)),
-                    book::task_set(id, "commits", json!(commits)),
-                    ("plan.currentTaskIdx".into(), json!(next_idx)),
-                    book::set_for(Entry::Running, id, book::null()),
-                    book::set_for(Entry::Attempts, id, json!(0)),
-                    book::set_for(Entry::Errors, id, book::null()),
-                    book::set_for(Entry::Verified, id, json!(false)),
-                    book::set_for(Entry::Summaries, id, json!(clip(&summary))),
-                ])?;
-                self.progress(
-                    &format!(
-                        "task {id}: complete ({})",
-                        sha.map(|s| format!("commit {}", &s[..s.len().min(10)]))
-                            .unwrap_or_else(|| "no changes".into())
-                    ),
-                    LogLevel::Info,
-                );
-                Ok(Attempt::Complete)
-            }
+            AgentStatus::Success => self.complete_attempt(id, &wt, &head, &state, &response.data),
             AgentStatus::Error | AgentStatus::Timeout => {
                 let why = format!(
                     "executor {}: {}",
@@ -262,24 +271,77 @@ impl Orchestrator<'_> {
                 );
                 self.fail_attempt(id, &wt, &head, why)
             }
-            AgentStatus::Checkpoint => {
-                self.git.reset_to(&wt, &head)?;
-                let p = self.on_checkpoint(
-                    &self.config.executor,
-                    &response,
-                    ResumeFor {
-                        role: "executor".into(),
-                        task: Some(id.to_string()),
-                    },
-                )?;
-                // Asking is not failing: the attempt does not count.
-                self.update(vec![
-                    book::set_for(Entry::Running, id, book::null()),
-                    book::set_for(Entry::Attempts, id, json!(attempt - 1)),
-                ])?;
-                Ok(Attempt::Checkpoint(p))
-            }
+            AgentStatus::Checkpoint => self.attempt_checkpoint(id, &wt, &head, attempt, &response),
         }
+    }
+
+    /// The executor succeeded: apply its files, commit what changed in the worktree, and record
+    /// the task complete with its commits in one update.
+    fn complete_attempt(
+        &self,
+        id: &str,
+        wt: &Path,
+        head: &str,
+        state: &SessionState,
+        data: &str,
+    ) -> Result<Attempt> {
+        if let Err(why) = apply_files(wt, data) {
+            return self.fail_attempt(id, wt, head, why);
+        }
+        let title = title_of(state, id);
+        let summary = summary_of(data);
+        let message = format!("metash: task {id}: {title}\n\n{summary}");
+        let sha = self.git.commit_all(wt, message.trim_end())?;
+        let mut commits: Vec<String> = state
+            .task(id)
+            .and_then(|t| t.commits.clone())
+            .unwrap_or_default();
+        commits.extend(sha.clone());
+        let next_idx = next_task_idx(state, id);
+        self.update(vec![
+            book::task_set(id, "status", json!(TaskStatus::Complete)),
+            book::task_set(id, "commits", json!(commits)),
+            ("plan.currentTaskIdx".into(), json!(next_idx)),
+            book::set_for(Entry::Running, id, book::null()),
+            book::set_for(Entry::Attempts, id, json!(0)),
+            book::set_for(Entry::Errors, id, book::null()),
+            book::set_for(Entry::Verified, id, json!(false)),
+            book::set_for(Entry::Summaries, id, json!(clip(&summary))),
+        ])?;
+        self.progress(
+            &format!(
+                "task {id}: complete ({})",
+                sha.map(|s| format!("commit {}", &s[..s.len().min(10)]))
+                    .unwrap_or_else(|| "no changes".into())
+            ),
+            LogLevel::Info,
+        );
+        Ok(Attempt::Complete)
+    }
+
+    /// The executor asked a person: its changes are dropped and the attempt does not count.
+    fn attempt_checkpoint(
+        &self,
+        id: &str,
+        wt: &Path,
+        head: &str,
+        attempt: u32,
+        response: &metash_protocol::AgentResponse,
+    ) -> Result<Attempt> {
+        self.git.reset_to(wt, head)?;
+        let p = self.on_checkpoint(
+            &self.config.executor,
+            response,
+            ResumeFor {
+                role: "executor".into(),
+                task: Some(id.to_string()),
+            },
+        )?;
+        self.update(vec![
+            book::set_for(Entry::Running, id, book::null()),
+            book::set_for(Entry::Attempts, id, json!(attempt - 1)),
+        ])?;
+        Ok(Attempt::Checkpoint(p))
     }
 
     /// Resets the worktree to where the attempt started and records the failure.

@@ -383,57 +383,10 @@ impl Git {
     /// it is put back to `HEAD`. Anything else is somebody's work and is never touched: those
     /// paths are returned, for a person to commit or stash.
     pub fn undo_interrupted_merge(&self, dir: &Path, rev: &str) -> Result<Vec<String>> {
-        // Not `run`: its trimming would eat the first entry's leading status column.
-        let out = self.output(
-            dir,
-            &[
-                "status",
-                "--porcelain",
-                "-z",
-                "--no-renames",
-                "--untracked-files=all",
-                "--",
-                ".",
-                EXCLUDE_META,
-            ],
-        )?;
-        if !out.status.success() {
-            return Err(self.failed(dir, "status", &out));
-        }
-        let status = String::from_utf8_lossy(&out.stdout).into_owned();
-        if status.is_empty() {
-            return Ok(Vec::new());
-        }
-        // Only paths the merge writes matter: other local changes do not stop it.
-        let touched = self.run(
-            dir,
-            &[
-                "diff",
-                "--name-only",
-                "--no-renames",
-                "-z",
-                &format!("HEAD...{rev}"),
-            ],
-        )?;
-        let touched: std::collections::HashSet<&str> = touched.split('\0').collect();
-        let dirty: Vec<String> = status
-            .split('\0')
-            .filter(|e| e.len() > 3 && touched.contains(&e[3..]))
-            .map(|e| e[3..].to_string())
-            .collect();
+        let dirty = self.dirty_paths_merge_writes(dir, rev)?;
         if dirty.is_empty() {
             return Ok(Vec::new());
         }
-        let blob = |tree: &str, path: &str| -> Result<Option<String>> {
-            let out = self.output(
-                dir,
-                &["rev-parse", "-q", "--verify", &format!("{tree}:{path}")],
-            )?;
-            Ok(out
-                .status
-                .success()
-                .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string()))
-        };
         let mut foreign = Vec::new();
         let (mut in_head, mut not_in_head) = (Vec::new(), Vec::new());
         for path in &dirty {
@@ -442,8 +395,8 @@ impl Git {
             } else {
                 None
             };
-            let head = blob("HEAD", path)?;
-            let theirs = blob(rev, path)?;
+            let head = self.blob(dir, "HEAD", path)?;
+            let theirs = self.blob(dir, rev, path)?;
             if on_disk == head || on_disk == theirs {
                 if head.is_some() {
                     in_head.push(path.clone());
@@ -469,6 +422,60 @@ impl Git {
             let _ = std::fs::remove_file(dir.join(path));
         }
         Ok(Vec::new())
+    }
+
+    /// Local changes (outside `.meta`) to paths that merging `rev` would write; other local
+    /// changes do not stop a merge.
+    fn dirty_paths_merge_writes(&self, dir: &Path, rev: &str) -> Result<Vec<String>> {
+        // Not `run`: its trimming would eat the first entry's leading status column.
+        let out = self.output(
+            dir,
+            &[
+                "status",
+                "--porcelain",
+                "-z",
+                "--no-renames",
+                "--untracked-files=all",
+                "--",
+                ".",
+                EXCLUDE_META,
+            ],
+        )?;
+        if !out.status.success() {
+            return Err(self.failed(dir, "status", &out));
+        }
+        let status = String::from_utf8_lossy(&out.stdout).into_owned();
+        if status.is_empty() {
+            return Ok(Vec::new());
+        }
+        let touched = self.run(
+            dir,
+            &[
+                "diff",
+                "--name-only",
+                "--no-renames",
+                "-z",
+                &format!("HEAD...{rev}"),
+            ],
+        )?;
+        let touched: std::collections::HashSet<&str> = touched.split('\0').collect();
+        Ok(status
+            .split('\0')
+            .filter(|e| e.len() > 3 && touched.contains(&e[3..]))
+            .map(|e| e[3..].to_string())
+            .collect())
+    }
+
+    /// The blob id of `path` in `tree`, if it has one.
+    fn blob(&self, dir: &Path, tree: &str, path: &str) -> Result<Option<String>> {
+        let out = self.output(
+            dir,
+            &["rev-parse", "-q", "--verify", &format!("{tree}:{path}")],
+        )?;
+        Ok(out
+            .status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string()))
     }
 
     /// Merges `rev` into the branch checked out in `dir` (always a merge commit, so a task's work

@@ -4,103 +4,35 @@
 //! merged again. A conflict is a `human_action` checkpoint: the merge is left in progress for the
 //! person, who commits it and answers `done` (or `abort`).
 
+use std::path::Path;
+
 use metash_protocol::{LogLevel, SessionState};
 use serde_json::json;
 
-use crate::book::Entry;
-use crate::book::{self, Book, Halt, HaltReason, ResumeFor};
+use crate::book::{self, Book, Entry, Halt, HaltReason, ResumeFor};
 use crate::engine::{branch_of, worktree_of, Orchestrator, Step};
 use crate::error::Result;
 use crate::git::Merge;
-use crate::plan;
+use crate::plan::{self, TaskNode};
 
 impl Orchestrator<'_> {
     pub(crate) fn merge_phase(&self, phase: u32) -> Result<Step> {
         let root = self.workspace();
         let state = self.store().state()?;
         let book = Book::of(&state);
+        if let Some(step) = self.merge_in_progress(&root, &state, &book, phase)? {
+            return Ok(step);
+        }
         let nodes = Self::nodes(&state);
-        let order = plan::topo_order(&nodes);
-        let waiting_on_person = book.resume_for.as_ref().is_some_and(|r| r.role == "merge");
-        if self.git.merge_in_progress(&root)? {
-            if waiting_on_person && book_answer(&state) == Some("abort") {
-                self.git.run(&root, &["merge", "--abort"])?;
-                return self.halt(Halt {
-                    reason: HaltReason::MergeAborted,
-                    phase,
-                    failed: vec![],
-                    message: format!("phase {phase} halted: the conflicting merge was aborted"),
-                });
-            }
-            let task = book.resume_for.as_ref().and_then(|r| r.task.clone());
-            return self.raise_own(
-                format!(
-                    "A merge is still in progress in {}: resolve the conflicts, commit, then run \
-                     `metash run --answer done` (or `--answer abort`).",
-                    root.display()
-                ),
-                vec!["done".into(), "abort".into()],
-                ResumeFor {
-                    role: "merge".into(),
-                    task,
-                },
-            );
-        }
-        if waiting_on_person && book_answer(&state) == Some("abort") {
-            return self.halt(Halt {
-                reason: HaltReason::MergeAborted,
-                phase,
-                failed: vec![],
-                message: format!("phase {phase} halted: merging was abandoned"),
-            });
-        }
-        for id in order {
+        for id in plan::topo_order(&nodes) {
             let Some(node) = nodes.iter().find(|n| n.id == id) else {
                 continue;
             };
             if node.phase > phase || book.merged_at(&id).is_some() {
                 continue;
             }
-            let branch = branch_of(&id);
-            // No branch left: nothing of it is outside HEAD. A branch already contained in HEAD
-            // merges as "Already up to date", making no commit: merging is idempotent.
-            if self.git.branch_exists(&branch)? {
-                let blocking = self.git.undo_interrupted_merge(&root, &branch)?;
-                if !blocking.is_empty() {
-                    return self.raise_own(
-                        format!(
-                            "Uncommitted changes in {} block merging task {id} ({}): {}. Commit \
-                             or stash them, then run `metash run --answer done` (or `--answer \
-                             abort` to halt).",
-                            root.display(),
-                            node.title,
-                            blocking.join(", ")
-                        ),
-                        vec!["done".into(), "abort".into()],
-                        ResumeFor {
-                            role: "merge".into(),
-                            task: Some(id.clone()),
-                        },
-                    );
-                }
-                let msg = format!("metash: merge task {id}: {}", node.title);
-                if let Merge::Conflict { files } = self.git.merge(&root, &branch, &msg)? {
-                    return self.raise_own(
-                        format!(
-                            "Merging task {id} ({}) conflicts in {}. Resolve the conflicts in {}, \
-                             commit the merge, then run `metash run --answer done` (or \
-                             `--answer abort` to give up and halt).",
-                            node.title,
-                            files.join(", "),
-                            root.display()
-                        ),
-                        vec!["done".into(), "abort".into()],
-                        ResumeFor {
-                            role: "merge".into(),
-                            task: Some(id.clone()),
-                        },
-                    );
-                }
+            if let Some(step) = self.merge_task(&root, node)? {
+                return Ok(step);
             }
             let head = self.git.head(&root)?;
             self.update(vec![
@@ -109,7 +41,105 @@ impl Orchestrator<'_> {
             ])?;
             self.progress(&format!("task {id}: merged"), LogLevel::Info);
         }
-        // Worktrees and branches of merged tasks are no longer needed: their commits are in HEAD.
+        self.remove_merged(&root, phase)?;
+        self.complete_phase(phase)
+    }
+
+    /// A merge a person was asked to finish: still in progress (ask again, or abort it on
+    /// `abort`), or abandoned with `abort`. `None`: go on merging.
+    fn merge_in_progress(
+        &self,
+        root: &Path,
+        state: &SessionState,
+        book: &Book,
+        phase: u32,
+    ) -> Result<Option<Step>> {
+        let waiting_on_person = book.resume_for.as_ref().is_some_and(|r| r.role == "merge");
+        let abort = waiting_on_person && book_answer(state) == Some("abort");
+        let aborted = |message: String| {
+            self.halt(Halt {
+                reason: HaltReason::MergeAborted,
+                phase,
+                failed: vec![],
+                message,
+            })
+        };
+        if self.git.merge_in_progress(root)? {
+            if abort {
+                self.git.run(root, &["merge", "--abort"])?;
+                return aborted(format!(
+                    "phase {phase} halted: the conflicting merge was aborted"
+                ))
+                .map(Some);
+            }
+            let task = book.resume_for.as_ref().and_then(|r| r.task.clone());
+            return self
+                .raise_own(
+                    format!(
+                        "A merge is still in progress in {}: resolve the conflicts, commit, then \
+                         run `metash run --answer done` (or `--answer abort`).",
+                        root.display()
+                    ),
+                    vec!["done".into(), "abort".into()],
+                    ResumeFor {
+                        role: "merge".into(),
+                        task,
+                    },
+                )
+                .map(Some);
+        }
+        if abort {
+            return aborted(format!("phase {phase} halted: merging was abandoned")).map(Some);
+        }
+        Ok(None)
+    }
+
+    /// Merges one task's branch into the project. No branch left: nothing of it is outside HEAD.
+    /// A branch already contained in HEAD merges as "Already up to date", making no commit:
+    /// merging is idempotent. `Some`: a person must act first (local changes, a conflict).
+    fn merge_task(&self, root: &Path, node: &TaskNode) -> Result<Option<Step>> {
+        let id = &node.id;
+        let branch = branch_of(id);
+        if !self.git.branch_exists(&branch)? {
+            return Ok(None);
+        }
+        let ask = |question: String| {
+            self.raise_own(
+                question,
+                vec!["done".into(), "abort".into()],
+                ResumeFor {
+                    role: "merge".into(),
+                    task: Some(id.clone()),
+                },
+            )
+            .map(Some)
+        };
+        let blocking = self.git.undo_interrupted_merge(root, &branch)?;
+        if !blocking.is_empty() {
+            return ask(format!(
+                "Uncommitted changes in {} block merging task {id} ({}): {}. Commit or stash \
+                 them, then run `metash run --answer done` (or `--answer abort` to halt).",
+                root.display(),
+                node.title,
+                blocking.join(", ")
+            ));
+        }
+        let msg = format!("metash: merge task {id}: {}", node.title);
+        if let Merge::Conflict { files } = self.git.merge(root, &branch, &msg)? {
+            return ask(format!(
+                "Merging task {id} ({}) conflicts in {}. Resolve the conflicts in {}, commit the \
+                 merge, then run `metash run --answer done` (or `--answer abort` to give up and \
+                 halt).",
+                node.title,
+                files.join(", "),
+                root.display()
+            ));
+        }
+        Ok(None)
+    }
+
+    /// Worktrees and branches of merged tasks are no longer needed: their commits are in HEAD.
+    fn remove_merged(&self, root: &Path, phase: u32) -> Result<()> {
         let state = self.store().state()?;
         let book = Book::of(&state);
         let merged: Vec<String> = Self::nodes(&state)
@@ -118,11 +148,10 @@ impl Orchestrator<'_> {
             .map(|n| n.id)
             .collect();
         for id in &merged {
-            self.git.remove_worktree(&worktree_of(&root, id), None)?;
+            self.git.remove_worktree(&worktree_of(root, id), None)?;
         }
         let branches: Vec<String> = merged.iter().map(|id| branch_of(id)).collect();
-        self.git.delete_branches(&branches)?;
-        self.complete_phase(phase)
+        self.git.delete_branches(&branches)
     }
 }
 

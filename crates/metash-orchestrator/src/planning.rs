@@ -6,8 +6,7 @@
 use metash_protocol::{AgentStatus, LogLevel, SessionState, SessionStatus, TaskStatus};
 use serde_json::json;
 
-use crate::book::Entry;
-use crate::book::{self, Book, Halt, HaltReason, ResumeFor};
+use crate::book::{self, Book, Entry, Halt, HaltReason, ResumeFor};
 use crate::engine::{Orchestrator, RunOutcome, Step};
 use crate::error::Result;
 use crate::plan::{self, TaskNode};
@@ -48,6 +47,13 @@ pub(crate) fn phase_state(state: &SessionState, nodes: &[TaskNode]) -> PhaseStat
     }
 }
 
+/// What came of asking the planner.
+enum Planned {
+    Stop(Step),
+    Rejected(String),
+    Accepted(plan::PlannerReply, Vec<TaskNode>),
+}
+
 impl Orchestrator<'_> {
     pub(crate) fn plan_phase(&self, state: &SessionState) -> Result<Step> {
         let nodes = Self::nodes(state);
@@ -78,6 +84,36 @@ impl Orchestrator<'_> {
             });
         }
         self.progress(&format!("phase {phase}: planning"), LogLevel::Info);
+        let (reply, all) = match self.ask_planner(&book, &nodes, phase)? {
+            Planned::Stop(step) => return Ok(step),
+            Planned::Rejected(reason) => {
+                self.progress(&format!("plan rejected: {reason}"), LogLevel::Warn);
+                self.update(vec![
+                    book::set(Entry::PlanAttempts, json!(book.plan_attempts + 1)),
+                    book::set(Entry::LastRejection, json!(reason)),
+                    book::set(Entry::ResumeFor, book::null()),
+                ])?;
+                return Ok(Step::Continue);
+            }
+            Planned::Accepted(reply, all) => (reply, all),
+        };
+        if reply.tasks.is_empty() {
+            return self.halt(Halt {
+                reason: HaltReason::Complete,
+                phase,
+                failed: vec![],
+                message: format!(
+                    "the planner has nothing left to do at phase {phase}: the project is complete"
+                ),
+            });
+        }
+        self.record_plan(state, &all[nodes.len()..])?;
+        Ok(Step::Continue)
+    }
+
+    /// The planner's answer: a checkpoint, a plan that fails validation (with why), or a plan
+    /// whose new tasks fit the graph.
+    fn ask_planner(&self, book: &Book, nodes: &[TaskNode], phase: u32) -> Result<Planned> {
         let response = self.spawn(
             Role::Planner,
             &Focus {
@@ -96,7 +132,7 @@ impl Orchestrator<'_> {
                         task: None,
                     },
                 )?;
-                return Ok(Step::Stop(RunOutcome::Checkpoint(p)));
+                return Ok(Planned::Stop(Step::Stop(RunOutcome::Checkpoint(p))));
             }
             AgentStatus::Error | AgentStatus::Timeout => Err(format!(
                 "the planner did not answer ({}): {}",
@@ -104,7 +140,7 @@ impl Orchestrator<'_> {
                 clip(&response.data)
             )),
             AgentStatus::Success => plan::parse_reply(&response.data).and_then(|reply| {
-                let all = plan::validate(&nodes, &reply.tasks, phase)?;
+                let all = plan::validate(nodes, &reply.tasks, phase)?;
                 let in_phase = reply
                     .tasks
                     .iter()
@@ -117,68 +153,51 @@ impl Orchestrator<'_> {
                 Ok((reply, all))
             }),
         };
-        let (reply, all) = match reply {
-            Ok(r) => r,
-            Err(reason) => {
-                self.progress(&format!("plan rejected: {reason}"), LogLevel::Warn);
-                self.update(vec![
-                    book::set(Entry::PlanAttempts, json!(book.plan_attempts + 1)),
-                    book::set(Entry::LastRejection, json!(reason)),
-                    book::set(Entry::ResumeFor, book::null()),
-                ])?;
-                return Ok(Step::Continue);
-            }
-        };
-        if reply.tasks.is_empty() {
-            return self.halt(Halt {
-                reason: HaltReason::Complete,
-                phase,
-                failed: vec![],
-                message: format!(
-                    "the planner has nothing left to do at phase {phase}: the project is complete"
-                ),
-            });
-        }
+        Ok(match reply {
+            Ok((reply, all)) => Planned::Accepted(reply, all),
+            Err(reason) => Planned::Rejected(reason),
+        })
+    }
+
+    /// The new tasks into the plan (pending, with their phases), in one update that also resets
+    /// the rejection count and moves the session to executing.
+    fn record_plan(&self, state: &SessionState, new: &[TaskNode]) -> Result<()> {
+        let phase = state.current_phase;
         let mut tasks: Vec<serde_json::Value> = state
             .plan
             .as_ref()
             .map(|p| p.tasks.iter().map(|t| json!(t)).collect())
             .unwrap_or_default();
-        let mut updates = Vec::new();
-        for n in &all[nodes.len()..] {
+        let idx = state.plan.as_ref().map(|p| p.current_task_idx).unwrap_or(0);
+        let mut book_updates = Vec::new();
+        for n in new {
             tasks.push(json!({"id": n.id, "title": n.title, "status": "pending",
                               "dependencies": n.dependencies, "commits": []}));
-            updates.push(book::set_for(Entry::Phases, &n.id, json!(n.phase)));
+            book_updates.push(book::set_for(Entry::Phases, &n.id, json!(n.phase)));
             if !n.expects_change {
-                updates.push(book::set_for(Entry::NoChange, &n.id, json!(true)));
+                book_updates.push(book::set_for(Entry::NoChange, &n.id, json!(true)));
             }
         }
-        let idx = state.plan.as_ref().map(|p| p.current_task_idx).unwrap_or(0);
-        updates.insert(
-            0,
-            (
-                "plan".into(),
-                json!({"tasks": tasks, "currentTaskIdx": idx}),
-            ),
-        );
+        let mut updates = vec![(
+            "plan".to_string(),
+            json!({"tasks": tasks, "currentTaskIdx": idx}),
+        )];
+        updates.extend(book_updates);
         updates.push(book::set(Entry::PlanAttempts, json!(0)));
         updates.push(book::set(Entry::LastRejection, book::null()));
         updates.push(book::set(Entry::ResumeFor, book::null()));
         updates.push(("status".into(), json!(SessionStatus::Executing)));
         self.update(updates)?;
+        let ids: Vec<&str> = new.iter().map(|n| n.id.as_str()).collect();
         self.progress(
             &format!(
                 "phase {phase}: planned {} task(s): {}",
-                all.len() - nodes.len(),
-                all[nodes.len()..]
-                    .iter()
-                    .map(|n| n.id.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                new.len(),
+                ids.join(", ")
             ),
             LogLevel::Info,
         );
-        Ok(Step::Continue)
+        Ok(())
     }
 
     /// Every task of the phase is merged: the next phase starts with a fresh gapCount.

@@ -11,7 +11,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use metash_protocol::{SessionState, TaskStatus};
+use metash_protocol::{SessionState, Task, TaskStatus};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -66,26 +66,8 @@ pub struct Focus<'a> {
     pub last_error: Option<&'a str>,
 }
 
-/// The user message for `role`.
-pub fn user_message(
-    role: Role,
-    state: &SessionState,
-    book: &Book,
-    context: &str,
-    focus: &Focus<'_>,
-) -> String {
-    let phase = state.current_phase;
-    let tasks = state.tasks();
-    let task = focus.task.and_then(|id| tasks.iter().find(|t| t.id == id));
-    let mut out = String::new();
-    let doing = match (role, task) {
-        (Role::Planner, _) => "Planning".to_string(),
-        (Role::Executor, Some(t)) => format!("Executing Task {}: {}", t.id, t.title),
-        (Role::Verifier, Some(t)) => format!("Verifying Task {}: {}", t.id, t.title),
-        (_, None) => state_word(state).to_string(),
-    };
-    let _ = writeln!(out, "Current State: Phase {phase} ({doing})\n");
-    let _ = writeln!(out, "## Context (.meta/context.md)\n\n{}\n", context.trim());
+/// The plan as a checklist: status mark, id, title, phase and dependencies.
+fn write_plan(out: &mut String, tasks: &[Task], book: &Book, phase: u32) {
     let _ = writeln!(out, "## Plan\n");
     if tasks.is_empty() {
         let _ = writeln!(out, "(no tasks yet)");
@@ -110,6 +92,46 @@ pub fn user_message(
         );
     }
     out.push('\n');
+}
+
+/// What an executor retrying a task must know: the verifier's findings, the last failure.
+fn write_retry(out: &mut String, focus: &Focus<'_>) {
+    if !focus.findings.is_empty() {
+        let _ = writeln!(
+            out,
+            "## The verifier rejected the last attempt; fix these findings\n"
+        );
+        for f in focus.findings {
+            let _ = writeln!(out, "- {f}");
+        }
+        out.push('\n');
+    }
+    if let Some(e) = focus.last_error {
+        let _ = writeln!(out, "## Your previous attempt failed\n\n{e}\n");
+    }
+}
+
+/// The user message for `role`.
+pub fn user_message(
+    role: Role,
+    state: &SessionState,
+    book: &Book,
+    context: &str,
+    focus: &Focus<'_>,
+) -> String {
+    let phase = state.current_phase;
+    let tasks = state.tasks();
+    let task = focus.task.and_then(|id| tasks.iter().find(|t| t.id == id));
+    let mut out = String::new();
+    let doing = match (role, task) {
+        (Role::Planner, _) => "Planning".to_string(),
+        (Role::Executor, Some(t)) => format!("Executing Task {}: {}", t.id, t.title),
+        (Role::Verifier, Some(t)) => format!("Verifying Task {}: {}", t.id, t.title),
+        (_, None) => state_word(state).to_string(),
+    };
+    let _ = writeln!(out, "Current State: Phase {phase} ({doing})\n");
+    let _ = writeln!(out, "## Context (.meta/context.md)\n\n{}\n", context.trim());
+    write_plan(&mut out, tasks, book, phase);
     if !book.decisions.is_empty() {
         let _ = writeln!(out, "## Decisions the user made\n");
         for d in &book.decisions {
@@ -131,20 +153,8 @@ pub fn user_message(
             }
         }
     }
-    if role == Role::Executor && !focus.findings.is_empty() {
-        let _ = writeln!(
-            out,
-            "## The verifier rejected the last attempt; fix these findings\n"
-        );
-        for f in focus.findings {
-            let _ = writeln!(out, "- {f}");
-        }
-        out.push('\n');
-    }
     if role == Role::Executor {
-        if let Some(e) = focus.last_error {
-            let _ = writeln!(out, "## Your previous attempt failed\n\n{e}\n");
-        }
+        write_retry(&mut out, focus);
     }
     let request = request_json(role, state, book, focus);
     let _ = write!(

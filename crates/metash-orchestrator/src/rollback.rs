@@ -7,11 +7,12 @@
 //! Tasks that depend on a rolled-back task are built on its work: they are rolled back with it
 //! (dependents first), which the CLI confirms with the user first.
 
+use std::path::Path;
+
 use metash_protocol::{SessionStatus, TaskStatus};
 use serde_json::json;
 
-use crate::book::Entry;
-use crate::book::{self, Book};
+use crate::book::{self, Book, Entry};
 use crate::engine::{branch_of, worktree_of, Orchestrator};
 use crate::error::{OrchestratorError, Result};
 use crate::git::Merge;
@@ -68,6 +69,35 @@ impl Orchestrator<'_> {
     /// # Errors
     /// Dependents with work exist but `with_dependents` is false; a revert conflicts (it is
     /// aborted, nothing of that task is changed); another run holds the run lock.
+    /// Reverts a merged task's commits still in HEAD, newest first; the revert commits made. A
+    /// conflict aborts the revert and refuses, saying how many tasks were already rolled back.
+    fn revert_commits(
+        &self,
+        root: &Path,
+        id: &str,
+        commits: &[String],
+        done: usize,
+    ) -> Result<Vec<String>> {
+        let mut reverts = Vec::new();
+        for sha in commits.iter().rev() {
+            if !self.git.is_ancestor(root, sha, "HEAD")? {
+                continue;
+            }
+            match self.git.revert(root, sha)? {
+                Merge::Clean => reverts.push(self.git.head(root)?),
+                Merge::Conflict { files } => {
+                    let _ = self.git.run(root, &["revert", "--abort"]);
+                    return Err(OrchestratorError::Refused(format!(
+                        "reverting {sha} of task {id} conflicts in {} (later work changed the same lines); \
+                         the revert was aborted; {done} task(s) were rolled back before this one",
+                        files.join(", ")
+                    )));
+                }
+            }
+        }
+        Ok(reverts)
+    }
+
     pub fn rollback(&self, plan: &RollbackPlan, with_dependents: bool) -> Result<Vec<RolledBack>> {
         let run = crate::run_lock(self.store())?;
         let _handed = self.git.handing_down(&run);
@@ -99,26 +129,11 @@ impl Orchestrator<'_> {
                 .and_then(|t| t.commits.clone())
                 .unwrap_or_default();
             min_phase = min_phase.min(book.phase_of(&id, state.current_phase));
-            let mut reverts = Vec::new();
-            if book.merged_at(&id).is_some() {
-                for sha in commits.iter().rev() {
-                    if !self.git.is_ancestor(&root, sha, "HEAD")? {
-                        continue;
-                    }
-                    match self.git.revert(&root, sha)? {
-                        Merge::Clean => reverts.push(self.git.head(&root)?),
-                        Merge::Conflict { files } => {
-                            let _ = self.git.run(&root, &["revert", "--abort"]);
-                            return Err(OrchestratorError::Refused(format!(
-                                "reverting {sha} of task {id} conflicts in {} (later work changed the same lines); \
-                                 the revert was aborted; {} task(s) were rolled back before this one",
-                                files.join(", "),
-                                done.len()
-                            )));
-                        }
-                    }
-                }
-            }
+            let reverts = if book.merged_at(&id).is_some() {
+                self.revert_commits(&root, &id, &commits, done.len())?
+            } else {
+                Vec::new()
+            };
             self.git
                 .remove_worktree(&worktree_of(&root, &id), Some(&branch_of(&id)))?;
             self.update(vec![

@@ -8,11 +8,11 @@ use metash_protocol::{
 };
 use serde_json::{json, Value};
 
-use crate::book::Entry;
-use crate::book::{self, Book, FailedTask, Halt, HaltReason, ResumeFor};
+use crate::book::{self, Book, Entry, FailedTask, Halt, HaltReason, ResumeFor};
 use crate::engine::{worktree_of, Orchestrator, RunOutcome, Step};
 use crate::error::Result;
 use crate::execute::title_of;
+use crate::plan::TaskNode;
 use crate::planning::{clip, status_word};
 
 /// Spawns of the verifier per check when it errors or times out.
@@ -66,6 +66,24 @@ enum Checked {
     Checkpoint(PendingCheckpoint),
 }
 
+/// How a phase's verification waves ended.
+enum Waves {
+    Stop(Step),
+    Failed,
+    Passed,
+}
+
+/// The tasks none of whose dependencies is still waiting, and the rest.
+fn next_wave(nodes: &[TaskNode], rest: Vec<String>) -> (Vec<String>, Vec<String>) {
+    let waiting: std::collections::HashSet<String> = rest.iter().cloned().collect();
+    rest.into_iter().partition(|id| {
+        nodes
+            .iter()
+            .find(|n| &n.id == id)
+            .is_none_or(|n| n.dependencies.iter().all(|d| !waiting.contains(d)))
+    })
+}
+
 impl Orchestrator<'_> {
     pub(crate) fn verify_phase(&self, state: &SessionState) -> Result<Step> {
         let phase = state.current_phase;
@@ -96,9 +114,22 @@ impl Orchestrator<'_> {
                 LogLevel::Info,
             );
         }
-        // Waves in dependency order: a task is checked once its dependencies passed. When one
-        // fails, its dependents are not judged on work that is about to change: they go back to
-        // `pending`, to be rebuilt on the fixed dependency, without counting a gap.
+        match self.verify_waves(&nodes, todo, first)? {
+            Waves::Stop(step) => Ok(step),
+            Waves::Failed => self.after_failure(phase),
+            Waves::Passed => self.merge_phase(phase),
+        }
+    }
+
+    /// Waves in dependency order: a task is checked once its dependencies passed. When one
+    /// fails, its dependents are not judged on work that is about to change: they go back to
+    /// `pending`, to be rebuilt on the fixed dependency, without counting a gap.
+    fn verify_waves(
+        &self,
+        nodes: &[TaskNode],
+        todo: Vec<String>,
+        first: Option<String>,
+    ) -> Result<Waves> {
         let mut failed = false;
         let mut rejected: Vec<String> = Vec::new();
         let mut left = todo;
@@ -114,28 +145,12 @@ impl Orchestrator<'_> {
                 left.into_iter().partition(|id| blocked_by_failure(id));
             for id in &stale {
                 rejected.push(id.clone());
-                self.update(vec![
-                    book::task_set(id, "status", json!(TaskStatus::Pending)),
-                    book::set_for(Entry::Verified, id, json!(false)),
-                ])?;
-                self.progress(
-                    &format!(
-                        "task {id}: a dependency failed verification; it will be redone on the fix"
-                    ),
-                    LogLevel::Info,
-                );
+                self.back_to_pending(id)?;
             }
-            let waiting: std::collections::HashSet<String> = rest.iter().cloned().collect();
-            let (wave, later): (Vec<String>, Vec<String>) = rest.into_iter().partition(|id| {
-                nodes
-                    .iter()
-                    .find(|n| &n.id == id)
-                    .is_none_or(|n| n.dependencies.iter().all(|d| !waiting.contains(d)))
-            });
+            let (mut wave, later) = next_wave(nodes, rest);
             if wave.is_empty() {
                 break;
             }
-            let mut wave = wave;
             let mut first_alone = false;
             if let Some(f) = alone.take() {
                 if let Some(pos) = wave.iter().position(|t| t == &f) {
@@ -144,55 +159,69 @@ impl Orchestrator<'_> {
                     first_alone = true;
                 }
             }
-            let results = self.parallel(&wave, first_alone, |id| self.check(id))?;
-            for (id, r) in &results {
+            for (id, r) in self.parallel(&wave, first_alone, |id| self.check(id))? {
                 match r {
                     Checked::Checkpoint(p) => {
-                        return Ok(Step::Stop(RunOutcome::Checkpoint(p.clone())))
+                        return Ok(Waves::Stop(Step::Stop(RunOutcome::Checkpoint(p))))
                     }
                     Checked::Fail => {
                         failed = true;
-                        rejected.push(id.clone());
+                        rejected.push(id);
                     }
                     Checked::Pass => {}
                 }
             }
             left = later;
         }
-        if failed {
-            let state = self.store().state()?;
-            let book = Book::of(&state);
-            if state.gap_count >= self.config.max_gap_retries {
-                let failed: Vec<FailedTask> = state
-                    .tasks()
-                    .iter()
-                    .filter(|t| t.status == TaskStatus::Failed)
-                    .map(|t| FailedTask {
-                        id: t.id.clone(),
-                        title: t.title.clone(),
-                        why: book.findings(&t.id).to_vec(),
-                    })
-                    .collect();
-                let names: Vec<String> = failed
-                    .iter()
-                    .map(|f| format!("{} ({})", f.id, f.why.join("; ")))
-                    .collect();
-                return self.halt(Halt {
-                    reason: HaltReason::GapLimit,
-                    phase,
-                    message: format!(
-                        "phase {phase} halted after {} failed verifications (max_gap_retries = {}): {}",
-                        state.gap_count,
-                        self.config.max_gap_retries,
-                        names.join(", ")
-                    ),
-                    failed,
-                });
-            }
+        Ok(if failed { Waves::Failed } else { Waves::Passed })
+    }
+
+    /// A task whose dependency failed verification is redone on the fix.
+    fn back_to_pending(&self, id: &str) -> Result<()> {
+        self.update(vec![
+            book::task_set(id, "status", json!(TaskStatus::Pending)),
+            book::set_for(Entry::Verified, id, json!(false)),
+        ])?;
+        self.progress(
+            &format!("task {id}: a dependency failed verification; it will be redone on the fix"),
+            LogLevel::Info,
+        );
+        Ok(())
+    }
+
+    /// A failed verification is a gap: back to executing, or a halt at `max_gap_retries`.
+    fn after_failure(&self, phase: u32) -> Result<Step> {
+        let state = self.store().state()?;
+        let book = Book::of(&state);
+        if state.gap_count < self.config.max_gap_retries {
             self.update(vec![("status".into(), json!(SessionStatus::Executing))])?;
             return Ok(Step::Continue);
         }
-        self.merge_phase(phase)
+        let failed: Vec<FailedTask> = state
+            .tasks()
+            .iter()
+            .filter(|t| t.status == TaskStatus::Failed)
+            .map(|t| FailedTask {
+                id: t.id.clone(),
+                title: t.title.clone(),
+                why: book.findings(&t.id).to_vec(),
+            })
+            .collect();
+        let names: Vec<String> = failed
+            .iter()
+            .map(|f| format!("{} ({})", f.id, f.why.join("; ")))
+            .collect();
+        self.halt(Halt {
+            reason: HaltReason::GapLimit,
+            phase,
+            message: format!(
+                "phase {phase} halted after {} failed verifications (max_gap_retries = {}): {}",
+                state.gap_count,
+                self.config.max_gap_retries,
+                names.join(", ")
+            ),
+            failed,
+        })
     }
 
     /// Runs `f` over `ids`, `self.jobs` at a time (the first alone when `first_alone`); stops

@@ -8,7 +8,10 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{json, Value};
 
 use super::http::{post_sse, Flow, StreamLimits};
-use super::{join_url, parse_json, ApiCall, ApiOutput, Emitter, OnEvent, ToolResultInput};
+use super::sse::SseEvent;
+use super::{
+    join_url, parse_json, stream_error, ApiCall, ApiOutput, Emitter, OnEvent, ToolResultInput,
+};
 use crate::error::{HarnessError, Result};
 
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -90,9 +93,7 @@ pub(crate) async fn stream(
     }
     let body = request_body(call);
     let url = join_url(call.base_url, "v1/messages");
-    let mut out = ApiOutput::default();
-    let mut blocks: Vec<Block> = Vec::new();
-    let mut usage = Usage::default();
+    let mut c = Collect::default();
     let emitter = Emitter::new(on);
     let emit = |e: HarnessEvent| emitter.emit(e);
     post_sse(
@@ -102,141 +103,156 @@ pub(crate) async fn stream(
         &body,
         limits,
         &mut |attempt, delay, status| emitter.retry(attempt, delay, status),
-        &mut |ev| {
-            // Hot path: text deltas are nearly every event of a long answer; decode them into a
-            // borrowed struct instead of a `Value` tree.
-            if ev.event == "content_block_delta" {
-                if let Ok(d) = serde_json::from_str::<FastDelta<'_>>(&ev.data) {
-                    if d.delta.kind == "text_delta" {
-                        if let (Some(b), Some(t)) = (blocks.get_mut(d.index), d.delta.text) {
-                            b.text.push_str(&t);
-                            emit(HarnessEvent::TextDelta {
-                                text: t.into_owned(),
-                            });
-                            return Ok(Flow::Continue);
-                        }
-                    }
-                }
-            }
-            let v = parse_json(&ev.data)?;
-            let kind = v
-                .get("type")
-                .and_then(Value::as_str)
-                .unwrap_or(ev.event.as_str());
-            match kind {
-                "message_start" => {
-                    let u = &v["message"]["usage"];
-                    usage.input_tokens = u["input_tokens"].as_u64().unwrap_or(0);
-                    usage.output_tokens = u["output_tokens"].as_u64().unwrap_or(0);
-                    usage.cache_read_tokens = u["cache_read_input_tokens"].as_u64();
-                    usage.cache_creation_tokens = u["cache_creation_input_tokens"].as_u64();
-                }
-                "content_block_start" => {
-                    let cb = &v["content_block"];
-                    let idx = v["index"].as_u64().unwrap_or(blocks.len() as u64) as usize;
-                    if blocks.len() <= idx {
-                        blocks.resize_with(idx + 1, Block::default);
-                    }
-                    blocks[idx] = Block {
-                        kind: cb["type"].as_str().unwrap_or("").to_string(),
-                        text: cb["text"].as_str().unwrap_or("").to_string(),
-                        id: cb["id"].as_str().unwrap_or("").to_string(),
-                        name: cb["name"].as_str().unwrap_or("").to_string(),
-                        json: String::new(),
-                        raw: cb.clone(),
-                    };
-                }
-                "content_block_delta" => {
-                    let idx = v["index"].as_u64().unwrap_or(0) as usize;
-                    let d = &v["delta"];
-                    if let Some(b) = blocks.get_mut(idx) {
-                        match d["type"].as_str().unwrap_or("") {
-                            "text_delta" => {
-                                let t = d["text"].as_str().unwrap_or("");
-                                b.text.push_str(t);
-                                emit(HarnessEvent::TextDelta {
-                                    text: t.to_string(),
-                                });
-                            }
-                            "input_json_delta" => {
-                                b.json.push_str(d["partial_json"].as_str().unwrap_or(""))
-                            }
-                            "thinking_delta" => {
-                                b.text.push_str(d["thinking"].as_str().unwrap_or(""))
-                            }
-                            "signature_delta" => {
-                                b.raw["signature"] = d["signature"].clone();
-                            }
-                            _ => {}
-                        }
-                    }
-                }
-                "content_block_stop" => {}
-                "message_delta" => {
-                    if let Some(r) = v["delta"]["stop_reason"].as_str() {
-                        out.stop_reason = Some(r.to_string());
-                    }
-                    if let Some(n) = v["usage"]["output_tokens"].as_u64() {
-                        usage.output_tokens = n;
-                    }
-                    if let Some(n) = v["usage"]["input_tokens"].as_u64() {
-                        usage.input_tokens = n;
-                    }
-                }
-                "message_stop" => return Ok(Flow::Done),
-                "error" => {
-                    let e = &v["error"];
-                    return Err(HarnessError::Api {
-                        status: None,
-                        message: format!(
-                            "{}: {}",
-                            e["type"].as_str().unwrap_or("error"),
-                            e["message"].as_str().unwrap_or("stream error")
-                        ),
-                    });
-                }
-                _ => {}
-            }
-            Ok(Flow::Continue)
-        },
+        &mut |ev| c.event(&ev, &emit),
     )
     .await?;
-    let mut content = Vec::new();
-    for b in blocks {
-        match b.kind.as_str() {
-            "text" => {
-                out.text.push_str(&b.text);
-                content.push(json!({"type": "text", "text": b.text}));
+    c.finish(&emit)
+}
+
+/// What one Messages stream has said so far: its content blocks, usage, stop reason.
+#[derive(Default)]
+struct Collect {
+    out: ApiOutput,
+    blocks: Vec<Block>,
+    usage: Usage,
+}
+
+impl Collect {
+    /// One SSE event; `Done` at `message_stop`.
+    fn event(&mut self, ev: &SseEvent, emit: &dyn Fn(HarnessEvent)) -> Result<Flow> {
+        // Hot path: text deltas are nearly every event of a long answer; decode them into a
+        // borrowed struct instead of a `Value` tree.
+        if ev.event == "content_block_delta" {
+            if let Ok(d) = serde_json::from_str::<FastDelta<'_>>(&ev.data) {
+                if d.delta.kind == "text_delta" {
+                    if let (Some(b), Some(t)) = (self.blocks.get_mut(d.index), d.delta.text) {
+                        b.text.push_str(&t);
+                        emit(HarnessEvent::TextDelta {
+                            text: t.into_owned(),
+                        });
+                        return Ok(Flow::Continue);
+                    }
+                }
             }
-            "tool_use" => {
-                let input: Value = if b.json.trim().is_empty() {
-                    b.raw.get("input").cloned().unwrap_or_else(|| json!({}))
-                } else {
-                    serde_json::from_str(&b.json).map_err(|e| HarnessError::Api {
-                        status: None,
-                        message: format!("tool input of {} is not JSON: {e}", b.name),
-                    })?
-                };
-                let call = ToolCall {
-                    id: b.id.clone(),
-                    name: b.name.clone(),
-                    input: input.clone(),
-                };
-                emit(HarnessEvent::ToolCall { call: call.clone() });
-                out.tool_calls.push(call);
-                content
-                    .push(json!({"type": "tool_use", "id": b.id, "name": b.name, "input": input}));
+        }
+        let v = parse_json(&ev.data)?;
+        let kind = v
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or(ev.event.as_str());
+        match kind {
+            "message_start" => {
+                let u = &v["message"]["usage"];
+                self.usage.input_tokens = u["input_tokens"].as_u64().unwrap_or(0);
+                self.usage.output_tokens = u["output_tokens"].as_u64().unwrap_or(0);
+                self.usage.cache_read_tokens = u["cache_read_input_tokens"].as_u64();
+                self.usage.cache_creation_tokens = u["cache_creation_input_tokens"].as_u64();
             }
-            "thinking" => {
-                let mut raw = b.raw.clone();
-                raw["thinking"] = json!(b.text);
-                content.push(raw);
+            "content_block_start" => self.block_start(&v),
+            "content_block_delta" => self.block_delta(&v, emit),
+            "message_delta" => {
+                if let Some(r) = v["delta"]["stop_reason"].as_str() {
+                    self.out.stop_reason = Some(r.to_string());
+                }
+                if let Some(n) = v["usage"]["output_tokens"].as_u64() {
+                    self.usage.output_tokens = n;
+                }
+                if let Some(n) = v["usage"]["input_tokens"].as_u64() {
+                    self.usage.input_tokens = n;
+                }
             }
-            "" => {}
-            _ => content.push(b.raw),
+            "message_stop" => return Ok(Flow::Done),
+            "error" => {
+                let e = &v["error"];
+                return Err(stream_error(
+                    e["type"].as_str().unwrap_or("error"),
+                    e["message"].as_str().unwrap_or("stream error"),
+                ));
+            }
+            _ => {}
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn block_start(&mut self, v: &Value) {
+        let cb = &v["content_block"];
+        let idx = v["index"].as_u64().unwrap_or(self.blocks.len() as u64) as usize;
+        if self.blocks.len() <= idx {
+            self.blocks.resize_with(idx + 1, Block::default);
+        }
+        self.blocks[idx] = Block {
+            kind: cb["type"].as_str().unwrap_or("").to_string(),
+            text: cb["text"].as_str().unwrap_or("").to_string(),
+            id: cb["id"].as_str().unwrap_or("").to_string(),
+            name: cb["name"].as_str().unwrap_or("").to_string(),
+            json: String::new(),
+            raw: cb.clone(),
+        };
+    }
+
+    fn block_delta(&mut self, v: &Value, emit: &dyn Fn(HarnessEvent)) {
+        let idx = v["index"].as_u64().unwrap_or(0) as usize;
+        let d = &v["delta"];
+        let Some(b) = self.blocks.get_mut(idx) else {
+            return;
+        };
+        match d["type"].as_str().unwrap_or("") {
+            "text_delta" => {
+                let t = d["text"].as_str().unwrap_or("");
+                b.text.push_str(t);
+                emit(HarnessEvent::TextDelta {
+                    text: t.to_string(),
+                });
+            }
+            "input_json_delta" => b.json.push_str(d["partial_json"].as_str().unwrap_or("")),
+            "thinking_delta" => b.text.push_str(d["thinking"].as_str().unwrap_or("")),
+            "signature_delta" => {
+                b.raw["signature"] = d["signature"].clone();
+            }
+            _ => {}
         }
     }
-    out.usage = Some(usage);
-    out.transcript_items = vec![json!({"role": "assistant", "content": content})];
-    Ok(out)
+
+    /// The answer's text and tool calls from the blocks; the assistant turn for the transcript.
+    fn finish(mut self, emit: &dyn Fn(HarnessEvent)) -> Result<ApiOutput> {
+        let mut content = Vec::new();
+        for b in std::mem::take(&mut self.blocks) {
+            match b.kind.as_str() {
+                "text" => {
+                    self.out.text.push_str(&b.text);
+                    content.push(json!({"type": "text", "text": b.text}));
+                }
+                "tool_use" => {
+                    let input: Value = if b.json.trim().is_empty() {
+                        b.raw.get("input").cloned().unwrap_or_else(|| json!({}))
+                    } else {
+                        serde_json::from_str(&b.json).map_err(|e| HarnessError::Api {
+                            status: None,
+                            message: format!("tool input of {} is not JSON: {e}", b.name),
+                        })?
+                    };
+                    let call = ToolCall {
+                        id: b.id.clone(),
+                        name: b.name.clone(),
+                        input: input.clone(),
+                    };
+                    emit(HarnessEvent::ToolCall { call: call.clone() });
+                    self.out.tool_calls.push(call);
+                    content.push(
+                        json!({"type": "tool_use", "id": b.id, "name": b.name, "input": input}),
+                    );
+                }
+                "thinking" => {
+                    let mut raw = b.raw.clone();
+                    raw["thinking"] = json!(b.text);
+                    content.push(raw);
+                }
+                "" => {}
+                _ => content.push(b.raw),
+            }
+        }
+        self.out.usage = Some(self.usage);
+        self.out.transcript_items = vec![json!({"role": "assistant", "content": content})];
+        Ok(self.out)
+    }
 }

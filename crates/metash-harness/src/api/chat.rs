@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 
 use super::http::{post_sse, Flow, StreamLimits};
 use super::openai::bearer;
+use super::sse::SseEvent;
 use super::{join_url, parse_json, ApiCall, ApiOutput, Emitter, OnEvent, ToolResultInput};
 use crate::error::{HarnessError, Result};
 
@@ -91,8 +92,7 @@ pub(crate) async fn stream(
     let headers = bearer(call.api_key)?;
     let body = request_body(call);
     let url = join_url(call.base_url, "chat/completions");
-    let mut out = ApiOutput::default();
-    let mut calls: Vec<PartialCall> = Vec::new();
+    let mut c = Collect::default();
     let emitter = Emitter::new(on);
     let emit = |e: HarnessEvent| emitter.emit(e);
     post_sse(
@@ -102,98 +102,130 @@ pub(crate) async fn stream(
         &body,
         limits,
         &mut |attempt, delay, status| emitter.retry(attempt, delay, status),
-        &mut |ev| {
-            if ev.data.trim() == "[DONE]" {
-                return Ok(Flow::Done);
-            }
-            // Hot path: a chunk carrying only a content delta.
-            if let Ok(c) = serde_json::from_str::<FastChunk<'_>>(&ev.data) {
-                if let [choice] = c.choices.as_slice() {
-                    if let (Some(t), None, None) = (
-                        &choice.delta.content,
-                        &choice.delta.tool_calls,
-                        &choice.finish_reason,
-                    ) {
-                        if c.usage.is_none() {
-                            if !t.is_empty() {
-                                out.text.push_str(t);
-                                emit(HarnessEvent::TextDelta {
-                                    text: t.to_string(),
-                                });
-                            }
-                            return Ok(Flow::Continue);
-                        }
-                    }
-                }
-            }
-            let v = parse_json(&ev.data)?;
-            if let Some(e) = v.get("error") {
-                return Err(HarnessError::Api {
-                    status: None,
-                    message: e["message"]
-                        .as_str()
-                        .map(str::to_string)
-                        .unwrap_or_else(|| e.to_string()),
-                });
-            }
-            if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
-                out.usage = Some(Usage {
-                    input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
-                    output_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
-                    cache_read_tokens: u["prompt_tokens_details"]["cached_tokens"].as_u64(),
-                    cache_creation_tokens: None,
-                });
-            }
-            for choice in v["choices"].as_array().into_iter().flatten() {
-                let d = &choice["delta"];
-                if let Some(t) = d["content"].as_str() {
-                    if !t.is_empty() {
-                        out.text.push_str(t);
-                        emit(HarnessEvent::TextDelta {
-                            text: t.to_string(),
-                        });
-                    }
-                }
-                for tc in d["tool_calls"].as_array().into_iter().flatten() {
-                    let idx = tc["index"].as_u64().unwrap_or(calls.len() as u64) as usize;
-                    if calls.len() <= idx {
-                        calls.resize(idx + 1, PartialCall::default());
-                    }
-                    let c = &mut calls[idx];
-                    if let Some(id) = tc["id"].as_str() {
-                        c.id = id.to_string();
-                    }
-                    if let Some(n) = tc["function"]["name"].as_str() {
-                        c.name.push_str(n);
-                    }
-                    if let Some(a) = tc["function"]["arguments"].as_str() {
-                        c.args.push_str(a);
-                    }
-                }
-                if let Some(r) = choice["finish_reason"].as_str() {
-                    out.stop_reason = Some(r.to_string());
-                }
-            }
-            Ok(Flow::Continue)
-        },
+        &mut |ev| c.event(&ev, &emit),
     )
     .await?;
-    let mut assistant = json!({"role": "assistant", "content": out.text});
-    if !calls.is_empty() {
-        let mut tool_calls = Vec::new();
-        for c in calls {
-            let input = serde_json::from_str(&c.args).unwrap_or_else(|_| json!({ "raw": c.args }));
-            let call = ToolCall {
-                id: c.id.clone(),
-                name: c.name.clone(),
-                input,
-            };
-            emit(HarnessEvent::ToolCall { call: call.clone() });
-            out.tool_calls.push(call);
-            tool_calls.push(json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.args}}));
+    Ok(c.finish(&emit))
+}
+
+/// What one chat-completions stream has said so far.
+#[derive(Default)]
+struct Collect {
+    out: ApiOutput,
+    calls: Vec<PartialCall>,
+}
+
+impl Collect {
+    /// One SSE event; `Done` at `[DONE]`.
+    fn event(&mut self, ev: &SseEvent, emit: &dyn Fn(HarnessEvent)) -> Result<Flow> {
+        if ev.data.trim() == "[DONE]" {
+            return Ok(Flow::Done);
         }
-        assistant["tool_calls"] = json!(tool_calls);
+        if self.fast_text(&ev.data, emit) {
+            return Ok(Flow::Continue);
+        }
+        let v = parse_json(&ev.data)?;
+        if let Some(e) = v.get("error") {
+            return Err(HarnessError::Api {
+                status: None,
+                message: e["message"]
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| e.to_string()),
+            });
+        }
+        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+            self.out.usage = Some(Usage {
+                input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
+                output_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
+                cache_read_tokens: u["prompt_tokens_details"]["cached_tokens"].as_u64(),
+                cache_creation_tokens: None,
+            });
+        }
+        for choice in v["choices"].as_array().into_iter().flatten() {
+            let d = &choice["delta"];
+            if let Some(t) = d["content"].as_str() {
+                self.text(t, emit);
+            }
+            for tc in d["tool_calls"].as_array().into_iter().flatten() {
+                self.tool_call_delta(tc);
+            }
+            if let Some(r) = choice["finish_reason"].as_str() {
+                self.out.stop_reason = Some(r.to_string());
+            }
+        }
+        Ok(Flow::Continue)
     }
-    out.transcript_items = vec![assistant];
-    Ok(out)
+
+    /// Hot path: a chunk carrying only a content delta, decoded without a `Value` tree. False
+    /// when the chunk is anything else.
+    fn fast_text(&mut self, data: &str, emit: &dyn Fn(HarnessEvent)) -> bool {
+        let Ok(c) = serde_json::from_str::<FastChunk<'_>>(data) else {
+            return false;
+        };
+        let [choice] = c.choices.as_slice() else {
+            return false;
+        };
+        match (
+            &choice.delta.content,
+            &choice.delta.tool_calls,
+            &choice.finish_reason,
+        ) {
+            (Some(t), None, None) if c.usage.is_none() => {
+                self.text(t, emit);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn text(&mut self, t: &str, emit: &dyn Fn(HarnessEvent)) {
+        if !t.is_empty() {
+            self.out.text.push_str(t);
+            emit(HarnessEvent::TextDelta {
+                text: t.to_string(),
+            });
+        }
+    }
+
+    /// A piece of a streamed tool call: its id, name and arguments arrive in fragments.
+    fn tool_call_delta(&mut self, tc: &Value) {
+        let idx = tc["index"].as_u64().unwrap_or(self.calls.len() as u64) as usize;
+        if self.calls.len() <= idx {
+            self.calls.resize(idx + 1, PartialCall::default());
+        }
+        let c = &mut self.calls[idx];
+        if let Some(id) = tc["id"].as_str() {
+            c.id = id.to_string();
+        }
+        if let Some(n) = tc["function"]["name"].as_str() {
+            c.name.push_str(n);
+        }
+        if let Some(a) = tc["function"]["arguments"].as_str() {
+            c.args.push_str(a);
+        }
+    }
+
+    /// The tool calls, complete; the assistant message for the transcript.
+    fn finish(mut self, emit: &dyn Fn(HarnessEvent)) -> ApiOutput {
+        let mut assistant = json!({"role": "assistant", "content": self.out.text});
+        if !self.calls.is_empty() {
+            let mut tool_calls = Vec::new();
+            for c in std::mem::take(&mut self.calls) {
+                let input =
+                    serde_json::from_str(&c.args).unwrap_or_else(|_| json!({ "raw": c.args }));
+                let call = ToolCall {
+                    id: c.id.clone(),
+                    name: c.name.clone(),
+                    input,
+                };
+                emit(HarnessEvent::ToolCall { call: call.clone() });
+                self.out.tool_calls.push(call);
+                tool_calls.push(json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.args}}));
+            }
+            assistant["tool_calls"] = json!(tool_calls);
+        }
+        self.out.transcript_items = vec![assistant];
+        self.out
+    }
 }

@@ -103,6 +103,14 @@ fn join_url(base: &str, path: &str) -> String {
     )
 }
 
+/// An error the provider reported inside the stream: `code: message`.
+fn stream_error(code: &str, message: &str) -> crate::error::HarnessError {
+    crate::error::HarnessError::Api {
+        status: None,
+        message: format!("{code}: {message}"),
+    }
+}
+
 fn parse_json(data: &str) -> crate::error::Result<Value> {
     serde_json::from_str(data).map_err(|e| crate::error::HarnessError::Api {
         status: None,

@@ -9,7 +9,10 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{json, Value};
 
 use super::http::{post_sse, Flow, StreamLimits};
-use super::{join_url, parse_json, ApiCall, ApiOutput, Emitter, OnEvent, ToolResultInput};
+use super::sse::SseEvent;
+use super::{
+    join_url, parse_json, stream_error, ApiCall, ApiOutput, Emitter, OnEvent, ToolResultInput,
+};
 use crate::error::{HarnessError, Result};
 
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -78,8 +81,7 @@ pub(crate) async fn stream(
     let headers = bearer(call.api_key)?;
     let body = request_body(call);
     let url = join_url(call.base_url, "responses");
-    let mut out = ApiOutput::default();
-    let mut items: Vec<Value> = Vec::new();
+    let mut c = Collect::default();
     let emitter = Emitter::new(on);
     let emit = |e: HarnessEvent| emitter.emit(e);
     post_sse(
@@ -89,115 +91,131 @@ pub(crate) async fn stream(
         &body,
         limits,
         &mut |attempt, delay, status| emitter.retry(attempt, delay, status),
-        &mut |ev| {
-            if ev.event == "response.output_text.delta" {
-                if let Ok(d) = serde_json::from_str::<FastTextDelta<'_>>(&ev.data) {
-                    emit(HarnessEvent::TextDelta {
-                        text: d.delta.into_owned(),
-                    });
-                    return Ok(Flow::Continue);
-                }
-            }
-            let v = parse_json(&ev.data)?;
-            let kind = v
-                .get("type")
-                .and_then(Value::as_str)
-                .unwrap_or(ev.event.as_str());
-            match kind {
-                "response.output_text.delta" => {
-                    let t = v["delta"].as_str().unwrap_or("");
-                    emit(HarnessEvent::TextDelta {
-                        text: t.to_string(),
-                    });
-                }
-                "response.output_item.done" => items.push(v["item"].clone()),
-                "response.completed" | "response.incomplete" => {
-                    let r = &v["response"];
-                    let u = &r["usage"];
-                    out.usage = Some(Usage {
-                        input_tokens: u["input_tokens"].as_u64().unwrap_or(0),
-                        output_tokens: u["output_tokens"].as_u64().unwrap_or(0),
-                        cache_read_tokens: u["input_tokens_details"]["cached_tokens"].as_u64(),
-                        cache_creation_tokens: None,
-                    });
-                    out.stop_reason = Some(if kind == "response.completed" {
-                        "completed".to_string()
-                    } else {
-                        r["incomplete_details"]["reason"]
-                            .as_str()
-                            .unwrap_or("incomplete")
-                            .to_string()
-                    });
-                    // Items only listed in the final response (some servers send no .done events).
-                    if items.is_empty() {
-                        if let Some(arr) = r["output"].as_array() {
-                            items.extend(arr.iter().cloned());
-                        }
-                    }
-                    return Ok(Flow::Done);
-                }
-                "response.failed" => {
-                    let e = &v["response"]["error"];
-                    return Err(HarnessError::Api {
-                        status: None,
-                        message: format!(
-                            "{}: {}",
-                            e["code"].as_str().unwrap_or("failed"),
-                            e["message"].as_str().unwrap_or("the response failed")
-                        ),
-                    });
-                }
-                "error" => {
-                    let e = v.get("error").unwrap_or(&v);
-                    return Err(HarnessError::Api {
-                        status: None,
-                        message: format!(
-                            "{}: {}",
-                            e["code"].as_str().or(e["type"].as_str()).unwrap_or("error"),
-                            e["message"].as_str().unwrap_or("stream error")
-                        ),
-                    });
-                }
-                _ => {}
-            }
-            Ok(Flow::Continue)
-        },
+        &mut |ev| c.event(&ev, &emit),
     )
     .await?;
-    for item in &items {
-        match item["type"].as_str() {
-            Some("message") => {
-                for part in item["content"].as_array().into_iter().flatten() {
-                    if part["type"] == "output_text" {
-                        out.text.push_str(part["text"].as_str().unwrap_or(""));
-                    }
-                }
+    Ok(c.finish(&emit))
+}
+
+/// What one Responses stream has said so far.
+#[derive(Default)]
+struct Collect {
+    out: ApiOutput,
+    items: Vec<Value>,
+}
+
+impl Collect {
+    /// One SSE event; `Done` at the response's end.
+    fn event(&mut self, ev: &SseEvent, emit: &dyn Fn(HarnessEvent)) -> Result<Flow> {
+        if ev.event == "response.output_text.delta" {
+            // Hot path: decode into a borrowed struct instead of a `Value` tree.
+            if let Ok(d) = serde_json::from_str::<FastTextDelta<'_>>(&ev.data) {
+                emit(HarnessEvent::TextDelta {
+                    text: d.delta.into_owned(),
+                });
+                return Ok(Flow::Continue);
             }
-            Some("function_call") => {
-                let args = item["arguments"].as_str().unwrap_or("{}");
-                let input = serde_json::from_str(args).unwrap_or_else(|_| json!({ "raw": args }));
-                let call = ToolCall {
-                    id: item["call_id"].as_str().unwrap_or("").to_string(),
-                    name: item["name"].as_str().unwrap_or("").to_string(),
-                    input,
-                };
-                emit(HarnessEvent::ToolCall { call: call.clone() });
-                out.tool_calls.push(call);
+        }
+        let v = parse_json(&ev.data)?;
+        let kind = v
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or(ev.event.as_str());
+        match kind {
+            "response.output_text.delta" => {
+                let t = v["delta"].as_str().unwrap_or("");
+                emit(HarnessEvent::TextDelta {
+                    text: t.to_string(),
+                });
+            }
+            "response.output_item.done" => self.items.push(v["item"].clone()),
+            "response.completed" | "response.incomplete" => {
+                self.completed(kind, &v["response"]);
+                return Ok(Flow::Done);
+            }
+            "response.failed" => {
+                let e = &v["response"]["error"];
+                return Err(stream_error(
+                    e["code"].as_str().unwrap_or("failed"),
+                    e["message"].as_str().unwrap_or("the response failed"),
+                ));
+            }
+            "error" => {
+                let e = v.get("error").unwrap_or(&v);
+                return Err(stream_error(
+                    e["code"].as_str().or(e["type"].as_str()).unwrap_or("error"),
+                    e["message"].as_str().unwrap_or("stream error"),
+                ));
             }
             _ => {}
         }
+        Ok(Flow::Continue)
     }
-    // Reasoning items without `store` cannot be replayed; keep messages and calls.
-    out.transcript_items = items
-        .into_iter()
-        .filter(|i| matches!(i["type"].as_str(), Some("message") | Some("function_call")))
-        .map(|mut i| {
-            if let Some(o) = i.as_object_mut() {
-                o.remove("id");
-                o.remove("status");
+
+    /// The final response: usage, why it stopped, and its items if no `.done` events listed them.
+    fn completed(&mut self, kind: &str, r: &Value) {
+        let u = &r["usage"];
+        self.out.usage = Some(Usage {
+            input_tokens: u["input_tokens"].as_u64().unwrap_or(0),
+            output_tokens: u["output_tokens"].as_u64().unwrap_or(0),
+            cache_read_tokens: u["input_tokens_details"]["cached_tokens"].as_u64(),
+            cache_creation_tokens: None,
+        });
+        self.out.stop_reason = Some(if kind == "response.completed" {
+            "completed".to_string()
+        } else {
+            r["incomplete_details"]["reason"]
+                .as_str()
+                .unwrap_or("incomplete")
+                .to_string()
+        });
+        // Items only listed in the final response (some servers send no .done events).
+        if self.items.is_empty() {
+            if let Some(arr) = r["output"].as_array() {
+                self.items.extend(arr.iter().cloned());
             }
-            i
-        })
-        .collect();
-    Ok(out)
+        }
+    }
+
+    /// The answer's text and tool calls from the items; the replayable items for the transcript.
+    fn finish(mut self, emit: &dyn Fn(HarnessEvent)) -> ApiOutput {
+        for item in &self.items {
+            match item["type"].as_str() {
+                Some("message") => {
+                    for part in item["content"].as_array().into_iter().flatten() {
+                        if part["type"] == "output_text" {
+                            self.out.text.push_str(part["text"].as_str().unwrap_or(""));
+                        }
+                    }
+                }
+                Some("function_call") => {
+                    let args = item["arguments"].as_str().unwrap_or("{}");
+                    let input =
+                        serde_json::from_str(args).unwrap_or_else(|_| json!({ "raw": args }));
+                    let call = ToolCall {
+                        id: item["call_id"].as_str().unwrap_or("").to_string(),
+                        name: item["name"].as_str().unwrap_or("").to_string(),
+                        input,
+                    };
+                    emit(HarnessEvent::ToolCall { call: call.clone() });
+                    self.out.tool_calls.push(call);
+                }
+                _ => {}
+            }
+        }
+        // Reasoning items without `store` cannot be replayed; keep messages and calls.
+        self.out.transcript_items = self
+            .items
+            .into_iter()
+            .filter(|i| matches!(i["type"].as_str(), Some("message") | Some("function_call")))
+            .map(|mut i| {
+                if let Some(o) = i.as_object_mut() {
+                    o.remove("id");
+                    o.remove("status");
+                }
+                i
+            })
+            .collect();
+        self.out
+    }
 }
