@@ -1,9 +1,10 @@
 //! The `Host`: one project's store, policy and runners behind the seed-000 calls.
 
-use metash_protocol::LogKind;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, OnceLock};
+
+use metash_protocol::LogKind;
 
 use metash_policy::{
     AgentDirs, Capability, CapabilityRequest, ConsentPrompter, NonInteractive, Policy, PolicyFile,

@@ -4,9 +4,10 @@
 //! write that must be immediate (state updates, checkpoints, so the log keeps its order), and at
 //! the end of every spawn. Subscribers see events only after they are durable.
 
-use metash_protocol::LogKind;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use metash_protocol::LogKind;
 
 use metash_protocol::LogRecord;
 use metash_store::{NewEvent, Store};

@@ -2,11 +2,13 @@
 //! CLI runs in a spawn (same consent, same confinement, same credential proxy), with the terminal
 //! inherited. `metash attach --role R` opens interactive CLI sessions through it.
 
-use metash_protocol::LogKind;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
+use metash_protocol::LogKind;
+
+use crate::config::Role;
 use crate::error::{HostError, Result};
 use crate::host::Host;
 use crate::spawn::confine::native_consent;
@@ -36,6 +38,49 @@ impl Sandboxed {
 }
 
 impl Host {
+    /// A role of `.meta/config.toml`, or an error naming the ones there are.
+    fn configured_role(&self, name: &str) -> Result<&Role> {
+        self.config().roles.get(name).ok_or_else(|| {
+            HostError::Config(format!(
+                "no role `{name}` in .meta/config.toml (known: {})",
+                self.config()
+                    .roles
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })
+    }
+
+    /// How the sandboxed command reaches the role's model: through a credential proxy when the
+    /// role has a key (its variables get the placeholder, the base URL variables the proxy), else
+    /// straight to the role's `base_url`. The proxy and the one TCP port the sandbox allows.
+    fn model_route(
+        &self,
+        role_name: &str,
+        role: &Role,
+        spec_env: &mut std::collections::BTreeMap<String, String>,
+    ) -> Result<(Option<key_proxy::Started>, Option<u16>)> {
+        let proxy = key_proxy::start(self, role_name, role, None)?;
+        let port = match &proxy {
+            Some((p, endpoint, vars)) => {
+                for v in vars {
+                    spec_env.insert(v.clone(), key_proxy::PLACEHOLDER.to_string());
+                }
+                spec_env.insert("METASH_MODEL_BASE_URL".into(), endpoint.base_url.clone());
+                let var = metash_harness::frontend::info(role.frontend).base_url_env;
+                spec_env.insert(var.into(), endpoint.base_url.clone());
+                Some(p.addr().port())
+            }
+            None => role
+                .base_url
+                .as_deref()
+                .and_then(crate::spawn::confine::url_port),
+        };
+        Ok((proxy, port))
+    }
+
     /// Prepares `argv` to run under the sandbox of the role `role`, in `workdir`, with `env` added
     /// to the allowlisted environment. The role's model key stays here: the command gets the
     /// placeholder and, in `METASH_MODEL_BASE_URL` and the provider's usual base-URL variable,
@@ -53,17 +98,7 @@ impl Host {
         let Some((argv0, rest)) = argv.split_first() else {
             return Err(HostError::Config("no command to run in the sandbox".into()));
         };
-        let role = self.config().roles.get(role_name).ok_or_else(|| {
-            HostError::Config(format!(
-                "no role `{role_name}` in .meta/config.toml (known: {})",
-                self.config()
-                    .roles
-                    .keys()
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        })?;
+        let role = self.configured_role(role_name)?;
         if let Some(refused) = native_consent(self, role_name)? {
             return Err(HostError::Other(refused.data));
         }
@@ -73,22 +108,7 @@ impl Host {
             .map_err(|e| HostError::Other(format!("creating the sandbox directory: {e}")))?;
         let mut spec_env: std::collections::BTreeMap<String, String> =
             env.iter().cloned().collect();
-        let proxy = key_proxy::start(self, role_name, role, None)?;
-        let port = match &proxy {
-            Some((p, endpoint, vars)) => {
-                for v in vars {
-                    spec_env.insert(v.clone(), key_proxy::PLACEHOLDER.to_string());
-                }
-                spec_env.insert("METASH_MODEL_BASE_URL".into(), endpoint.base_url.clone());
-                let var = metash_harness::frontend::info(role.frontend).base_url_env;
-                spec_env.insert(var.into(), endpoint.base_url.clone());
-                Some(p.addr().port())
-            }
-            None => role
-                .base_url
-                .as_deref()
-                .and_then(crate::spawn::confine::url_port),
-        };
+        let (proxy, port) = self.model_route(role_name, role, &mut spec_env)?;
         let workdir = std::path::absolute(workdir)
             .map_err(|e| HostError::Other(format!("{}: {e}", workdir.display())))?;
         let mut confiner = RoleConfiner::new(

@@ -10,8 +10,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use metash_protocol::LogKind;
 use std::time::{Duration, Instant};
+
+use metash_protocol::LogKind;
 
 use metash_policy::ledger::{self, Filter, Format};
 use metash_policy::{Agent, CapabilityRequest, Policy, Redactor, Registry, Source};

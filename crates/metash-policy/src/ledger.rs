@@ -3,8 +3,9 @@
 //!
 //! The ledger is not a second file: it is a view of the one log, so it can never disagree with it.
 
-use metash_protocol::LogKind;
 use std::io::Write;
+
+use metash_protocol::LogKind;
 
 use chrono::{DateTime, Duration, NaiveDate, Utc};
 use metash_protocol::LogRecord;

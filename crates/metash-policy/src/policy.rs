@@ -3,9 +3,10 @@
 //! time (unless a grant explicitly covers sensitive use). Undeclared capabilities are refused
 //! without asking anyone: the manifest is the agent's contract, consent cannot widen it.
 
-use metash_protocol::LogKind;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use metash_protocol::LogKind;
 
 use metash_protocol::AgentEvent;
 use metash_store::{NewEvent, Store};

@@ -15,9 +15,10 @@
 //! salt, kept per project in `.meta/redaction.json`, stops anyone from confirming a guessed secret
 //! against an export.
 
-use metash_protocol::LogKind;
 use std::borrow::Cow;
 use std::collections::HashSet;
+
+use metash_protocol::LogKind;
 
 use metash_protocol::LogRecord;
 use regex::Regex;

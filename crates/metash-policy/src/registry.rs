@@ -6,10 +6,11 @@
 //! The directories are parameters so tests never read the real home; [`AgentDirs::from_env`] is the
 //! one place that looks at the environment, and it takes the lookup as a function.
 
-use metash_protocol::LogKind;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+
+use metash_protocol::LogKind;
 
 use metash_protocol::Manifest;
 use metash_store::{NewEvent, Store, StoreError};

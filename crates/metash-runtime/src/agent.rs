@@ -2,11 +2,12 @@
 //! through the lifecycle. This is the only layer that knows both sandboxes; it enforces the state
 //! machine and records every transition in the sink.
 
-use metash_protocol::LogKind;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use metash_protocol::LogKind;
 
 use metash_protocol::{AgentEvent, SandboxKind};
 use serde_json::{json, Value};

@@ -2,10 +2,11 @@
 //! the token bucket. Shared by both sandboxes: the native reader thread feeds a bounded channel,
 //! the WASM runner feeds the in-memory pipe's contents straight to the invocation.
 
-use metash_protocol::LogKind;
 use std::io::{BufRead, ErrorKind};
 use std::sync::Arc;
 use std::time::Duration;
+
+use metash_protocol::LogKind;
 
 use metash_protocol::AgentEvent;
 use serde_json::json;

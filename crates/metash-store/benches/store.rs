@@ -10,10 +10,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use metash_protocol::LogKind;
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+use metash_protocol::LogKind;
 
 use metash_store::{EventLog, NewEvent, Store};
 use serde_json::json;

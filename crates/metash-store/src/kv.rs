@@ -1,8 +1,9 @@
 //! Per-agent KV namespaces and the shared scratchpad: small JSON maps, each one file, replaced
 //! atomically under the store lock with a `kv_set` event in the log for every write.
 
-use metash_protocol::LogKind;
 use std::path::PathBuf;
+
+use metash_protocol::LogKind;
 
 use serde_json::{json, Map, Value};
 

@@ -27,9 +27,10 @@ mod names;
 mod rebuild;
 pub mod session;
 
-use metash_protocol::LogKind;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use metash_protocol::LogKind;
 
 use metash_protocol::{LogRecord, SessionState};
 use serde::{Deserialize, Serialize};

@@ -1,7 +1,8 @@
 //! Recreating session.json from the log alone: fold `state_update` events over `session_init`.
 
-use metash_protocol::LogKind;
 use std::path::Path;
+
+use metash_protocol::LogKind;
 
 use metash_protocol::{LogRecord, SessionState};
 use serde_json::Value;

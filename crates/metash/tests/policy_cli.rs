@@ -2,9 +2,10 @@
 //! child's XDG_CONFIG_HOME and HOME point into the temp dir).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use metash_protocol::LogKind;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
+
+use metash_protocol::LogKind;
 
 use metash_policy::{Authorization, CapabilityRequest, DenyAll, DenyCode, Policy, Registry};
 use metash_protocol::AgentEvent;

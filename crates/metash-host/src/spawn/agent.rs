@@ -1,10 +1,11 @@
 //! Running a registered WASM or native agent for one spawn: a fresh instance each time (so it has
 //! no memory of any earlier conversation), granted only what it declared and the user allowed.
 
-use metash_protocol::LogKind;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use metash_protocol::LogKind;
 
 use metash_policy::{Authorization, CapabilityRequest, Category, Decision};
 use metash_protocol::{AgentEvent, AgentStatus, CheckpointSignal, ResumeData, SandboxKind};
@@ -37,39 +38,109 @@ pub(crate) fn run(
         prompter: Arc::new(Mutex::new(host.prompter())),
     });
     let workspace = req.workdir.clone().unwrap_or_else(|| host.workspace());
-
     // Native execution is opt-in per agent.
     let allow_native = agent.manifest.sandbox == SandboxKind::Native;
     if allow_native {
-        let ask = CapabilityRequest::native_exec(format!("run `{}` natively", agent.id));
-        match gate.authorize(&agent.id, &ask) {
-            Authorization::Allowed { .. } => {}
-            Authorization::Denied { message, hint, .. } => {
-                return Ok(Ran::error(format!(
-                    "native execution of `{}` is not allowed: {message}{}",
-                    agent.id,
-                    hint.map(|h| format!(" ({h})")).unwrap_or_default()
-                )));
-            }
+        if let Some(refused) = native_refused(&gate, agent) {
+            return Ok(refused);
         }
     }
+    let grants = Grants::decide(host, &gate, agent, &workspace)?;
+    let mut spec = AgentSpec::new(
+        agent.id.clone(),
+        agent.manifest.clone(),
+        agent.entry_path.clone(),
+        workspace,
+    );
+    grants.apply(&mut spec);
+    spec.allow_native = allow_native;
+    spec.fuel = host.config().host.wasm_fuel;
+    // metash's own state is never in an agent's view, whatever it was granted.
+    spec.hidden = host.hidden_dirs();
+    spec.gate = Gate(Some(gate.clone()));
+    spec.timeout = timeout;
+    spec.config = json!({
+        "system_prompt": req.system_prompt,
+        "resume_data": resume,
+        "task_id": req.task_id,
+        "options": req.options,
+    });
+    let mut running = host.runtime()?.register(spec)?;
+    if let Err(e) = running.start() {
+        return Ok(Ran::error(format!("`{}` could not start: {e}", agent.id)));
+    }
+    let mut heard = Heard::default();
+    let outcome = invoke(
+        host,
+        &gate,
+        &mut running,
+        &agent.id,
+        &req.user_message,
+        &mut heard,
+    );
+    if running.state() != metash_runtime::LifecycleState::Terminated {
+        let _ = running.shutdown();
+    }
+    Ok(answer(&agent.id, outcome?.status, heard))
+}
 
-    // Grant what was declared and is allowed now; everything else stays denied.
-    let mut granted = Vec::new();
-    let mut domains = Vec::new();
-    let mut unrestricted = false;
-    let mut paths = Vec::new();
-    for cap in &agent.declared {
-        if matches!(cap.category, Category::Native | Category::Oauth) {
-            continue;
+/// `native` must be allowed (asked if need be) before a native agent runs; the refusal if not.
+fn native_refused(gate: &PolicyGate, agent: &metash_policy::Agent) -> Option<Ran> {
+    let ask = CapabilityRequest::native_exec(format!("run `{}` natively", agent.id));
+    match gate.authorize(&agent.id, &ask) {
+        Authorization::Allowed { .. } => None,
+        Authorization::Denied { message, hint, .. } => Some(Ran::error(format!(
+            "native execution of `{}` is not allowed: {message}{}",
+            agent.id,
+            hint.map(|h| format!(" ({h})")).unwrap_or_default()
+        ))),
+    }
+}
+
+/// What the agent is granted for this spawn: what it declared and is allowed now; everything
+/// else stays denied.
+#[derive(Default)]
+struct Grants {
+    granted: Vec<String>,
+    domains: Vec<String>,
+    unrestricted: bool,
+    paths: Vec<PathAccess>,
+}
+
+impl Grants {
+    fn decide(
+        host: &Host,
+        gate: &PolicyGate,
+        agent: &metash_policy::Agent,
+        workspace: &Path,
+    ) -> Result<Self> {
+        let mut g = Grants::default();
+        for cap in &agent.declared {
+            // Native is the sandbox choice, OAuth goes through the broker, and starting
+            // processes is decided per program when it happens (the exec gate).
+            if matches!(
+                cap.category,
+                Category::Native | Category::Oauth | Category::ProcessSpawn
+            ) {
+                continue;
+            }
+            g.consider(host, gate, &agent.id, workspace, cap)?;
         }
-        // Starting processes is decided per program, when it happens (the exec gate).
-        if cap.category == Category::ProcessSpawn {
-            continue;
-        }
-        let reason = format!("spawn of `{}`", agent.id);
-        // A scoped file grant is one path; outside the workspace, writing is sensitive (asked at
-        // every spawn unless a sensitive grant covers it).
+        Ok(g)
+    }
+
+    /// One declared capability: granted if allowed now (asked if the policy says ask).
+    fn consider(
+        &mut self,
+        host: &Host,
+        gate: &PolicyGate,
+        agent: &str,
+        workspace: &Path,
+        cap: &metash_policy::Capability,
+    ) -> Result<()> {
+        let reason = format!("spawn of `{agent}`");
+        // A scoped file grant is one path; outside the workspace, writing is sensitive (asked
+        // at every spawn unless a sensitive grant covers it).
         let scoped_path = match (&cap.category, &cap.scope) {
             (Category::FilesRead | Category::FilesWrite, Some(scope)) => {
                 let p = Path::new(scope);
@@ -84,146 +155,141 @@ pub(crate) fn run(
         if let Some(p) = scoped_path.as_deref().filter(|p| host.is_hidden(p)) {
             let _ = host.record_later(NewEvent::new(
                 LogKind::SandboxDenied,
-                Some(&agent.id),
+                Some(agent),
                 json!({"what": "files", "capability": cap.to_string(), "path": p,
                        "reason": "inside metash's state directory (.meta), which no grant reaches"}),
             ));
-            continue;
+            return Ok(());
         }
         let ask = match (&cap.category, &scoped_path) {
-            (Category::FilesWrite, Some(p)) => {
-                CapabilityRequest::files_write(&workspace, p, reason)
-            }
-            (Category::FilesRead, Some(p)) => CapabilityRequest::files_read(&workspace, p, reason),
+            (Category::FilesWrite, Some(p)) => CapabilityRequest::files_write(workspace, p, reason),
+            (Category::FilesRead, Some(p)) => CapabilityRequest::files_read(workspace, p, reason),
             _ => CapabilityRequest::new(cap.clone(), reason),
         };
-        let allowed = match gate.policy.check(&agent.id, &ask)? {
+        let allowed = match gate.policy.check(agent, &ask)? {
             Decision::Allow { .. } => true,
-            Decision::Ask => gate.authorize(&agent.id, &ask).is_allowed(),
+            Decision::Ask => gate.authorize(agent, &ask).is_allowed(),
             _ => false,
         };
         if !allowed {
-            continue;
+            return Ok(());
         }
         if let Some(path) = scoped_path {
-            paths.push(PathAccess {
+            self.paths.push(PathAccess {
                 path,
                 write: cap.category == Category::FilesWrite,
             });
-            granted.push(cap.to_string());
-            continue;
+            self.granted.push(cap.to_string());
+            return Ok(());
         }
         let name = cap.category.as_str().to_string();
         if cap.category == Category::Network {
             match &cap.scope {
-                Some(domain) => domains.push(domain.clone()),
-                None => unrestricted = true,
+                Some(domain) => self.domains.push(domain.clone()),
+                None => self.unrestricted = true,
             }
         }
-        if !granted.contains(&name) {
-            granted.push(name);
+        if !self.granted.contains(&name) {
+            self.granted.push(name);
         }
+        Ok(())
     }
 
-    let mut spec = AgentSpec::new(
-        agent.id.clone(),
-        agent.manifest.clone(),
-        agent.entry_path.clone(),
-        workspace,
-    );
-    spec.granted = granted;
-    spec.paths = paths;
-    // Every connection goes through the host's proxy, which asks the gate per connection (writes
-    // are sensitive, so they are asked per action); "unrestricted" is the proxy with every host.
-    spec.network = if unrestricted {
-        NetworkAccess::Allowlist(vec!["*".into()])
-    } else if domains.is_empty() {
-        NetworkAccess::None
-    } else {
-        NetworkAccess::Allowlist(domains)
-    };
-    spec.allow_native = allow_native;
-    spec.fuel = host.config().host.wasm_fuel;
-    // metash's own state is never in an agent's view, whatever it was granted.
-    spec.hidden = host.hidden_dirs();
-    spec.gate = Gate(Some(gate.clone()));
-    spec.timeout = timeout;
-    spec.config = json!({
-        "system_prompt": req.system_prompt,
-        "resume_data": resume,
-        "task_id": req.task_id,
-        "options": req.options,
-    });
-
-    let runtime = host.runtime()?;
-    let mut running = runtime.register(spec)?;
-    if let Err(e) = running.start() {
-        return Ok(Ran::error(format!("`{}` could not start: {e}", agent.id)));
+    /// Into the spec. Every connection goes through the host's proxy, which asks the gate per
+    /// connection (writes are sensitive, so they are asked per action); "unrestricted" is the
+    /// proxy with every host.
+    fn apply(self, spec: &mut AgentSpec) {
+        spec.granted = self.granted;
+        spec.paths = self.paths;
+        spec.network = if self.unrestricted {
+            NetworkAccess::Allowlist(vec!["*".into()])
+        } else if self.domains.is_empty() {
+            NetworkAccess::None
+        } else {
+            NetworkAccess::Allowlist(self.domains)
+        };
     }
-    let mut output = String::new();
-    let mut failure: Option<String> = None;
+}
+
+/// What the agent said during its invocation that the answer needs.
+#[derive(Default)]
+struct Heard {
+    output: String,
+    failure: Option<String>,
+}
+
+/// Runs the invocation, acting on the agent's events. The runtime has already logged each event
+/// once (`agent_event`, host-only kinds rejected as `protocol_violation`); here the host only
+/// acts on them.
+fn invoke(
+    host: &Host,
+    gate: &PolicyGate,
+    running: &mut metash_runtime::Agent,
+    agent: &str,
+    message: &str,
+    heard: &mut Heard,
+) -> Result<metash_runtime::Outcome> {
     let replier = running.replier();
-    // The runtime has already logged each event once (`agent_event`, host-only kinds rejected as
-    // `protocol_violation`); here the host only acts on them.
-    let outcome = running.invoke(
-        &req.user_message,
-        &[],
-        &mut |event: &AgentEvent| match event {
-            AgentEvent::ConsentRequest { .. } => {
-                if let Some(req) = CapabilityRequest::from_agent_event(event) {
-                    let _ = host.flush_events();
-                    replier.send(answer_consent(&gate, &agent.id, req));
-                }
+    let outcome = running.invoke(message, &[], &mut |event: &AgentEvent| match event {
+        AgentEvent::ConsentRequest { .. } => {
+            if let Some(req) = CapabilityRequest::from_agent_event(event) {
+                let _ = host.flush_events();
+                replier.send(answer_consent(gate, agent, req));
             }
-            AgentEvent::Output { data, .. } => output.push_str(data),
-            AgentEvent::StateUpdate { key, value, scope } => {
-                if let Err(e) = host.agent_state_update(&agent.id, key, value, scope.as_deref()) {
-                    let _ = host.record_later(NewEvent::new(
-                        LogKind::Denied,
-                        Some(&agent.id),
-                        json!({"what": "state_update", "key": key, "reason": e.to_string()}),
-                    ));
-                }
+        }
+        AgentEvent::Output { data, .. } => heard.output.push_str(data),
+        AgentEvent::StateUpdate { key, value, scope } => {
+            if let Err(e) = host.agent_state_update(agent, key, value, scope.as_deref()) {
+                let _ = host.record_later(NewEvent::new(
+                    LogKind::Denied,
+                    Some(agent),
+                    json!({"what": "state_update", "key": key, "reason": e.to_string()}),
+                ));
             }
-            AgentEvent::Error { code, message, .. } => {
-                failure.get_or_insert_with(|| format!("{code}: {message}"));
-            }
-            _ => {}
-        },
-    );
-    if running.state() != metash_runtime::LifecycleState::Terminated {
-        let _ = running.shutdown();
-    }
-    let outcome = outcome?;
-    let status = outcome.status.agent_status();
-    let (data, checkpoint) = match outcome.status {
+        }
+        AgentEvent::Error { code, message, .. } => {
+            heard
+                .failure
+                .get_or_insert_with(|| format!("{code}: {message}"));
+        }
+        _ => {}
+    })?;
+    Ok(outcome)
+}
+
+/// The spawn's answer from how the invocation ended.
+fn answer(agent: &str, end: InvocationStatus, heard: Heard) -> Ran {
+    let status = end.agent_status();
+    let Heard { output, failure } = heard;
+    let (data, checkpoint) = match end {
         InvocationStatus::Checkpoint { signal } => (String::new(), Some(signal)),
         InvocationStatus::Done { summary, .. } if status == AgentStatus::Error => (
-            summary.or(failure).unwrap_or_else(|| "the agent reported an error".into()),
+            summary
+                .or(failure)
+                .unwrap_or_else(|| "the agent reported an error".into()),
             None,
         ),
         InvocationStatus::Done { .. } | InvocationStatus::Timeout => (output, None),
         InvocationStatus::Exited { code, signal } => (
             failure.unwrap_or_else(|| {
                 format!(
-                    "`{}` exited before finishing (code {code:?}, signal {signal:?}); output: {output}",
-                    agent.id
+                    "`{agent}` exited before finishing (code {code:?}, signal {signal:?}); output: {output}"
                 )
             }),
             None,
         ),
         InvocationStatus::LimitExceeded { limit } => {
-            (format!("`{}` exceeded its {limit} limit", agent.id), None)
+            (format!("`{agent}` exceeded its {limit} limit"), None)
         }
-        InvocationStatus::Killed { reason } => (format!("`{}` was killed: {reason}", agent.id), None),
+        InvocationStatus::Killed { reason } => (format!("`{agent}` was killed: {reason}"), None),
     };
-    Ok(Ran {
+    Ran {
         status,
         data,
         tokens_used: 0,
         cost_usd: None,
         checkpoint: checkpoint.map(|s: CheckpointSignal| s),
-    })
+    }
 }
 
 /// The agent's own mid-run `consent_request`, answered now: `consent_grant` or an `error` with code

@@ -6,10 +6,11 @@
 //! cleared to an allowlist, and the role's quotas. Its own permission prompts and sandbox are off
 //! (the harness's `skip_permissions`): metash's sandbox is the boundary.
 
-use metash_protocol::LogKind;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+
+use metash_protocol::LogKind;
 
 use metash_harness::{ConfineGuard, Confiner};
 use metash_protocol::ProcessInvocationSpec;

@@ -19,6 +19,9 @@ pub const PLACEHOLDER: &str = "metash-placeholder-the-real-key-stays-in-metash";
 
 const ROUTE: &str = "model";
 
+/// A started proxy, the endpoint the CLI gets, and the variables that get the placeholder.
+pub type Started = (CredentialProxy, Endpoint, Vec<String>);
+
 /// Starts the proxy for one spawn of a CLI role and says what the CLI gets: the endpoint on the
 /// proxy, and the variables that get the placeholder (the one the CLI reads its key from, and
 /// the one metash read it from). `None` when the role has no key to protect.
@@ -31,7 +34,7 @@ pub fn start(
     agent: &str,
     role: &Role,
     tap: Option<Arc<dyn UsageTap>>,
-) -> Result<Option<(CredentialProxy, Endpoint, Vec<String>)>> {
+) -> Result<Option<Started>> {
     let Some(var) = role.key_env() else {
         return Ok(None);
     };

@@ -10,8 +10,9 @@ pub(crate) mod permission;
 mod tool_events;
 mod usage_tap;
 
-use metash_protocol::LogKind;
 use std::time::{Duration, Instant};
+
+use metash_protocol::LogKind;
 
 use metash_protocol::{
     AgentResponse, AgentStatus, CheckpointReason, CheckpointSignal, ResponseMetadata,
@@ -69,41 +70,11 @@ impl Spawner for Host {
             });
         }
         let target = self.resolve(&req.agent_name)?;
-        let role_timeout = match &target {
-            Target::Role(role) => role.timeout_seconds,
-            Target::Agent(_) => None,
-        };
-        let timeout = req
-            .options
-            .timeout_seconds
-            .or(role_timeout)
-            .or(self.config().host.default_timeout_seconds)
-            .map(Duration::from_secs_f64)
-            .unwrap_or(DEFAULT_TIMEOUT);
-
+        let timeout = self.spawn_timeout(req, &target);
         // Ask before spending past the run budget.
-        let reserve = match &target {
-            Target::Role(role) => req.options.max_tokens.or(role.max_tokens).unwrap_or(4096),
-            Target::Agent(_) => 0,
-        };
-        let used = budget::used(self.store())?;
-        if let Some(why) = budget::would_exceed(&self.config().budget, &used, reserve) {
-            if !self.take_budget_continue()? {
-                let signal = CheckpointSignal {
-                    kind: Default::default(),
-                    reason: CheckpointReason::DecisionRequired,
-                    message: format!(
-                        "Spawning `{}` would exceed the run budget: {why}. Continue anyway \
-                         (raise [budget] in .meta/config.toml to stop being asked)?",
-                        req.agent_name
-                    ),
-                    options: vec!["continue".into(), "stop".into()],
-                    resume_id: Some(crate::checkpoint::BUDGET_CHECKPOINT.into()),
-                };
-                return self.checkpoint_response("host", signal, started, 0);
-            }
+        if let Some(signal) = self.over_budget(req, &target)? {
+            return self.checkpoint_response("host", signal, started, 0);
         }
-
         // The answer to the last checkpoint goes to this spawn, and to no other.
         let resume = self.take_resume(&req.agent_name)?;
         self.record_later(NewEvent::new(
@@ -146,6 +117,47 @@ impl Spawner for Host {
 }
 
 impl Host {
+    /// The spawn's bound: the request's, else the role's, else the host's default.
+    fn spawn_timeout(&self, req: &SpawnRequest, target: &Target) -> Duration {
+        let role_timeout = match target {
+            Target::Role(role) => role.timeout_seconds,
+            Target::Agent(_) => None,
+        };
+        req.options
+            .timeout_seconds
+            .or(role_timeout)
+            .or(self.config().host.default_timeout_seconds)
+            .map(Duration::from_secs_f64)
+            .unwrap_or(DEFAULT_TIMEOUT)
+    }
+
+    /// The checkpoint to raise when this spawn would take the run past its budget (unless the
+    /// person already said to continue).
+    fn over_budget(&self, req: &SpawnRequest, target: &Target) -> Result<Option<CheckpointSignal>> {
+        let reserve = match target {
+            Target::Role(role) => req.options.max_tokens.or(role.max_tokens).unwrap_or(4096),
+            Target::Agent(_) => 0,
+        };
+        let used = budget::used(self.store())?;
+        let Some(why) = budget::would_exceed(&self.config().budget, &used, reserve) else {
+            return Ok(None);
+        };
+        if self.take_budget_continue()? {
+            return Ok(None);
+        }
+        Ok(Some(CheckpointSignal {
+            kind: Default::default(),
+            reason: CheckpointReason::DecisionRequired,
+            message: format!(
+                "Spawning `{}` would exceed the run budget: {why}. Continue anyway \
+                 (raise [budget] in .meta/config.toml to stop being asked)?",
+                req.agent_name
+            ),
+            options: vec!["continue".into(), "stop".into()],
+            resume_id: Some(crate::checkpoint::BUDGET_CHECKPOINT.into()),
+        }))
+    }
+
     /// Persists the checkpoint (before anyone is shown it), then answers with it.
     fn checkpoint_response(
         &self,

@@ -2,10 +2,11 @@
 //! role's frontend and model, `max_tokens` passed to the API and counted as the turn streams, the
 //! deadline enforced by cancelling the request (or killing the CLI's process group).
 
-use metash_protocol::LogKind;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use metash_protocol::LogKind;
 
 use metash_harness::{CancellationToken, Endpoint, RunTurnNonInteractiveRequest};
 use metash_protocol::{

@@ -2,10 +2,11 @@
 //! `sandbox_denied` event; then swap the agent's auth for the real credential and stream the
 //! upstream's answer back through the usage tap.
 
-use metash_protocol::LogKind;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use metash_protocol::LogKind;
 
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};

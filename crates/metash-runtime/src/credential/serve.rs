@@ -2,9 +2,10 @@
 //! hyper's HTTP/1.1 server (keep-alive, chunked bodies both ways, `Expect: 100-continue`) with a
 //! bounded request head and a deadline to send it.
 
-use metash_protocol::LogKind;
 use std::sync::Arc;
 use std::time::Duration;
+
+use metash_protocol::LogKind;
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;

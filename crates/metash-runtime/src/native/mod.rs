@@ -14,7 +14,6 @@ mod proxy;
 mod sandbox;
 mod spawner;
 
-use metash_protocol::LogKind;
 use std::collections::VecDeque;
 use std::io::{BufReader, Read, Write};
 use std::os::unix::process::ExitStatusExt;
@@ -24,6 +23,8 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+
+use metash_protocol::LogKind;
 
 use metash_protocol::AgentEvent;
 use serde_json::{json, Value};

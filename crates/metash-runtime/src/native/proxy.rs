@@ -7,13 +7,14 @@
 //! (`GET http://host/path`), where the method tells reads from writes. Every refusal is logged as
 //! `sandbox_denied` and, with a gate, also reaches the agent as an `error` event.
 
-use metash_protocol::LogKind;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
+
+use metash_protocol::LogKind;
 
 use metash_protocol::AgentEvent;
 use serde_json::json;

@@ -17,10 +17,11 @@
 //! over wasmtime-wasi's own lookup. The guest's handle table is capped, which bounds the host
 //! sockets (file descriptors) one instance can hold.
 
-use metash_protocol::LogKind;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use metash_protocol::LogKind;
 
 use serde_json::{json, Value};
 use wasmtime::component::{HasData, Resource};

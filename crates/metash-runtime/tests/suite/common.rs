@@ -1,9 +1,10 @@
 //! Fixtures: a workspace with a secret outside it, manifests, WAT module builder, event helpers.
 
-use metash_protocol::LogKind;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
+
+use metash_protocol::LogKind;
 
 use metash_protocol::{AgentEvent, Manifest, SandboxKind};
 use metash_runtime::{

@@ -2,11 +2,12 @@
 //! key replaces the agent's placeholder, SSE streams through as it comes, everything else is
 //! refused and logged, and the key is never in an event or a Debug string.
 
-use metash_protocol::LogKind;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use metash_protocol::LogKind;
 
 use metash_runtime::credential::{
     AuthStyle, CredentialProxy, Mount, ProxyConfig, Route, Secret, StaticSource, StreamEnd,

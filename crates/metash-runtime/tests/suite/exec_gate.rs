@@ -4,9 +4,10 @@
 //! that never answers does not outlive the invocation's deadline; without a gate nothing is
 //! installed.
 
-use metash_protocol::LogKind;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
+
+use metash_protocol::LogKind;
 
 use metash_runtime::{ActionGate, Gate, GateVerdict, GatedAction, InvocationStatus};
 

@@ -4,10 +4,11 @@
 //! channel_capacity x max_line = 64 x 256 KiB = 16 MiB of queued lines plus the pipe), every chunk
 //! must arrive, in order, and the agent must have been slowed (it produced only what was consumed).
 
-use metash_protocol::LogKind;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use metash_protocol::LogKind;
 
 use metash_protocol::AgentEvent;
 use metash_runtime::{

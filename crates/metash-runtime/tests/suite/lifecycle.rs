@@ -1,7 +1,8 @@
 //! The lifecycle state machine on both sandboxes: illegal transitions, suspend/resume.
 
-use metash_protocol::LogKind;
 use std::time::Duration;
+
+use metash_protocol::LogKind;
 
 use metash_runtime::{InvocationStatus, LifecycleState};
 

@@ -2,10 +2,11 @@
 //! reports every attempt as an event; positive controls show the same operation working where it
 //! is allowed.
 
-use metash_protocol::LogKind;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
+
+use metash_protocol::LogKind;
 
 use metash_runtime::{InvocationStatus, NetworkAccess};
 

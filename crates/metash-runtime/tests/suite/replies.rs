@@ -2,8 +2,9 @@
 //! reaches the agent while it runs, and an agent waiting for an answer that never comes is still
 //! ended by its deadline.
 
-use metash_protocol::LogKind;
 use std::time::{Duration, Instant};
+
+use metash_protocol::LogKind;
 
 use metash_protocol::AgentEvent;
 use metash_runtime::InvocationStatus;

@@ -1,8 +1,9 @@
 //! Runaway native agents: whatever they do, they are gone within timeout + 250 ms, checked by
 //! looking for surviving processes of their group and the pids they reported.
 
-use metash_protocol::LogKind;
 use std::time::{Duration, Instant};
+
+use metash_protocol::LogKind;
 
 use metash_runtime::InvocationStatus;
 

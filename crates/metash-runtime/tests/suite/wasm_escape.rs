@@ -1,8 +1,9 @@
 //! The escape suite against the WASM sandbox. Each attempt has a positive control where it makes
 //! sense (the same operation allowed inside the workspace), so a denial is not a broken fixture.
 
-use metash_protocol::LogKind;
 use std::time::{Duration, Instant};
+
+use metash_protocol::LogKind;
 
 use metash_runtime::InvocationStatus;
 

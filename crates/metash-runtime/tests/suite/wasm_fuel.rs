@@ -2,8 +2,9 @@
 //! deadline. A spinning guest with fuel ends `limit_exceeded: fuel` long before its deadline; the
 //! same guest without fuel runs until the deadline.
 
-use metash_protocol::LogKind;
 use std::time::{Duration, Instant};
+
+use metash_protocol::LogKind;
 
 use metash_runtime::InvocationStatus;
 

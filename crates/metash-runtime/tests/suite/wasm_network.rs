@@ -5,13 +5,14 @@
 //! refused by the proxy before anything is resolved. Skips, saying why, when the wasm32-wasip2
 //! target is not installed.
 
-use metash_protocol::LogKind;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
+
+use metash_protocol::LogKind;
 
 use metash_protocol::{AgentEvent, AgentStatus};
 use metash_runtime::{NetworkAccess, Recorded};

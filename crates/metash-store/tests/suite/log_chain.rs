@@ -1,5 +1,6 @@
-use metash_protocol::LogKind;
 use std::io::Write;
+
+use metash_protocol::LogKind;
 
 use metash_store::{NewEvent, StoreError};
 use serde_json::json;

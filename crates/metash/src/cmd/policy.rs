@@ -1,10 +1,11 @@
 //! `agents`, `consent`, `ledger`: the policy layer (seed 002) from the command line. Thin: each
 //! command calls `metash-policy` and prints for people, or JSON with `--json`.
 
-use metash_protocol::LogKind;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+use metash_protocol::LogKind;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};

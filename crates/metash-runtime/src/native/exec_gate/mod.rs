@@ -21,7 +21,6 @@ mod filter;
 mod handoff;
 mod memory;
 
-use metash_protocol::LogKind;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -29,6 +28,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+
+use metash_protocol::LogKind;
 
 use metash_protocol::AgentEvent;
 use serde_json::json;
