@@ -92,29 +92,7 @@ pub(crate) fn pump<R: BufRead>(
             line.clear();
             continue;
         }
-        let msg = match codec::decode(text) {
-            Ok(event) if event.is_host_only() => {
-                reject_host_only(cfg, &event);
-                Msg::Bad
-            }
-            Ok(event) => {
-                let waited = bucket.take();
-                cfg.sink.record(
-                    LogKind::AgentEvent,
-                    Some(&cfg.agent),
-                    serde_json::to_value(&event).unwrap_or_default(),
-                );
-                Msg::Event(event, len, waited)
-            }
-            Err(e) => {
-                cfg.sink.record(
-                    LogKind::ProtocolError,
-                    Some(&cfg.agent),
-                    json!({"code": e.code(), "message": e.to_string()}),
-                );
-                Msg::Bad
-            }
-        };
+        let msg = decode_line(cfg, bucket, text, len);
         line.clear();
         if !deliver(msg) {
             return;
@@ -122,6 +100,34 @@ pub(crate) fn pump<R: BufRead>(
     }
     // Best effort: the consumer may already be gone.
     let _ = deliver(Msg::Eof);
+}
+
+/// One complete line: an event (logged once, paced by the token bucket), a host-only event
+/// (refused), or a protocol error (logged).
+fn decode_line(cfg: &PumpCfg, bucket: &mut TokenBucket, text: &[u8], len: usize) -> Msg {
+    match codec::decode(text) {
+        Ok(event) if event.is_host_only() => {
+            reject_host_only(cfg, &event);
+            Msg::Bad
+        }
+        Ok(event) => {
+            let waited = bucket.take();
+            cfg.sink.record(
+                LogKind::AgentEvent,
+                Some(&cfg.agent),
+                serde_json::to_value(&event).unwrap_or_default(),
+            );
+            Msg::Event(event, len, waited)
+        }
+        Err(e) => {
+            cfg.sink.record(
+                LogKind::ProtocolError,
+                Some(&cfg.agent),
+                json!({"code": e.code(), "message": e.to_string()}),
+            );
+            Msg::Bad
+        }
+    }
 }
 
 /// An agent spoke for the host (`consent_grant`, `consent_revoke`, `input`, `start`,

@@ -69,78 +69,20 @@ impl AgentCgroup {
     /// Create cgroups named `metash/<name>` and set what the kernel offers. Returns `None` when no
     /// controller is writable (the caller uses rlimits).
     pub fn create(name: &str, q: Quotas) -> Option<(Self, AppliedQuotas)> {
-        let mut applied = AppliedQuotas::default();
         let mut cg = if v2_usable() {
-            let parent = Path::new(ROOT).join("metash");
-            let _ = fs::create_dir_all(&parent);
-            let _ = write(&parent.join("cgroup.subtree_control"), "+memory +pids +cpu");
-            let dir = parent.join(name);
-            fs::create_dir_all(&dir).ok()?;
-            Self {
-                dirs: vec![("unified".into(), dir)],
-                version: Version::V2,
-                procs: Vec::new(),
-            }
+            Self::v2(name)?
         } else {
-            let mut dirs = Vec::new();
-            // Only controllers with a quota: each one joined is one more task migration per spawn.
-            let wanted = [
-                ("memory", q.memory_bytes.is_some()),
-                ("cpu", q.cpu_millis.is_some()),
-                ("pids", q.pids.is_some()),
-            ];
-            for ctl in wanted.iter().filter(|(_, w)| *w).map(|(c, _)| *c) {
-                let dir = Path::new(ROOT).join(ctl).join("metash").join(name);
-                if fs::create_dir_all(&dir).is_ok() && dir.join("cgroup.procs").exists() {
-                    dirs.push((ctl.to_string(), dir));
-                }
-            }
-            if dirs.is_empty() {
-                return None;
-            }
-            Self {
-                dirs,
-                version: Version::V1,
-                procs: Vec::new(),
-            }
+            Self::v1(name, &q)?
         };
         let via = cg.version.name();
+        let mut applied = AppliedQuotas::default();
         if let Some(mem) = q.memory_bytes {
-            let ok = match cg.version {
-                Version::V2 => {
-                    let d = cg.dir("unified");
-                    d.is_some_and(|d| {
-                        write(&d.join("memory.max"), &mem.to_string()) && {
-                            let _ = write(&d.join("memory.swap.max"), "0");
-                            true
-                        }
-                    })
-                }
-                Version::V1 => cg.dir("memory").is_some_and(|d| {
-                    let ok = write(&d.join("memory.limit_in_bytes"), &mem.to_string());
-                    // Without swap accounting this file is absent; the limit still holds for RAM.
-                    let _ = write(&d.join("memory.memsw.limit_in_bytes"), &mem.to_string());
-                    let _ = write(&d.join("memory.swappiness"), "0");
-                    ok
-                }),
-            };
-            if ok {
+            if cg.set_memory(mem) {
                 applied.memory = Some(Applied::new(mem, via));
             }
         }
         if let Some(milli) = q.cpu_millis {
-            let period: u64 = 100_000;
-            let quota = (milli * period / 1000).max(1000);
-            let ok = match cg.version {
-                Version::V2 => cg
-                    .dir("unified")
-                    .is_some_and(|d| write(&d.join("cpu.max"), &format!("{quota} {period}"))),
-                Version::V1 => cg.dir("cpu").is_some_and(|d| {
-                    write(&d.join("cpu.cfs_period_us"), &period.to_string())
-                        && write(&d.join("cpu.cfs_quota_us"), &quota.to_string())
-                }),
-            };
-            if ok {
+            if cg.set_cpu(milli) {
                 applied.cpu = Some(Applied::new(milli, via));
             }
         }
@@ -168,6 +110,76 @@ impl AgentCgroup {
             return None;
         }
         Some((cg, applied))
+    }
+
+    /// `metash/<name>` in the unified hierarchy, with the controllers delegated to it.
+    fn v2(name: &str) -> Option<Self> {
+        let parent = Path::new(ROOT).join("metash");
+        let _ = fs::create_dir_all(&parent);
+        let _ = write(&parent.join("cgroup.subtree_control"), "+memory +pids +cpu");
+        let dir = parent.join(name);
+        fs::create_dir_all(&dir).ok()?;
+        Some(Self {
+            dirs: vec![("unified".into(), dir)],
+            version: Version::V2,
+            procs: Vec::new(),
+        })
+    }
+
+    /// `<controller>/metash/<name>` for each v1 controller with a quota (each one joined is one
+    /// more task migration per spawn); `None` when none is writable.
+    fn v1(name: &str, q: &Quotas) -> Option<Self> {
+        let wanted = [
+            ("memory", q.memory_bytes.is_some()),
+            ("cpu", q.cpu_millis.is_some()),
+            ("pids", q.pids.is_some()),
+        ];
+        let mut dirs = Vec::new();
+        for ctl in wanted.iter().filter(|(_, w)| *w).map(|(c, _)| *c) {
+            let dir = Path::new(ROOT).join(ctl).join("metash").join(name);
+            if fs::create_dir_all(&dir).is_ok() && dir.join("cgroup.procs").exists() {
+                dirs.push((ctl.to_string(), dir));
+            }
+        }
+        (!dirs.is_empty()).then_some(Self {
+            dirs,
+            version: Version::V1,
+            procs: Vec::new(),
+        })
+    }
+
+    /// The memory limit, swap included where the kernel accounts it.
+    fn set_memory(&self, mem: u64) -> bool {
+        match self.version {
+            Version::V2 => self.dir("unified").is_some_and(|d| {
+                write(&d.join("memory.max"), &mem.to_string()) && {
+                    let _ = write(&d.join("memory.swap.max"), "0");
+                    true
+                }
+            }),
+            Version::V1 => self.dir("memory").is_some_and(|d| {
+                let ok = write(&d.join("memory.limit_in_bytes"), &mem.to_string());
+                // Without swap accounting this file is absent; the limit still holds for RAM.
+                let _ = write(&d.join("memory.memsw.limit_in_bytes"), &mem.to_string());
+                let _ = write(&d.join("memory.swappiness"), "0");
+                ok
+            }),
+        }
+    }
+
+    /// The CPU quota in thousandths of a CPU, over a 100 ms period (at least 1 ms of it).
+    fn set_cpu(&self, milli: u64) -> bool {
+        let period: u64 = 100_000;
+        let quota = (milli * period / 1000).max(1000);
+        match self.version {
+            Version::V2 => self
+                .dir("unified")
+                .is_some_and(|d| write(&d.join("cpu.max"), &format!("{quota} {period}"))),
+            Version::V1 => self.dir("cpu").is_some_and(|d| {
+                write(&d.join("cpu.cfs_period_us"), &period.to_string())
+                    && write(&d.join("cpu.cfs_quota_us"), &quota.to_string())
+            }),
+        }
     }
 
     fn dir(&self, ctl: &str) -> Option<&Path> {

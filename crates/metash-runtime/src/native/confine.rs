@@ -114,6 +114,81 @@ impl std::fmt::Debug for Confinement {
     }
 }
 
+/// What the program may see besides its working directory, canonical: its own install, the
+/// system's read-only files, the terminal, the spec's paths. Paths that do not exist are skipped
+/// (and reported).
+fn resolve_paths(spec: &ConfineSpec) -> (Vec<PathAccess>, Vec<String>) {
+    let ro = |p: &Path| PathAccess {
+        path: p.to_path_buf(),
+        write: false,
+    };
+    let wanted = spec
+        .program_dirs
+        .iter()
+        .map(|d| ro(d))
+        .chain(CLI_SYSTEM_RO.iter().map(|p| ro(Path::new(p))))
+        .chain(TTY_RW.iter().map(|p| PathAccess {
+            path: PathBuf::from(p),
+            write: true,
+        }))
+        .chain(spec.paths.iter().cloned());
+    let (mut paths, mut skipped) = (Vec::new(), Vec::new());
+    for p in wanted {
+        match p.path.canonicalize() {
+            Ok(path) => paths.push(PathAccess {
+                path,
+                write: p.write,
+            }),
+            Err(_) => skipped.push(p.path.display().to_string()),
+        }
+    }
+    (paths, skipped)
+}
+
+/// What the child applies before exec: Landlock, seccomp, the cgroup, rlimits, the mask; no
+/// exec gate (the CLI's commands are its own business inside the sandbox).
+fn child_plan(
+    landlock_fd: std::os::fd::RawFd,
+    seccomp: Vec<libc::sock_filter>,
+    quota: &mut Quota,
+    mask: Option<super::mask::Mask>,
+) -> isolate::ChildPlan {
+    isolate::ChildPlan {
+        landlock_fd,
+        seccomp,
+        cgroup_procs: quota
+            .cgroup
+            .as_ref()
+            .map(super::cgroup::AgentCgroup::procs_fds)
+            .unwrap_or_default(),
+        rlimits: std::mem::take(&mut quota.rlimits),
+        // SAFETY: getpid has no preconditions.
+        parent_pid: unsafe { libc::getpid() },
+        drop_caps: true,
+        exec_gate: None,
+        mask,
+    }
+}
+
+/// The allowlist proxy, when the spec names hosts beyond metash's own ports.
+fn start_proxy(
+    spec: &ConfineSpec,
+    sink: &Arc<dyn crate::sink::EventSink>,
+) -> Result<Option<super::ConnectProxy>> {
+    if spec.allowlist.is_empty() {
+        return Ok(None);
+    }
+    super::ConnectProxy::start(super::ProxyCfg {
+        agent: spec.name.clone(),
+        allowlist: spec.allowlist.clone(),
+        sink: Arc::clone(sink),
+        gate: crate::spec::Gate(None),
+        replier: crate::reply::Replier::default(),
+    })
+    .map(Some)
+    .map_err(crate::error::io_err("starting the allowlist proxy"))
+}
+
 impl Confinement {
     /// Prepares every restriction for `spec`.
     ///
@@ -123,61 +198,18 @@ impl Confinement {
     pub fn prepare(spec: &ConfineSpec, sink: &Arc<dyn crate::sink::EventSink>) -> Result<Self> {
         let workspace = isolate::canonical(&spec.workspace)?;
         let program = isolate::canonical(&spec.program)?;
-        let mut skipped = Vec::new();
-        let mut paths: Vec<PathAccess> = Vec::new();
-        let ro = |p: &Path| PathAccess {
-            path: p.to_path_buf(),
-            write: false,
-        };
-        let wanted = spec
-            .program_dirs
-            .iter()
-            .map(|d| ro(d))
-            .chain(CLI_SYSTEM_RO.iter().map(|p| ro(Path::new(p))))
-            .chain(TTY_RW.iter().map(|p| PathAccess {
-                path: PathBuf::from(p),
-                write: true,
-            }))
-            .chain(spec.paths.iter().cloned());
-        for p in wanted {
-            match p.path.canonicalize() {
-                Ok(path) => paths.push(PathAccess {
-                    path,
-                    write: p.write,
-                }),
-                Err(_) => skipped.push(p.path.display().to_string()),
-            }
-        }
+        let (paths, skipped) = resolve_paths(spec);
         let refs: Vec<&PathAccess> = paths.iter().collect();
         let mut env = spec.env.clone();
         let mut connect_ports = spec.connect_ports.clone();
-        let proxy = if spec.allowlist.is_empty() {
-            None
-        } else {
-            let p = super::ConnectProxy::start(super::ProxyCfg {
-                agent: spec.name.clone(),
-                allowlist: spec.allowlist.clone(),
-                sink: Arc::clone(sink),
-                gate: crate::spec::Gate(None),
-                replier: crate::reply::Replier::default(),
-            })
-            .map_err(crate::error::io_err("starting the allowlist proxy"))?;
-            let url = format!("http://127.0.0.1:{}", p.port());
-            for k in [
-                "HTTPS_PROXY",
-                "https_proxy",
-                "HTTP_PROXY",
-                "http_proxy",
-                "ALL_PROXY",
-            ] {
-                env.push((k.to_string(), url.clone()));
-            }
+        let proxy = start_proxy(spec, sink)?;
+        if let Some(p) = &proxy {
+            env.extend(super::proxy_env(p.port()));
             for k in ["NO_PROXY", "no_proxy"] {
                 env.push((k.to_string(), "127.0.0.1,::1".to_string()));
             }
             connect_ports.push(p.port());
-            Some(p)
-        };
+        }
         let network = NetworkAccess::Allowlist(Vec::new());
         let (ll_fd, abi) = isolate::landlock_ruleset(&isolate::LandlockPlan {
             workspace: &workspace,
@@ -191,9 +223,7 @@ impl Confinement {
         let mut granted: Vec<PathBuf> = vec![workspace.clone()];
         granted.extend(paths.iter().map(|p| p.path.clone()));
         let mask = super::mask::plan(&spec.hidden, &granted)?;
-        let hidden_report = mask.as_ref().map(
-            |m| json!({"dirs": m.shown, "via": "mount-namespace", "as": "empty read-only tmpfs"}),
-        );
+        let hidden_report = mask.as_ref().map(super::mask::Mask::report);
         let mut quota = Quota::apply(
             &format!("cli-{}", spec.name),
             spec.mem.as_deref(),
@@ -206,21 +236,7 @@ impl Confinement {
         // drops); without a cgroup, the process group is the only handle, so it must not be left.
         let new_sessions = quota.cgroup.is_some();
         let seccomp = isolate::seccomp_program(&network, new_sessions)?;
-        let plan = isolate::ChildPlan {
-            landlock_fd: ll_fd.as_raw_fd(),
-            seccomp,
-            cgroup_procs: quota
-                .cgroup
-                .as_ref()
-                .map(super::cgroup::AgentCgroup::procs_fds)
-                .unwrap_or_default(),
-            rlimits: std::mem::take(&mut quota.rlimits),
-            // SAFETY: getpid has no preconditions.
-            parent_pid: unsafe { libc::getpid() },
-            drop_caps: true,
-            exec_gate: None,
-            mask,
-        };
+        let plan = child_plan(ll_fd.as_raw_fd(), seccomp, &mut quota, mask);
         let report = json!({
             "sandbox": "native",
             "program": program,

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use landlock::{
     Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreatedAttr, Scope, ABI,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
 use seccompiler::{
     SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
@@ -99,26 +99,7 @@ pub fn landlock_ruleset(plan: &LandlockPlan<'_>) -> Result<(OwnedFd, i64)> {
         return Err(setup("Landlock is not available in this kernel"));
     }
     let abi = abi_of(abi_v);
-    let ll = |e: landlock::RulesetError| setup(format!("landlock: {e}"));
-    let mut ruleset = Ruleset::default()
-        .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(AccessFs::from_all(abi))
-        .map_err(ll)?;
-    let confine_net = !matches!(plan.network, NetworkAccess::Unrestricted);
-    if abi_v >= 4 && confine_net {
-        ruleset = ruleset
-            .handle_access(AccessNet::from_all(abi))
-            .map_err(ll)?;
-    } else if confine_net && matches!(plan.network, NetworkAccess::Allowlist(_)) {
-        return Err(setup(format!(
-            "Landlock ABI {abi_v} has no TCP rules; a network allowlist cannot be enforced"
-        )));
-    }
-    if abi_v >= 6 {
-        ruleset = ruleset.scope(Scope::from_all(abi)).map_err(ll)?;
-    }
-    let mut created = ruleset.create().map_err(ll)?;
-
+    let mut created = handled_ruleset(plan, abi_v)?;
     for p in SYSTEM_RO {
         let path = Path::new(p);
         if path.exists() {
@@ -127,42 +108,25 @@ pub fn landlock_ruleset(plan: &LandlockPlan<'_>) -> Result<(OwnedFd, i64)> {
             } else {
                 AccessFs::ReadFile | AccessFs::Execute
             };
-            let fd = PathFd::new(p).map_err(|e| setup(format!("landlock open {p}: {e}")))?;
-            created = created.add_rule(PathBeneath::new(fd, access)).map_err(ll)?;
+            created = allow(created, path, access)?;
         }
     }
     for (list, access) in [
         (DEVICES_RW, AccessFs::ReadFile | AccessFs::WriteFile),
         (DEVICES_RO, AccessFs::ReadFile.into()),
     ] {
-        for p in list {
-            if Path::new(p).exists() {
-                let fd = PathFd::new(p).map_err(|e| setup(format!("landlock open {p}: {e}")))?;
-                created = created.add_rule(PathBeneath::new(fd, access)).map_err(ll)?;
-            }
+        for p in list.iter().map(Path::new).filter(|p| p.exists()) {
+            created = allow(created, p, access)?;
         }
     }
-    let entry_fd = PathFd::new(plan.entry)
-        .map_err(|e| setup(format!("landlock open {}: {e}", plan.entry.display())))?;
-    created = created
-        .add_rule(PathBeneath::new(
-            entry_fd,
-            AccessFs::ReadFile | AccessFs::Execute,
-        ))
-        .map_err(ll)?;
+    created = allow(created, plan.entry, AccessFs::ReadFile | AccessFs::Execute)?;
     if plan.read || plan.write {
         let access = if plan.write {
             AccessFs::from_all(abi)
         } else {
             AccessFs::from_read(abi)
         };
-        let fd = PathFd::new(plan.workspace).map_err(|e| {
-            setup(format!(
-                "landlock open workspace {}: {e}",
-                plan.workspace.display()
-            ))
-        })?;
-        created = created.add_rule(PathBeneath::new(fd, access)).map_err(ll)?;
+        created = allow(created, plan.workspace, access)?;
     }
     for p in plan.paths {
         let access = match (p.write, p.path.is_dir()) {
@@ -171,20 +135,60 @@ pub fn landlock_ruleset(plan: &LandlockPlan<'_>) -> Result<(OwnedFd, i64)> {
             (false, true) => AccessFs::from_read(abi),
             (false, false) => AccessFs::ReadFile.into(),
         };
-        let fd = PathFd::new(&p.path)
-            .map_err(|e| setup(format!("landlock open {}: {e}", p.path.display())))?;
-        created = created.add_rule(PathBeneath::new(fd, access)).map_err(ll)?;
+        created = allow(created, &p.path, access)?;
     }
     if matches!(plan.network, NetworkAccess::Allowlist(_)) {
         for port in plan.connect_ports {
             created = created
                 .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
-                .map_err(ll)?;
+                .map_err(landlock_err)?;
         }
     }
     let fd: Option<OwnedFd> = created.into();
     let fd = fd.ok_or_else(|| setup("Landlock ruleset was not created"))?;
     Ok((fd, abi_v))
+}
+
+fn landlock_err(e: landlock::RulesetError) -> RuntimeError {
+    setup(format!("landlock: {e}"))
+}
+
+/// The ruleset handling every file access of this ABI, TCP connects unless the network is
+/// unrestricted (refused on ABIs without TCP rules when an allowlist must hold), and the IPC
+/// scopes where the ABI has them.
+fn handled_ruleset(plan: &LandlockPlan<'_>, abi_v: i64) -> Result<RulesetCreated> {
+    let abi = abi_of(abi_v);
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(landlock_err)?;
+    let confine_net = !matches!(plan.network, NetworkAccess::Unrestricted);
+    if abi_v >= 4 && confine_net {
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(abi))
+            .map_err(landlock_err)?;
+    } else if confine_net && matches!(plan.network, NetworkAccess::Allowlist(_)) {
+        return Err(setup(format!(
+            "Landlock ABI {abi_v} has no TCP rules; a network allowlist cannot be enforced"
+        )));
+    }
+    if abi_v >= 6 {
+        ruleset = ruleset.scope(Scope::from_all(abi)).map_err(landlock_err)?;
+    }
+    ruleset.create().map_err(landlock_err)
+}
+
+/// One rule: `access` beneath `path`.
+fn allow(
+    created: RulesetCreated,
+    path: &Path,
+    access: impl Into<landlock::BitFlags<AccessFs>>,
+) -> Result<RulesetCreated> {
+    let fd =
+        PathFd::new(path).map_err(|e| setup(format!("landlock open {}: {e}", path.display())))?;
+    created
+        .add_rule(PathBeneath::new(fd, access))
+        .map_err(landlock_err)
 }
 
 /// The seccomp program: EPERM for sockets the network mode does not allow (never a Unix-domain
@@ -199,104 +203,100 @@ pub fn seccomp_program(
     network: &NetworkAccess,
     new_sessions: bool,
 ) -> Result<Vec<libc::sock_filter>> {
-    let sc = |e: seccompiler::BackendError| setup(format!("seccomp: {e}"));
-    let cond = |arg: u8, op: SeccompCmpOp, v: u64| {
-        SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, v).map_err(sc)
-    };
-    let unix = libc::AF_UNIX as u64;
-    let inet = libc::AF_INET as u64;
-    let inet6 = libc::AF_INET6 as u64;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    // No Unix-domain socket() in any mode: Landlock (ABI <= 7) does not check connect() to a
-    // pathname socket, so a container engine's or the session bus's socket would be one connect
-    // away. Abstract sockets are scoped by Landlock (ABI >= 6) as well.
-    let socket_rules = match network {
-        NetworkAccess::None => vec![],
-        // TCP over inet/inet6 only (Landlock confines connects to the proxy port).
-        NetworkAccess::Allowlist(_) => vec![
-            SeccompRule::new(vec![
-                cond(0, SeccompCmpOp::Ne, inet)?,
-                cond(0, SeccompCmpOp::Ne, inet6)?,
-            ])
-            .map_err(sc)?,
-            SeccompRule::new(vec![cond(
-                1,
-                SeccompCmpOp::MaskedEq(0xff),
-                libc::SOCK_DGRAM as u64,
-            )?])
-            .map_err(sc)?,
-            SeccompRule::new(vec![cond(
-                1,
-                SeccompCmpOp::MaskedEq(0xff),
-                libc::SOCK_RAW as u64,
-            )?])
-            .map_err(sc)?,
-            SeccompRule::new(vec![cond(
-                1,
-                SeccompCmpOp::MaskedEq(0xff),
-                libc::SOCK_SEQPACKET as u64,
-            )?])
-            .map_err(sc)?,
-        ],
-        NetworkAccess::Unrestricted => vec![
-            SeccompRule::new(vec![
-                cond(0, SeccompCmpOp::Ne, inet)?,
-                cond(0, SeccompCmpOp::Ne, inet6)?,
-            ])
-            .map_err(sc)?,
-            SeccompRule::new(vec![cond(
-                1,
-                SeccompCmpOp::MaskedEq(0xff),
-                libc::SOCK_RAW as u64,
-            )?])
-            .map_err(sc)?,
-        ],
+    rules.insert(libc::SYS_socketpair, socketpair_rules()?);
+    rules.insert(libc::SYS_socket, socket_rules(network)?);
+    if !new_sessions {
+        rules.insert(libc::SYS_setsid, vec![]);
+        rules.insert(libc::SYS_setpgid, vec![]);
+    }
+    for &nr in DENIED_SYSCALLS {
+        rules.insert(nr, vec![]);
+    }
+    compile(rules)
+}
+
+/// Refused outright (EPERM): tracing and reading other processes, mounts and namespaces, kernel
+/// keyrings, BPF, perf, module and kexec loading, io_uring (which bypasses seccomp per call).
+const DENIED_SYSCALLS: &[i64] = &[
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_unshare,
+    libc::SYS_setns,
+    libc::SYS_bpf,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_perf_event_open,
+    libc::SYS_kexec_load,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_io_uring_setup,
+];
+
+fn seccomp_err(e: seccompiler::BackendError) -> RuntimeError {
+    setup(format!("seccomp: {e}"))
+}
+
+/// A rule matching when argument `arg` compares with `v` by `op`.
+fn arg_is(arg: u8, op: SeccompCmpOp, v: u64) -> Result<SeccompRule> {
+    let c = SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, v).map_err(seccomp_err)?;
+    SeccompRule::new(vec![c]).map_err(seccomp_err)
+}
+
+/// A rule matching a socket type (the low byte of `type`, past the flags).
+fn type_is(ty: i32) -> Result<SeccompRule> {
+    arg_is(1, SeccompCmpOp::MaskedEq(0xff), ty as u64)
+}
+
+/// No Unix-domain socket() in any mode: Landlock (ABI <= 7) does not check connect() to a
+/// pathname socket, so a container engine's or the session bus's socket would be one connect
+/// away. Abstract sockets are scoped by Landlock (ABI >= 6) as well. With a network grant: TCP
+/// over inet/inet6 only (Landlock confines connects to the proxy port); unrestricted: no raw.
+fn socket_rules(network: &NetworkAccess) -> Result<Vec<SeccompRule>> {
+    let not_inet = || -> Result<SeccompRule> {
+        let c = |v: i32| {
+            SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, v as u64)
+                .map_err(seccomp_err)
+        };
+        SeccompRule::new(vec![c(libc::AF_INET)?, c(libc::AF_INET6)?]).map_err(seccomp_err)
     };
-    // A connected pair of Unix stream sockets is how node/libuv (and others) wire a child's
-    // stdio: allowed. It can reach nothing: connect() on it is EISCONN, sendmsg() with an address
-    // is refused on a connected stream, bind() needs Landlock's MAKE_SOCK on the directory. A
-    // datagram pair could connect()/sendto() any host datagram socket by path: refused.
-    let mut pair_rules =
-        vec![SeccompRule::new(vec![cond(0, SeccompCmpOp::Ne, unix)?]).map_err(sc)?];
-    // "type & 0xff != SOCK_STREAM", spelled as the other types (seccompiler has no masked `!=`).
+    Ok(match network {
+        NetworkAccess::None => vec![],
+        NetworkAccess::Allowlist(_) => vec![
+            not_inet()?,
+            type_is(libc::SOCK_DGRAM)?,
+            type_is(libc::SOCK_RAW)?,
+            type_is(libc::SOCK_SEQPACKET)?,
+        ],
+        NetworkAccess::Unrestricted => vec![not_inet()?, type_is(libc::SOCK_RAW)?],
+    })
+}
+
+/// A connected pair of Unix stream sockets is how node/libuv (and others) wire a child's stdio:
+/// allowed. It can reach nothing: connect() on it is EISCONN, sendmsg() with an address is refused
+/// on a connected stream, bind() needs Landlock's MAKE_SOCK on the directory. A datagram pair
+/// could connect()/sendto() any host datagram socket by path: refused. "type & 0xff !=
+/// SOCK_STREAM" is spelled as the other types (seccompiler has no masked `!=`).
+fn socketpair_rules() -> Result<Vec<SeccompRule>> {
+    let mut rules = vec![arg_is(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?];
     for ty in [
         libc::SOCK_DGRAM,
         libc::SOCK_RAW,
         libc::SOCK_RDM,
         libc::SOCK_SEQPACKET,
     ] {
-        pair_rules.push(
-            SeccompRule::new(vec![cond(1, SeccompCmpOp::MaskedEq(0xff), ty as u64)?])
-                .map_err(sc)?,
-        );
+        rules.push(type_is(ty)?);
     }
-    rules.insert(libc::SYS_socketpair, pair_rules);
-    rules.insert(libc::SYS_socket, socket_rules);
-    if !new_sessions {
-        rules.insert(libc::SYS_setsid, vec![]);
-        rules.insert(libc::SYS_setpgid, vec![]);
-    }
-    for nr in [
-        libc::SYS_ptrace,
-        libc::SYS_process_vm_readv,
-        libc::SYS_process_vm_writev,
-        libc::SYS_mount,
-        libc::SYS_umount2,
-        libc::SYS_pivot_root,
-        libc::SYS_unshare,
-        libc::SYS_setns,
-        libc::SYS_bpf,
-        libc::SYS_keyctl,
-        libc::SYS_add_key,
-        libc::SYS_request_key,
-        libc::SYS_perf_event_open,
-        libc::SYS_kexec_load,
-        libc::SYS_init_module,
-        libc::SYS_finit_module,
-        libc::SYS_io_uring_setup,
-    ] {
-        rules.insert(nr, vec![]);
-    }
+    Ok(rules)
+}
+
+/// The filter as classic BPF for this architecture: matching rules get EPERM, the rest run.
+fn compile(rules: BTreeMap<i64, Vec<SeccompRule>>) -> Result<Vec<libc::sock_filter>> {
     let arch = TargetArch::try_from(std::env::consts::ARCH)
         .map_err(|e| setup(format!("seccomp arch: {e}")))?;
     let filter = SeccompFilter::new(
@@ -305,7 +305,7 @@ pub fn seccomp_program(
         SeccompAction::Errno(libc::EPERM as u32),
         arch,
     )
-    .map_err(sc)?;
+    .map_err(seccomp_err)?;
     let prog: seccompiler::BpfProgram = filter
         .try_into()
         .map_err(|e: seccompiler::BackendError| setup(format!("seccomp compile: {e}")))?;

@@ -22,6 +22,13 @@ pub struct Mask {
     userns: Option<(Vec<u8>, Vec<u8>)>,
 }
 
+impl Mask {
+    /// The start report's `state_hidden`.
+    pub fn report(&self) -> serde_json::Value {
+        serde_json::json!({"dirs": self.shown, "via": "mount-namespace", "as": "empty read-only tmpfs"})
+    }
+}
+
 /// The hidden directories a grant contains. Refuses (fail closed) a spec where one would also hide
 /// a granted directory (a workspace inside `.meta/` plus a grant of the project root).
 ///

@@ -29,7 +29,7 @@ use metash_protocol::LogKind;
 use metash_protocol::AgentEvent;
 use serde_json::{json, Value};
 
-pub use proxy::{ConnectProxy, ProxyCfg};
+pub use proxy::{proxy_env, ConnectProxy, ProxyCfg};
 pub use sandbox::Sandbox;
 
 use crate::codec;

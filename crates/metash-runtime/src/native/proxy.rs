@@ -43,6 +43,21 @@ pub struct ConnectProxy {
     stop: Arc<AtomicBool>,
 }
 
+/// The variables that send HTTP clients through the proxy on `port`.
+pub fn proxy_env(port: u16) -> Vec<(String, String)> {
+    let url = format!("http://127.0.0.1:{port}");
+    [
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+    ]
+    .into_iter()
+    .map(|k| (k.to_string(), url.clone()))
+    .collect()
+}
+
 impl ConnectProxy {
     /// Listen on 127.0.0.1 (an ephemeral port) and serve `cfg.allowlist` for `cfg.agent`.
     ///

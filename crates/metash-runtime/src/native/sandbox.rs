@@ -40,6 +40,64 @@ pub struct Sandbox {
     pub report: Value,
 }
 
+/// The allowlist proxy every connection goes through, when the agent has a network allowlist.
+fn start_proxy(
+    spec: &AgentSpec,
+    network: &NetworkAccess,
+    sink: &Arc<dyn EventSink>,
+    replier: &Replier,
+) -> Result<Option<ConnectProxy>> {
+    let NetworkAccess::Allowlist(list) = network else {
+        return Ok(None);
+    };
+    ConnectProxy::start(ProxyCfg {
+        agent: spec.id.clone(),
+        allowlist: list.clone(),
+        sink: Arc::clone(sink),
+        gate: spec.gate.clone(),
+        replier: replier.clone(),
+    })
+    .map(Some)
+    .map_err(io_err("starting the allowlist proxy"))
+}
+
+/// Per-action consent for process starts: only with a live gate.
+fn start_exec_gate(
+    spec: &AgentSpec,
+    sink: &Arc<dyn EventSink>,
+    replier: &Replier,
+) -> Result<Option<(exec_gate::Supervisor, exec_gate::ChildSide)>> {
+    let Some(gate) = &spec.gate.0 else {
+        return Ok(None);
+    };
+    exec_gate::Supervisor::start(exec_gate::Cfg {
+        agent: spec.id.clone(),
+        gate: Arc::clone(gate),
+        sink: Arc::clone(sink),
+        replier: replier.clone(),
+    })
+    .map(Some)
+}
+
+/// Every limit as applied, and by what, for the start report.
+fn applied_limits(spec: &AgentSpec, quota: &Quota) -> AppliedLimits {
+    AppliedLimits {
+        memory_bytes: quota.memory.clone(),
+        cpu_millis: quota.cpu.clone(),
+        pids: quota.pids.clone(),
+        timeout_ms: Some(Applied::new(
+            spec.timeout.as_millis() as u64,
+            "host-deadline+killpg",
+        )),
+        output_bytes: Some(Applied::new(spec.output_cap, "host-reader")),
+        events_per_s: Some(Applied::new(spec.throttle.rate as u64, "token-bucket")),
+        // Fuel meters WASM instructions; a native agent has only its deadline and CPU quota.
+        fuel: spec
+            .fuel
+            .map(|f| Applied::new(f, "none").with_note("fuel applies to WASM agents only")),
+    }
+}
+
 impl Sandbox {
     /// Prepare every restriction for `spec`.
     ///
@@ -50,19 +108,7 @@ impl Sandbox {
         let workspace = isolate::canonical(&spec.workspace)?;
         let entry = isolate::canonical(&spec.entry)?;
         let network = spec.effective_network();
-        let proxy = match &network {
-            NetworkAccess::Allowlist(list) => Some(
-                ConnectProxy::start(ProxyCfg {
-                    agent: spec.id.clone(),
-                    allowlist: list.clone(),
-                    sink: Arc::clone(sink),
-                    gate: spec.gate.clone(),
-                    replier: replier.clone(),
-                })
-                .map_err(io_err("starting the allowlist proxy"))?,
-            ),
-            _ => None,
-        };
+        let proxy = start_proxy(spec, &network, sink, replier)?;
         let proxy_ports: Vec<u16> = proxy.iter().map(ConnectProxy::port).collect();
         let (ll_fd, abi) = isolate::landlock_ruleset(&isolate::LandlockPlan {
             workspace: &workspace,
@@ -75,22 +121,8 @@ impl Sandbox {
         })?;
         let seccomp = isolate::seccomp_program(&network, false)?;
         let mask = super::mask::plan(&spec.hidden, &spec.granted_dirs())?;
-        let hidden_report = mask.as_ref().map(
-            |m| json!({"dirs": m.shown, "via": "mount-namespace", "as": "empty read-only tmpfs"}),
-        );
-        // Per-action consent for process starts: only with a live gate.
-        let (exec_gate, exec_child) = match &spec.gate.0 {
-            Some(gate) => {
-                let (sup, child) = exec_gate::Supervisor::start(exec_gate::Cfg {
-                    agent: spec.id.clone(),
-                    gate: Arc::clone(gate),
-                    sink: Arc::clone(sink),
-                    replier: replier.clone(),
-                })?;
-                (Some(sup), Some(child))
-            }
-            None => (None, None),
-        };
+        let hidden_report = mask.as_ref().map(super::mask::Mask::report);
+        let (exec_gate, exec_child) = start_exec_gate(spec, sink, replier)?.unzip();
 
         let quota = Quota::apply(
             &spec.id,
@@ -99,21 +131,7 @@ impl Sandbox {
             spec.max_pids,
             spec.timeout,
         )?;
-        let limits = AppliedLimits {
-            memory_bytes: quota.memory.clone(),
-            cpu_millis: quota.cpu.clone(),
-            pids: quota.pids.clone(),
-            timeout_ms: Some(Applied::new(
-                spec.timeout.as_millis() as u64,
-                "host-deadline+killpg",
-            )),
-            output_bytes: Some(Applied::new(spec.output_cap, "host-reader")),
-            events_per_s: Some(Applied::new(spec.throttle.rate as u64, "token-bucket")),
-            // Fuel meters WASM instructions; a native agent has only its deadline and CPU quota.
-            fuel: spec
-                .fuel
-                .map(|f| Applied::new(f, "none").with_note("fuel applies to WASM agents only")),
-        };
+        let limits = applied_limits(spec, &quota);
         let Quota {
             cgroup: cg,
             rlimits,
@@ -151,16 +169,7 @@ impl Sandbox {
         });
         let mut env = spec.env.clone();
         if let Some(p) = &proxy {
-            let url = format!("http://127.0.0.1:{}", p.port());
-            for k in [
-                "HTTPS_PROXY",
-                "https_proxy",
-                "HTTP_PROXY",
-                "http_proxy",
-                "ALL_PROXY",
-            ] {
-                env.push((k.to_string(), url.clone()));
-            }
+            env.extend(super::proxy_env(p.port()));
         }
         Ok(Self {
             plan: Arc::new(plan),
