@@ -53,6 +53,48 @@ pub async fn run_piped(
     run_piped_confined(spec, None, timeout, cancel, on_line).await
 }
 
+/// The last 8 KiB of what the child wrote to stderr (bounded while it runs).
+async fn stderr_tail(stderr: Option<tokio::process::ChildStderr>) -> String {
+    let mut buf = Vec::new();
+    if let Some(mut s) = stderr {
+        let mut chunk = [0u8; 8192];
+        while let Ok(n) = s.read(&mut chunk).await {
+            if n == 0 {
+                break;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            if buf.len() > 64 * 1024 {
+                buf.drain(..buf.len() - 8192);
+            }
+        }
+    }
+    let from = buf.len().saturating_sub(8192);
+    String::from_utf8_lossy(&buf[from..]).into_owned()
+}
+
+/// Each non-empty stdout line to `on_line`, until stdout closes.
+async fn read_lines(
+    stdout: Option<tokio::process::ChildStdout>,
+    on_line: &mut (dyn FnMut(&str) + Send),
+) {
+    let Some(out) = stdout else { return };
+    let mut reader = BufReader::with_capacity(64 * 1024, out);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {
+                let text = String::from_utf8_lossy(&line);
+                let text = text.trim_end_matches(['\n', '\r']);
+                if !text.is_empty() {
+                    on_line(text);
+                }
+            }
+        }
+    }
+}
+
 /// [`run_piped`] with the process confined by `confiner` (applied to the `Command` right before
 /// the spawn; its guard lives until the child has been reaped). A confinement that cannot be
 /// prepared fails the run before anything starts.
@@ -68,13 +110,10 @@ pub async fn run_piped_confined(
 ) -> Result<PipedOutcome> {
     let start = Instant::now();
     let mut std_cmd = command(spec)?;
-    let _guard = match confiner {
-        Some(c) => Some(
-            c.confine(spec, &mut std_cmd)
-                .map_err(|e| HarnessError::HarnessFailed(format!("sandbox: {e}")))?,
-        ),
-        None => None,
-    };
+    let _guard = confiner
+        .map(|c| c.confine(spec, &mut std_cmd))
+        .transpose()
+        .map_err(|e| HarnessError::HarnessFailed(format!("sandbox: {e}")))?;
     let mut cmd = tokio::process::Command::from(std_cmd);
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -89,43 +128,9 @@ pub async fn run_piped_confined(
     let pid = child.id();
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
-    let stderr_task = tokio::spawn(async move {
-        let mut buf = Vec::new();
-        if let Some(mut s) = stderr {
-            let mut chunk = [0u8; 8192];
-            while let Ok(n) = s.read(&mut chunk).await {
-                if n == 0 {
-                    break;
-                }
-                buf.extend_from_slice(&chunk[..n]);
-                if buf.len() > 64 * 1024 {
-                    buf.drain(..buf.len() - 8192);
-                }
-            }
-        }
-        let from = buf.len().saturating_sub(8192);
-        String::from_utf8_lossy(&buf[from..]).into_owned()
-    });
+    let stderr_task = tokio::spawn(stderr_tail(stderr));
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
-    let read_lines = async {
-        if let Some(out) = stdout {
-            let mut reader = BufReader::with_capacity(64 * 1024, out);
-            let mut line = Vec::new();
-            loop {
-                line.clear();
-                match reader.read_until(b'\n', &mut line).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {
-                        let text = String::from_utf8_lossy(&line);
-                        let text = text.trim_end_matches(['\n', '\r']);
-                        if !text.is_empty() {
-                            on_line(text);
-                        }
-                    }
-                }
-            }
-        }
-    };
+    let read_lines = read_lines(stdout, on_line);
     // Done when stdout closes and the child exits. A grandchild that keeps stdout open after the
     // child exited gets a short grace to flush, then the group is killed: a turn never hangs on it.
     let finish = async {

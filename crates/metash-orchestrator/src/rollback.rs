@@ -64,11 +64,6 @@ impl Orchestrator<'_> {
         })
     }
 
-    /// Rolls back `plan.task` and, with `with_dependents`, its dependents.
-    ///
-    /// # Errors
-    /// Dependents with work exist but `with_dependents` is false; a revert conflicts (it is
-    /// aborted, nothing of that task is changed); another run holds the run lock.
     /// Reverts a merged task's commits still in HEAD, newest first; the revert commits made. A
     /// conflict aborts the revert and refuses, saying how many tasks were already rolled back.
     fn revert_commits(
@@ -98,6 +93,11 @@ impl Orchestrator<'_> {
         Ok(reverts)
     }
 
+    /// Rolls back `plan.task` and, with `with_dependents`, its dependents.
+    ///
+    /// # Errors
+    /// Dependents with work exist but `with_dependents` is false; a revert conflicts (it is
+    /// aborted, nothing of that task is changed); another run holds the run lock.
     pub fn rollback(&self, plan: &RollbackPlan, with_dependents: bool) -> Result<Vec<RolledBack>> {
         let run = crate::run_lock(self.store())?;
         let _handed = self.git.handing_down(&run);

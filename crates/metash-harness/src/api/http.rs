@@ -60,18 +60,32 @@ pub(crate) async fn post_sse(
 ) -> Result<()> {
     let bytes =
         serde_json::to_vec(body).map_err(|e| HarnessError::InvalidRequest(e.to_string()))?;
+    let resp = send_with_retries(client, url, &headers, &bytes, limits, on_retry).await?;
+    read_events(resp, limits, on_event).await
+}
+
+/// POSTs until a success status, retrying 429, 5xx and transport errors with backoff (or the
+/// server's `retry-after`) while attempts and the deadline allow.
+async fn send_with_retries(
+    client: &reqwest::Client,
+    url: &str,
+    headers: &HeaderMap,
+    bytes: &[u8],
+    limits: &StreamLimits<'_>,
+    on_retry: &mut (dyn FnMut(u32, Duration, Option<u16>) + Send),
+) -> Result<reqwest::Response> {
     let mut attempt = 0u32;
-    let mut resp = loop {
+    loop {
         let send = client
             .post(url)
             .headers(headers.clone())
             .header("content-type", "application/json")
             .header("accept", "text/event-stream")
-            .body(bytes.clone())
+            .body(bytes.to_vec())
             .send();
         let result = guard(limits, send).await?;
         let (status, retry_after, err) = match result {
-            Ok(r) if r.status().is_success() => break r,
+            Ok(r) if r.status().is_success() => return Ok(r),
             Ok(r) => {
                 let status = r.status().as_u16();
                 let retry_after = retry_after(r.headers());
@@ -81,26 +95,31 @@ pub(crate) async fn post_sse(
             Err(e) => (None, None, format!("request failed: {e}")),
         };
         let retryable = status.is_none_or(|s| s == 429 || s >= 500);
+        let give_up = HarnessError::Api {
+            status,
+            message: err,
+        };
         if !retryable || attempt >= limits.retry.max_retries {
-            return Err(HarnessError::Api {
-                status,
-                message: err,
-            });
+            return Err(give_up);
         }
         let backoff = limits.retry.base_delay.saturating_mul(1 << attempt.min(16));
         let delay = retry_after.unwrap_or(backoff).min(limits.retry.max_delay);
-        if let Some(d) = limits.deadline {
-            if Instant::now() + delay > d {
-                return Err(HarnessError::Api {
-                    status,
-                    message: err,
-                });
-            }
+        if limits.deadline.is_some_and(|d| Instant::now() + delay > d) {
+            return Err(give_up);
         }
         attempt += 1;
         on_retry(attempt, delay, status);
         guard(limits, tokio::time::sleep(delay)).await?;
-    };
+    }
+}
+
+/// Feeds the body's SSE events to `on_event` until it returns `Done`, within the idle bound,
+/// the deadline and cancellation. A body that ends first is a cut connection.
+async fn read_events(
+    mut resp: reqwest::Response,
+    limits: &StreamLimits<'_>,
+    on_event: &mut (dyn FnMut(SseEvent) -> Result<Flow> + Send),
+) -> Result<()> {
     let mut parser = SseParser::new();
     let mut done = false;
     let mut failure: Option<HarnessError> = None;

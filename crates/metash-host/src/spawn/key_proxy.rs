@@ -24,11 +24,11 @@ pub type Started = (CredentialProxy, Endpoint, Vec<String>);
 
 /// Starts the proxy for one spawn of a CLI role and says what the CLI gets: the endpoint on the
 /// proxy, and the variables that get the placeholder (the one the CLI reads its key from, and
-/// the one metash read it from). `None` when the role has no key to protect.
+/// the one metash read it from). `None` when the role has no key to protect. `tap` sees every
+/// model response as it streams (the turn's usage is read there).
 ///
 /// # Errors
 /// The proxy cannot start (a bad `base_url` is named).
-/// `tap` sees every model response as it streams (the turn's usage is read there).
 pub fn start(
     host: &Host,
     agent: &str,

@@ -103,43 +103,49 @@ impl TurnParser for ClaudeParser {
                     });
                 }
             }
-            "result" => {
-                self.saw_result = true;
-                let is_error = v["is_error"].as_bool().unwrap_or(false);
-                let subtype = v["subtype"].as_str().unwrap_or("").to_string();
-                let text = v["result"].as_str().map(str::to_string);
-                let u = &v["usage"];
-                let usage = u.is_object().then(|| Usage {
-                    input_tokens: u["input_tokens"].as_u64().unwrap_or(0),
-                    output_tokens: u["output_tokens"].as_u64().unwrap_or(0),
-                    cache_read_tokens: u["cache_read_input_tokens"].as_u64(),
-                    cache_creation_tokens: u["cache_creation_input_tokens"].as_u64(),
-                });
-                let error = (is_error || subtype != "success").then(|| {
-                    let status = v["api_error_status"]
-                        .as_u64()
-                        .and_then(|s| u16::try_from(s).ok());
-                    RunError {
-                        code: if status.is_some() {
-                            HarnessErrorCode::ApiError
-                        } else {
-                            HarnessErrorCode::HarnessFailed
-                        },
-                        message: text.clone().unwrap_or_else(|| format!("claude: {subtype}")),
-                        status,
-                    }
-                });
-                self.result = Some(RunResult {
-                    success: error.is_none(),
-                    final_output: text.or_else(|| self.last_text.clone()),
-                    tool_calls: Vec::new(),
-                    stop_reason: Some(subtype),
-                    usage,
-                    cost_usd: v["total_cost_usd"].as_f64(),
-                    error,
-                });
-            }
+            "result" => self.result(v),
             _ => {}
         }
+    }
+}
+
+impl ClaudeParser {
+    /// The final `result` line: success is `is_error == false` and `subtype == "success"` (the
+    /// subtype alone lies), with usage and Claude's own cost figure.
+    fn result(&mut self, v: &Value) {
+        self.saw_result = true;
+        let is_error = v["is_error"].as_bool().unwrap_or(false);
+        let subtype = v["subtype"].as_str().unwrap_or("").to_string();
+        let text = v["result"].as_str().map(str::to_string);
+        let u = &v["usage"];
+        let usage = u.is_object().then(|| Usage {
+            input_tokens: u["input_tokens"].as_u64().unwrap_or(0),
+            output_tokens: u["output_tokens"].as_u64().unwrap_or(0),
+            cache_read_tokens: u["cache_read_input_tokens"].as_u64(),
+            cache_creation_tokens: u["cache_creation_input_tokens"].as_u64(),
+        });
+        let error = (is_error || subtype != "success").then(|| {
+            let status = v["api_error_status"]
+                .as_u64()
+                .and_then(|s| u16::try_from(s).ok());
+            RunError {
+                code: if status.is_some() {
+                    HarnessErrorCode::ApiError
+                } else {
+                    HarnessErrorCode::HarnessFailed
+                },
+                message: text.clone().unwrap_or_else(|| format!("claude: {subtype}")),
+                status,
+            }
+        });
+        self.result = Some(RunResult {
+            success: error.is_none(),
+            final_output: text.or_else(|| self.last_text.clone()),
+            tool_calls: Vec::new(),
+            stop_reason: Some(subtype),
+            usage,
+            cost_usd: v["total_cost_usd"].as_f64(),
+            error,
+        });
     }
 }
