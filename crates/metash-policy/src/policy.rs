@@ -376,73 +376,82 @@ impl Policy {
                 message,
                 hint,
             } => self.deny(agent, req, code, message, hint),
-            Decision::Ask => {
-                let request_id = uuid::Uuid::new_v4().to_string();
-                self.store.append(
-                    LogKind::ConsentRequest,
-                    Some(agent),
-                    json!({
-                        "request_id": request_id,
-                        "capability": req.capability,
-                        "reason": req.reason,
-                        "duration_s": req.duration_s,
-                        "sensitive": req.sensitive,
-                        "prompter": prompter.name(),
-                    }),
+            Decision::Ask => self.ask(agent, req, prompter),
+        }
+    }
+
+    /// Asks `prompter`, with the request and the answer in the ledger; a time-bounded answer
+    /// becomes a grant, a denial a refusal the agent can act on.
+    fn ask(
+        &self,
+        agent: &str,
+        req: &CapabilityRequest,
+        prompter: &mut dyn ConsentPrompter,
+    ) -> Result<Authorization> {
+        let request_id = uuid::Uuid::new_v4().to_string();
+        self.store.append(
+            LogKind::ConsentRequest,
+            Some(agent),
+            json!({
+                "request_id": request_id,
+                "capability": req.capability,
+                "reason": req.reason,
+                "duration_s": req.duration_s,
+                "sensitive": req.sensitive,
+                "prompter": prompter.name(),
+            }),
+        )?;
+        let question = ConsentQuestion {
+            agent: agent.to_string(),
+            agent_name: self
+                .registry
+                .get(agent)
+                .map(|a| a.manifest.name.clone())
+                .unwrap_or_default(),
+            capability: req.capability.clone(),
+            reason: req.reason.clone(),
+            sensitive: req.sensitive,
+            duration_s: req.duration_s,
+        };
+        let answer = prompter.ask(&question);
+        let answer_event = |a: &str, d: Option<u64>| {
+            NewEvent::new(
+                LogKind::ConsentAnswer,
+                Some(agent),
+                json!({"request_id": request_id, "capability": req.capability, "answer": a, "duration_s": d, "by": prompter.name()}),
+            )
+        };
+        match answer {
+            Answer::AllowOnce => {
+                self.store
+                    .append_batch(&[answer_event("allow_once", None)])?;
+                Ok(Authorization::Allowed { expires_at: None })
+            }
+            Answer::AllowFor(secs) => {
+                self.store
+                    .append_batch(&[answer_event("allow_for", Some(secs))])?;
+                let g = consent::grant(
+                    &self.store,
+                    self.clock.now(),
+                    agent,
+                    &req.capability,
+                    secs,
+                    req.sensitive.is_some(),
+                    prompter.name(),
                 )?;
-                let question = ConsentQuestion {
-                    agent: agent.to_string(),
-                    agent_name: self
-                        .registry
-                        .get(agent)
-                        .map(|a| a.manifest.name.clone())
-                        .unwrap_or_default(),
-                    capability: req.capability.clone(),
-                    reason: req.reason.clone(),
-                    sensitive: req.sensitive,
-                    duration_s: req.duration_s,
-                };
-                let answer = prompter.ask(&question);
-                let answer_event = |a: &str, d: Option<u64>| {
-                    NewEvent::new(
-                        LogKind::ConsentAnswer,
-                        Some(agent),
-                        json!({"request_id": request_id, "capability": req.capability, "answer": a, "duration_s": d, "by": prompter.name()}),
-                    )
-                };
-                match answer {
-                    Answer::AllowOnce => {
-                        self.store
-                            .append_batch(&[answer_event("allow_once", None)])?;
-                        Ok(Authorization::Allowed { expires_at: None })
-                    }
-                    Answer::AllowFor(secs) => {
-                        self.store
-                            .append_batch(&[answer_event("allow_for", Some(secs))])?;
-                        let g = consent::grant(
-                            &self.store,
-                            self.clock.now(),
-                            agent,
-                            &req.capability,
-                            secs,
-                            req.sensitive.is_some(),
-                            prompter.name(),
-                        )?;
-                        Ok(Authorization::Allowed {
-                            expires_at: Some(g.expires_at),
-                        })
-                    }
-                    Answer::Deny => {
-                        self.store.append_batch(&[answer_event("deny", None)])?;
-                        self.deny(
-                            agent,
-                            req,
-                            DenyCode::ConsentDenied,
-                            format!("consent for `{}` was denied", req.capability),
-                            "continue without it; the user can grant it with `metash consent grant`".into(),
-                        )
-                    }
-                }
+                Ok(Authorization::Allowed {
+                    expires_at: Some(g.expires_at),
+                })
+            }
+            Answer::Deny => {
+                self.store.append_batch(&[answer_event("deny", None)])?;
+                self.deny(
+                    agent,
+                    req,
+                    DenyCode::ConsentDenied,
+                    format!("consent for `{}` was denied", req.capability),
+                    "continue without it; the user can grant it with `metash consent grant`".into(),
+                )
             }
         }
     }

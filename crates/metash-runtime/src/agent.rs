@@ -196,82 +196,86 @@ impl Agent {
             capabilities: self.spec.granted.clone(),
         })?;
         let report = match self.spec.manifest.sandbox {
-            SandboxKind::Wasm => {
-                let mem = match self.spec.manifest.resources.mem.as_deref() {
-                    Some(m) => parse_mem(m)?,
-                    None => DEFAULT_WASM_MEM,
-                };
-                let t0 = Instant::now();
-                let wasm = WasmAgent::prepare(
-                    Arc::clone(&self.wasm_engine),
-                    &self.spec,
-                    usize::try_from(mem).unwrap_or(usize::MAX),
-                    &self.sink,
-                    &self.replier,
-                )?;
-                let limits = AppliedLimits {
-                    memory_bytes: Some(Applied::new(mem, "wasm-store-limits")),
-                    cpu_millis: self.spec.manifest.resources.cpu.as_ref().map(|_| {
-                        Applied::new(0, "none").with_note(
-                            "no CPU share for WASM; time is bounded by the epoch deadline",
-                        )
-                    }),
-                    pids: None,
-                    timeout_ms: Some(Applied::new(
-                        self.spec.timeout.as_millis() as u64,
-                        "wasm-epoch",
-                    )),
-                    output_bytes: Some(Applied::new(self.spec.output_cap, "memory-pipe")),
-                    events_per_s: Some(Applied::new(
-                        self.spec.throttle.rate as u64,
-                        "token-bucket",
-                    )),
-                    fuel: self.spec.fuel.map(|f| Applied::new(f, "wasm-fuel")),
-                };
-                let report = json!({
-                    "sandbox": "wasm",
-                    "limits": limits,
-                    "kind": match wasm.kind() {
-                        Kind::Module => "wasi-p1 module",
-                        Kind::Component => "wasi-p2 component",
-                    },
-                    "module_cache": format!("{:?}", wasm.cache).to_lowercase(),
-                    "load_ms": t0.elapsed().as_secs_f64() * 1000.0,
-                    "preopen": if self.spec.has(Category::FilesWrite) { "read-write" }
-                        else if self.spec.has(Category::FilesRead) { "read-only" } else { "none" },
-                    "paths": crate::limits::paths_report(&self.spec, Some(GUEST_WORKSPACE)),
-                    "network": wasm.network_report(),
-                    "env": self.spec.env.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
-                });
-                self.backend = Backend::Wasm(wasm);
-                report
-            }
-            SandboxKind::Native => {
-                if !self.spec.allow_native {
-                    return Err(RuntimeError::NativeNotAllowed(self.spec.id.clone()));
-                }
-                let p = match NativeProcess::spawn(
-                    &self.spec,
-                    &self.sink,
-                    self.start_line.clone(),
-                    &self.replier,
-                ) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        self.sink.record(
-                            LogKind::SandboxDenied,
-                            Some(&self.spec.id),
-                            json!({"what": "start", "code": e.code(), "reason": e.to_string()}),
-                        );
-                        return Err(e);
-                    }
-                };
-                let report = p.report.clone();
-                self.backend = Backend::Native(Box::new(p));
-                report
-            }
+            SandboxKind::Wasm => self.start_wasm()?,
+            SandboxKind::Native => self.start_native()?,
         };
         self.transition(Action::Start, LogKind::AgentStarted, report.clone())?;
+        Ok(report)
+    }
+
+    /// Loads the module or component (from the cache when it can) and reports the limits the
+    /// WASM sandbox applies.
+    fn start_wasm(&mut self) -> Result<Value> {
+        let mem = match self.spec.manifest.resources.mem.as_deref() {
+            Some(m) => parse_mem(m)?,
+            None => DEFAULT_WASM_MEM,
+        };
+        let t0 = Instant::now();
+        let wasm = WasmAgent::prepare(
+            Arc::clone(&self.wasm_engine),
+            &self.spec,
+            usize::try_from(mem).unwrap_or(usize::MAX),
+            &self.sink,
+            &self.replier,
+        )?;
+        let limits = AppliedLimits {
+            memory_bytes: Some(Applied::new(mem, "wasm-store-limits")),
+            cpu_millis: self.spec.manifest.resources.cpu.as_ref().map(|_| {
+                Applied::new(0, "none")
+                    .with_note("no CPU share for WASM; time is bounded by the epoch deadline")
+            }),
+            pids: None,
+            timeout_ms: Some(Applied::new(
+                self.spec.timeout.as_millis() as u64,
+                "wasm-epoch",
+            )),
+            output_bytes: Some(Applied::new(self.spec.output_cap, "memory-pipe")),
+            events_per_s: Some(Applied::new(self.spec.throttle.rate as u64, "token-bucket")),
+            fuel: self.spec.fuel.map(|f| Applied::new(f, "wasm-fuel")),
+        };
+        let report = json!({
+            "sandbox": "wasm",
+            "limits": limits,
+            "kind": match wasm.kind() {
+                Kind::Module => "wasi-p1 module",
+                Kind::Component => "wasi-p2 component",
+            },
+            "module_cache": format!("{:?}", wasm.cache).to_lowercase(),
+            "load_ms": t0.elapsed().as_secs_f64() * 1000.0,
+            "preopen": if self.spec.has(Category::FilesWrite) { "read-write" }
+                else if self.spec.has(Category::FilesRead) { "read-only" } else { "none" },
+            "paths": crate::limits::paths_report(&self.spec, Some(GUEST_WORKSPACE)),
+            "network": wasm.network_report(),
+            "env": self.spec.env.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+        });
+        self.backend = Backend::Wasm(wasm);
+        Ok(report)
+    }
+
+    /// Spawns the process under every restriction (refused without native consent); a setup
+    /// failure is logged as a denial.
+    fn start_native(&mut self) -> Result<Value> {
+        if !self.spec.allow_native {
+            return Err(RuntimeError::NativeNotAllowed(self.spec.id.clone()));
+        }
+        let p = match NativeProcess::spawn(
+            &self.spec,
+            &self.sink,
+            self.start_line.clone(),
+            &self.replier,
+        ) {
+            Ok(p) => p,
+            Err(e) => {
+                self.sink.record(
+                    LogKind::SandboxDenied,
+                    Some(&self.spec.id),
+                    json!({"what": "start", "code": e.code(), "reason": e.to_string()}),
+                );
+                return Err(e);
+            }
+        };
+        let report = p.report.clone();
+        self.backend = Backend::Native(Box::new(p));
         Ok(report)
     }
 

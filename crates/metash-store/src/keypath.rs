@@ -23,19 +23,38 @@ const OPTIONAL: &[(&str, &str)] = &[
     ("plan.tasks.*", "commits"),
 ];
 
+/// The key's segments, refused when one is empty or the first names a field the store keeps.
+fn segments(key: &str) -> std::result::Result<Vec<&str>, String> {
+    let segs: Vec<&str> = key.split('.').collect();
+    if key.is_empty() || segs.iter().any(|s| s.is_empty()) {
+        return Err("empty segment".into());
+    }
+    if RESERVED.contains(&segs[0]) {
+        return Err("this field is maintained by the store".into());
+    }
+    Ok(segs)
+}
+
+/// Where `seg` points in a list: a task's position by its id under `plan.tasks`, else a number.
+fn list_index(items: &[Value], seg: &str, tasks: bool) -> std::result::Result<usize, String> {
+    if tasks {
+        items
+            .iter()
+            .position(|t| t.get("id").and_then(Value::as_str) == Some(seg))
+            .ok_or_else(|| format!("no task with id `{seg}`"))
+    } else {
+        seg.parse()
+            .map_err(|_| format!("`{seg}` is not an index into a list"))
+    }
+}
+
 /// Sets `key` to `value` in `state` (a session as JSON). Does not validate the result.
 pub fn apply(state: &mut Value, key: &str, value: Value) -> Result<()> {
     let unknown = |reason: String| StoreError::UnknownKey {
         key: key.to_string(),
         reason,
     };
-    let segs: Vec<&str> = key.split('.').collect();
-    if key.is_empty() || segs.iter().any(|s| s.is_empty()) {
-        return Err(unknown("empty segment".into()));
-    }
-    if RESERVED.contains(&segs[0]) {
-        return Err(unknown("this field is maintained by the store".into()));
-    }
+    let segs = segments(key).map_err(unknown)?;
     let in_variables = segs[0] == "variables";
     let mut node = state;
     let mut shape = String::new(); // path with task ids replaced by `*`, for OPTIONAL
@@ -66,15 +85,7 @@ pub fn apply(state: &mut Value, key: &str, value: Value) -> Result<()> {
                     .ok_or_else(|| unknown(format!("`{seg}` is not set")))?;
             }
             Value::Array(items) => {
-                let idx = if parent_is_tasks {
-                    items
-                        .iter()
-                        .position(|t| t.get("id").and_then(Value::as_str) == Some(seg))
-                        .ok_or_else(|| unknown(format!("no task with id `{seg}`")))?
-                } else {
-                    seg.parse()
-                        .map_err(|_| unknown(format!("`{seg}` is not an index into a list")))?
-                };
+                let idx = list_index(items, seg, parent_is_tasks).map_err(unknown)?;
                 if i == last && !parent_is_tasks && idx == items.len() {
                     items.push(value);
                     return Ok(());

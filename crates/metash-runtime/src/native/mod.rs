@@ -76,6 +76,54 @@ fn sandbox_err(e: std::io::Error, sandbox: &Sandbox) -> RuntimeError {
     }
 }
 
+/// The last `STDERR_TAIL` bytes of the agent's stderr, kept by a thread of its own.
+fn keep_stderr_tail(
+    id: &str,
+    mut err: std::process::ChildStderr,
+    tail: Arc<Mutex<VecDeque<u8>>>,
+) -> Result<()> {
+    thread::Builder::new()
+        .name(format!("metash-err-{id}"))
+        .spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                if let Ok(mut t) = tail.lock() {
+                    t.extend(&buf[..n]);
+                    let excess = t.len().saturating_sub(STDERR_TAIL);
+                    t.drain(..excess);
+                }
+            }
+        })
+        .map(drop)
+        .map_err(io_err("starting the stderr reader"))
+}
+
+/// Writes each queued line to the agent's stdin until it closes.
+fn feed_stdin(
+    id: &str,
+    mut stdin: std::process::ChildStdin,
+    lines: Receiver<Vec<u8>>,
+) -> Result<()> {
+    thread::Builder::new()
+        .name(format!("metash-in-{id}"))
+        .spawn(move || {
+            for chunk in lines {
+                if stdin
+                    .write_all(&chunk)
+                    .and_then(|()| stdin.flush())
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        })
+        .map(drop)
+        .map_err(io_err("starting the stdin writer"))
+}
+
 impl NativeProcess {
     /// Spawn the agent under every restriction and send it `start`.
     ///
@@ -121,42 +169,13 @@ impl NativeProcess {
             })
             .map_err(io_err("starting the output reader"))?;
         let stderr = Arc::new(Mutex::new(VecDeque::new()));
-        if let Some(mut err) = child.stderr.take() {
-            let tail = Arc::clone(&stderr);
-            thread::Builder::new()
-                .name(format!("metash-err-{}", spec.id))
-                .spawn(move || {
-                    let mut buf = [0u8; 8192];
-                    while let Ok(n) = err.read(&mut buf) {
-                        if n == 0 {
-                            break;
-                        }
-                        if let Ok(mut t) = tail.lock() {
-                            t.extend(&buf[..n]);
-                            let excess = t.len().saturating_sub(STDERR_TAIL);
-                            t.drain(..excess);
-                        }
-                    }
-                })
-                .map_err(io_err("starting the stderr reader"))?;
+        if let Some(err) = child.stderr.take() {
+            keep_stderr_tail(&spec.id, err, Arc::clone(&stderr))?;
         }
         // Writes go through a thread so an agent that never reads stdin cannot block the host.
         let (in_tx, in_rx) = mpsc::sync_channel::<Vec<u8>>(16);
-        if let Some(mut stdin) = child.stdin.take() {
-            thread::Builder::new()
-                .name(format!("metash-in-{}", spec.id))
-                .spawn(move || {
-                    for chunk in in_rx {
-                        if stdin
-                            .write_all(&chunk)
-                            .and_then(|()| stdin.flush())
-                            .is_err()
-                        {
-                            break;
-                        }
-                    }
-                })
-                .map_err(io_err("starting the stdin writer"))?;
+        if let Some(stdin) = child.stdin.take() {
+            feed_stdin(&spec.id, stdin, in_rx)?;
         }
         let _ = in_tx.try_send(start_line);
         replier.attach(in_tx.clone());

@@ -170,22 +170,73 @@ fn parse_target(method: &str, target: &str) -> Option<Target> {
 
 /// The request head rewritten for the origin: origin-form request line, no proxy headers, and
 /// `Connection: close` so one proxied connection carries one checked request.
-fn origin_head(method: &str, path: &str, version: &str, head: &str) -> String {
-    let mut out = format!("{method} {path} {version}\r\n");
-    for line in head.split("\r\n").skip(1) {
-        let name = line.split(':').next().unwrap_or("").trim();
-        if line.is_empty()
-            || name.eq_ignore_ascii_case("proxy-connection")
+fn origin_head(req: &Head, path: &str) -> Vec<u8> {
+    let mut out = format!("{} {path} {}\r\n", req.method, req.version).into_bytes();
+    for (name, value) in &req.headers {
+        if name.eq_ignore_ascii_case("proxy-connection")
             || name.eq_ignore_ascii_case("proxy-authorization")
             || name.eq_ignore_ascii_case("connection")
         {
             continue;
         }
-        out.push_str(line);
-        out.push_str("\r\n");
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
     }
-    out.push_str("Connection: close\r\n\r\n");
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
     out
+}
+
+/// A parsed request head.
+struct Head {
+    method: String,
+    target: String,
+    version: &'static str,
+    headers: Vec<(String, Vec<u8>)>,
+}
+
+/// Parses a complete head with `httparse`; `None` when it is not an HTTP/1 request.
+fn parse_head(bytes: &[u8]) -> Option<Head> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(bytes) {
+        Ok(httparse::Status::Complete(_)) => {}
+        _ => return None,
+    }
+    Some(Head {
+        method: req.method?.to_string(),
+        target: req.path?.to_string(),
+        version: if req.version == Some(0) {
+            "HTTP/1.0"
+        } else {
+            "HTTP/1.1"
+        },
+        headers: req
+            .headers
+            .iter()
+            .map(|h| (h.name.to_string(), h.value.to_vec()))
+            .collect(),
+    })
+}
+
+/// Reads the request head up to its blank line, bounded by `MAX_HEAD`; `None` when the client
+/// closed first or sent more. What follows the head stays in `reader`.
+fn read_head(reader: &mut BufReader<TcpStream>) -> io::Result<Option<Vec<u8>>> {
+    let mut head = Vec::new();
+    loop {
+        let mut line = Vec::new();
+        let n = (&mut *reader)
+            .take(MAX_HEAD as u64)
+            .read_until(b'\n', &mut line)?;
+        if n == 0 || head.len() + n > MAX_HEAD {
+            return Ok(None);
+        }
+        head.extend_from_slice(&line);
+        if line == b"\r\n" || line == b"\n" {
+            return Ok(Some(head));
+        }
+    }
 }
 
 /// Refuse: log it, tell the agent (when someone is listening), answer 403.
@@ -219,28 +270,16 @@ fn refuse(
 fn serve(conn: TcpStream, cfg: &ProxyCfg) -> io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut reader = BufReader::new(conn.try_clone()?);
-    let mut head = String::new();
-    let mut request_line = String::new();
-    loop {
-        let mut line = String::new();
-        let n = (&mut reader).take(MAX_HEAD as u64).read_line(&mut line)?;
-        if n == 0 || head.len() + n > MAX_HEAD {
-            return Ok(());
-        }
-        if request_line.is_empty() {
-            request_line = line.trim().to_string();
-        }
-        head.push_str(&line);
-        if line == "\r\n" || line == "\n" {
-            break;
-        }
-    }
-    let mut parts = request_line.split_whitespace();
-    let method = parts.next().unwrap_or("");
-    let target = parts.next().unwrap_or("");
-    let version = parts.next().unwrap_or("HTTP/1.1");
+    let Some(bytes) = read_head(&mut reader)? else {
+        return Ok(());
+    };
     let mut out = conn.try_clone()?;
-    let Some(t) = parse_target(method, target) else {
+    let head = parse_head(&bytes);
+    let method = head.as_ref().map_or("", |h| h.method.as_str());
+    let Some(t) = head
+        .as_ref()
+        .and_then(|h| parse_target(&h.method, &h.target))
+    else {
         cfg.sink.record(
             LogKind::SandboxDenied,
             Some(&cfg.agent),
@@ -251,29 +290,7 @@ fn serve(conn: TcpStream, cfg: &ProxyCfg) -> io::Result<()> {
         return Ok(());
     };
     let write = t.path.is_none() || !is_read_method(method);
-    if !domain_allowed(&cfg.allowlist, &t.host) {
-        return refuse(
-            &mut out,
-            cfg,
-            &t,
-            method,
-            "domain_not_allowed",
-            "domain not in allowlist",
-            Some(format!("declare `network:{}` in the manifest", t.host)),
-        );
-    }
-    let action = GatedAction::Connect {
-        host: &t.host,
-        port: t.port,
-        method,
-        write,
-    };
-    if let Some(GateVerdict::Deny {
-        code,
-        message,
-        hint,
-    }) = cfg.gate.decide(&cfg.agent, &action)
-    {
+    if let Some((code, message, hint)) = check(cfg, &t, method, write) {
         return refuse(&mut out, cfg, &t, method, &code, &message, hint);
     }
     let upstream = (t.host.as_str(), t.port)
@@ -292,25 +309,62 @@ fn serve(conn: TcpStream, cfg: &ProxyCfg) -> io::Result<()> {
         json!({"host": t.host, "port": t.port, "method": method, "write": write}),
     );
     let mut up_w = upstream.try_clone()?;
-    match &t.path {
-        None => out.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")?,
-        Some(path) => up_w.write_all(origin_head(method, path, version, &head).as_bytes())?,
+    match (&t.path, &head) {
+        (Some(path), Some(h)) => up_w.write_all(&origin_head(h, path))?,
+        _ => out.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")?,
     }
     conn.set_read_timeout(None)?;
     // Bytes the client sent after the head are still in the BufReader: forward them first.
     let pending = reader.buffer().to_vec();
     up_w.write_all(&pending)?;
-    let mut up_r = upstream;
-    let mut client_w = out;
+    relay(reader.into_inner(), out, upstream, up_w);
+    Ok(())
+}
+
+/// The allowlist, then the gate (a write is asked per action): why the connection is refused.
+fn check(
+    cfg: &ProxyCfg,
+    t: &Target,
+    method: &str,
+    write: bool,
+) -> Option<(String, String, Option<String>)> {
+    if !domain_allowed(&cfg.allowlist, &t.host) {
+        return Some((
+            "domain_not_allowed".into(),
+            "domain not in allowlist".into(),
+            Some(format!("declare `network:{}` in the manifest", t.host)),
+        ));
+    }
+    let action = GatedAction::Connect {
+        host: &t.host,
+        port: t.port,
+        method,
+        write,
+    };
+    match cfg.gate.decide(&cfg.agent, &action) {
+        Some(GateVerdict::Deny {
+            code,
+            message,
+            hint,
+        }) => Some((code, message, hint)),
+        _ => None,
+    }
+}
+
+/// Copies both ways until each side closes its half.
+fn relay(
+    mut client_r: TcpStream,
+    mut client_w: TcpStream,
+    mut up_r: TcpStream,
+    mut up_w: TcpStream,
+) {
     let t = thread::spawn(move || {
         let _ = io::copy(&mut up_r, &mut client_w);
         let _ = client_w.shutdown(Shutdown::Write);
     });
-    let mut client_r = reader.into_inner();
     let _ = io::copy(&mut client_r, &mut up_w);
     let _ = up_w.shutdown(Shutdown::Write);
     let _ = t.join();
-    Ok(())
 }
 
 #[cfg(test)]
@@ -340,9 +394,14 @@ mod tests {
     #[test]
     fn origin_head_drops_proxy_headers() {
         let head = "GET http://h/x HTTP/1.1\r\nHost: h\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive\r\nX-A: 1\r\n\r\n";
+        let parsed = parse_head(head.as_bytes()).unwrap();
+        assert_eq!(parsed.target, "http://h/x");
         assert_eq!(
-            origin_head("GET", "/x", "HTTP/1.1", head),
+            String::from_utf8(origin_head(&parsed, "/x")).unwrap(),
             "GET /x HTTP/1.1\r\nHost: h\r\nX-A: 1\r\nConnection: close\r\n\r\n"
         );
+        // Not HTTP at all, or a head cut short: no request.
+        assert!(parse_head(b"\x16\x03\x01 hello\r\n\r\n").is_none());
+        assert!(parse_head(b"GET http://h/ HTTP/1.1\r\nHost: h\r\n").is_none());
     }
 }
