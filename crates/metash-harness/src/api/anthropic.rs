@@ -7,10 +7,11 @@ use metash_protocol::{HarnessEvent, ToolCall, Usage};
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{json, Value};
 
-use super::http::{post_sse, Flow, StreamLimits};
+use super::http::{Flow, StreamLimits};
 use super::sse::SseEvent;
 use super::{
-    join_url, parse_json, stream_error, ApiCall, ApiOutput, Emitter, OnEvent, ToolResultInput,
+    collect, join_url, parse_json, stream_error, ApiCall, ApiOutput, Collector, OnEvent,
+    ToolResultInput,
 };
 use crate::error::{HarnessError, Result};
 
@@ -91,22 +92,17 @@ pub(crate) async fn stream(
             .map_err(|_| HarnessError::InvalidRequest("API key is not a valid header".into()))?;
         headers.insert("x-api-key", v);
     }
-    let body = request_body(call);
     let url = join_url(call.base_url, "v1/messages");
-    let mut c = Collect::default();
-    let emitter = Emitter::new(on);
-    let emit = |e: HarnessEvent| emitter.emit(e);
-    post_sse(
+    collect(
         client,
         &url,
         headers,
-        &body,
+        &request_body(call),
         limits,
-        &mut |attempt, delay, status| emitter.retry(attempt, delay, status),
-        &mut |ev| c.event(&ev, &emit),
+        on,
+        Collect::default(),
     )
-    .await?;
-    c.finish(&emit)
+    .await
 }
 
 /// What one Messages stream has said so far: its content blocks, usage, stop reason.
@@ -117,8 +113,7 @@ struct Collect {
     usage: Usage,
 }
 
-impl Collect {
-    /// One SSE event; `Done` at `message_stop`.
+impl Collector for Collect {
     fn event(&mut self, ev: &SseEvent, emit: &dyn Fn(HarnessEvent)) -> Result<Flow> {
         // Hot path: text deltas are nearly every event of a long answer; decode them into a
         // borrowed struct instead of a `Value` tree.
@@ -174,45 +169,6 @@ impl Collect {
         Ok(Flow::Continue)
     }
 
-    fn block_start(&mut self, v: &Value) {
-        let cb = &v["content_block"];
-        let idx = v["index"].as_u64().unwrap_or(self.blocks.len() as u64) as usize;
-        if self.blocks.len() <= idx {
-            self.blocks.resize_with(idx + 1, Block::default);
-        }
-        self.blocks[idx] = Block {
-            kind: cb["type"].as_str().unwrap_or("").to_string(),
-            text: cb["text"].as_str().unwrap_or("").to_string(),
-            id: cb["id"].as_str().unwrap_or("").to_string(),
-            name: cb["name"].as_str().unwrap_or("").to_string(),
-            json: String::new(),
-            raw: cb.clone(),
-        };
-    }
-
-    fn block_delta(&mut self, v: &Value, emit: &dyn Fn(HarnessEvent)) {
-        let idx = v["index"].as_u64().unwrap_or(0) as usize;
-        let d = &v["delta"];
-        let Some(b) = self.blocks.get_mut(idx) else {
-            return;
-        };
-        match d["type"].as_str().unwrap_or("") {
-            "text_delta" => {
-                let t = d["text"].as_str().unwrap_or("");
-                b.text.push_str(t);
-                emit(HarnessEvent::TextDelta {
-                    text: t.to_string(),
-                });
-            }
-            "input_json_delta" => b.json.push_str(d["partial_json"].as_str().unwrap_or("")),
-            "thinking_delta" => b.text.push_str(d["thinking"].as_str().unwrap_or("")),
-            "signature_delta" => {
-                b.raw["signature"] = d["signature"].clone();
-            }
-            _ => {}
-        }
-    }
-
     /// The answer's text and tool calls from the blocks; the assistant turn for the transcript.
     fn finish(mut self, emit: &dyn Fn(HarnessEvent)) -> Result<ApiOutput> {
         let mut content = Vec::new();
@@ -254,5 +210,46 @@ impl Collect {
         self.out.usage = Some(self.usage);
         self.out.transcript_items = vec![json!({"role": "assistant", "content": content})];
         Ok(self.out)
+    }
+}
+
+impl Collect {
+    fn block_start(&mut self, v: &Value) {
+        let cb = &v["content_block"];
+        let idx = v["index"].as_u64().unwrap_or(self.blocks.len() as u64) as usize;
+        if self.blocks.len() <= idx {
+            self.blocks.resize_with(idx + 1, Block::default);
+        }
+        self.blocks[idx] = Block {
+            kind: cb["type"].as_str().unwrap_or("").to_string(),
+            text: cb["text"].as_str().unwrap_or("").to_string(),
+            id: cb["id"].as_str().unwrap_or("").to_string(),
+            name: cb["name"].as_str().unwrap_or("").to_string(),
+            json: String::new(),
+            raw: cb.clone(),
+        };
+    }
+
+    fn block_delta(&mut self, v: &Value, emit: &dyn Fn(HarnessEvent)) {
+        let idx = v["index"].as_u64().unwrap_or(0) as usize;
+        let d = &v["delta"];
+        let Some(b) = self.blocks.get_mut(idx) else {
+            return;
+        };
+        match d["type"].as_str().unwrap_or("") {
+            "text_delta" => {
+                let t = d["text"].as_str().unwrap_or("");
+                b.text.push_str(t);
+                emit(HarnessEvent::TextDelta {
+                    text: t.to_string(),
+                });
+            }
+            "input_json_delta" => b.json.push_str(d["partial_json"].as_str().unwrap_or("")),
+            "thinking_delta" => b.text.push_str(d["thinking"].as_str().unwrap_or("")),
+            "signature_delta" => {
+                b.raw["signature"] = d["signature"].clone();
+            }
+            _ => {}
+        }
     }
 }

@@ -5,10 +5,12 @@
 use metash_protocol::{HarnessEvent, ToolCall, Usage};
 use serde_json::{json, Value};
 
-use super::http::{post_sse, Flow, StreamLimits};
+use super::http::{Flow, StreamLimits};
 use super::openai::bearer;
 use super::sse::SseEvent;
-use super::{join_url, parse_json, ApiCall, ApiOutput, Emitter, OnEvent, ToolResultInput};
+use super::{
+    collect, join_url, parse_json, ApiCall, ApiOutput, Collector, OnEvent, ToolResultInput,
+};
 use crate::error::{HarnessError, Result};
 
 pub const DEFAULT_BASE_URL: &str = "http://127.0.0.1:11434/v1";
@@ -90,22 +92,17 @@ pub(crate) async fn stream(
     on: OnEvent<'_>,
 ) -> Result<ApiOutput> {
     let headers = bearer(call.api_key)?;
-    let body = request_body(call);
     let url = join_url(call.base_url, "chat/completions");
-    let mut c = Collect::default();
-    let emitter = Emitter::new(on);
-    let emit = |e: HarnessEvent| emitter.emit(e);
-    post_sse(
+    collect(
         client,
         &url,
         headers,
-        &body,
+        &request_body(call),
         limits,
-        &mut |attempt, delay, status| emitter.retry(attempt, delay, status),
-        &mut |ev| c.event(&ev, &emit),
+        on,
+        Collect::default(),
     )
-    .await?;
-    Ok(c.finish(&emit))
+    .await
 }
 
 /// What one chat-completions stream has said so far.
@@ -115,8 +112,7 @@ struct Collect {
     calls: Vec<PartialCall>,
 }
 
-impl Collect {
-    /// One SSE event; `Done` at `[DONE]`.
+impl Collector for Collect {
     fn event(&mut self, ev: &SseEvent, emit: &dyn Fn(HarnessEvent)) -> Result<Flow> {
         if ev.data.trim() == "[DONE]" {
             return Ok(Flow::Done);
@@ -157,6 +153,31 @@ impl Collect {
         Ok(Flow::Continue)
     }
 
+    /// The tool calls, complete; the assistant message for the transcript.
+    fn finish(mut self, emit: &dyn Fn(HarnessEvent)) -> Result<ApiOutput> {
+        let mut assistant = json!({"role": "assistant", "content": self.out.text});
+        if !self.calls.is_empty() {
+            let mut tool_calls = Vec::new();
+            for c in std::mem::take(&mut self.calls) {
+                let input =
+                    serde_json::from_str(&c.args).unwrap_or_else(|_| json!({ "raw": c.args }));
+                let call = ToolCall {
+                    id: c.id.clone(),
+                    name: c.name.clone(),
+                    input,
+                };
+                emit(HarnessEvent::ToolCall { call: call.clone() });
+                self.out.tool_calls.push(call);
+                tool_calls.push(json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.args}}));
+            }
+            assistant["tool_calls"] = json!(tool_calls);
+        }
+        self.out.transcript_items = vec![assistant];
+        Ok(self.out)
+    }
+}
+
+impl Collect {
     /// Hot path: a chunk carrying only a content delta, decoded without a `Value` tree. False
     /// when the chunk is anything else.
     fn fast_text(&mut self, data: &str, emit: &dyn Fn(HarnessEvent)) -> bool {
@@ -204,28 +225,5 @@ impl Collect {
         if let Some(a) = tc["function"]["arguments"].as_str() {
             c.args.push_str(a);
         }
-    }
-
-    /// The tool calls, complete; the assistant message for the transcript.
-    fn finish(mut self, emit: &dyn Fn(HarnessEvent)) -> ApiOutput {
-        let mut assistant = json!({"role": "assistant", "content": self.out.text});
-        if !self.calls.is_empty() {
-            let mut tool_calls = Vec::new();
-            for c in std::mem::take(&mut self.calls) {
-                let input =
-                    serde_json::from_str(&c.args).unwrap_or_else(|_| json!({ "raw": c.args }));
-                let call = ToolCall {
-                    id: c.id.clone(),
-                    name: c.name.clone(),
-                    input,
-                };
-                emit(HarnessEvent::ToolCall { call: call.clone() });
-                self.out.tool_calls.push(call);
-                tool_calls.push(json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.args}}));
-            }
-            assistant["tool_calls"] = json!(tool_calls);
-        }
-        self.out.transcript_items = vec![assistant];
-        self.out
     }
 }

@@ -17,6 +17,8 @@ use serde_json::Value;
 
 pub use http::RetryPolicy;
 
+use crate::error::Result;
+
 /// A tool the model may call (the caller executes it and sends the result next turn).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -101,6 +103,39 @@ fn join_url(base: &str, path: &str) -> String {
         base.trim_end_matches('/'),
         path.trim_start_matches('/')
     )
+}
+
+/// One streamed response being read by a client: each SSE event in, the output at the end.
+pub(crate) trait Collector {
+    /// One event; `Done` at the response's end.
+    fn event(&mut self, ev: &sse::SseEvent, emit: &dyn Fn(HarnessEvent)) -> Result<http::Flow>;
+    /// What the response said, once it is complete.
+    fn finish(self, emit: &dyn Fn(HarnessEvent)) -> Result<ApiOutput>;
+}
+
+/// POSTs `body` to `url` and reads the stream into `c`; retries and events go to `on`.
+pub(crate) async fn collect<C: Collector + Send>(
+    client: &reqwest::Client,
+    url: &str,
+    headers: reqwest::header::HeaderMap,
+    body: &Value,
+    limits: &http::StreamLimits<'_>,
+    on: OnEvent<'_>,
+    mut c: C,
+) -> Result<ApiOutput> {
+    let emitter = Emitter::new(on);
+    let emit = |e: HarnessEvent| emitter.emit(e);
+    http::post_sse(
+        client,
+        url,
+        headers,
+        body,
+        limits,
+        &mut |attempt, delay, status| emitter.retry(attempt, delay, status),
+        &mut |ev| c.event(&ev, &emit),
+    )
+    .await?;
+    c.finish(&emit)
 }
 
 /// An error the provider reported inside the stream: `code: message`.

@@ -8,10 +8,11 @@ use metash_protocol::{HarnessEvent, ToolCall, Usage};
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{json, Value};
 
-use super::http::{post_sse, Flow, StreamLimits};
+use super::http::{Flow, StreamLimits};
 use super::sse::SseEvent;
 use super::{
-    join_url, parse_json, stream_error, ApiCall, ApiOutput, Emitter, OnEvent, ToolResultInput,
+    collect, join_url, parse_json, stream_error, ApiCall, ApiOutput, Collector, OnEvent,
+    ToolResultInput,
 };
 use crate::error::{HarnessError, Result};
 
@@ -79,22 +80,17 @@ pub(crate) async fn stream(
     on: OnEvent<'_>,
 ) -> Result<ApiOutput> {
     let headers = bearer(call.api_key)?;
-    let body = request_body(call);
     let url = join_url(call.base_url, "responses");
-    let mut c = Collect::default();
-    let emitter = Emitter::new(on);
-    let emit = |e: HarnessEvent| emitter.emit(e);
-    post_sse(
+    collect(
         client,
         &url,
         headers,
-        &body,
+        &request_body(call),
         limits,
-        &mut |attempt, delay, status| emitter.retry(attempt, delay, status),
-        &mut |ev| c.event(&ev, &emit),
+        on,
+        Collect::default(),
     )
-    .await?;
-    Ok(c.finish(&emit))
+    .await
 }
 
 /// What one Responses stream has said so far.
@@ -104,8 +100,7 @@ struct Collect {
     items: Vec<Value>,
 }
 
-impl Collect {
-    /// One SSE event; `Done` at the response's end.
+impl Collector for Collect {
     fn event(&mut self, ev: &SseEvent, emit: &dyn Fn(HarnessEvent)) -> Result<Flow> {
         if ev.event == "response.output_text.delta" {
             // Hot path: decode into a borrowed struct instead of a `Value` tree.
@@ -152,33 +147,8 @@ impl Collect {
         Ok(Flow::Continue)
     }
 
-    /// The final response: usage, why it stopped, and its items if no `.done` events listed them.
-    fn completed(&mut self, kind: &str, r: &Value) {
-        let u = &r["usage"];
-        self.out.usage = Some(Usage {
-            input_tokens: u["input_tokens"].as_u64().unwrap_or(0),
-            output_tokens: u["output_tokens"].as_u64().unwrap_or(0),
-            cache_read_tokens: u["input_tokens_details"]["cached_tokens"].as_u64(),
-            cache_creation_tokens: None,
-        });
-        self.out.stop_reason = Some(if kind == "response.completed" {
-            "completed".to_string()
-        } else {
-            r["incomplete_details"]["reason"]
-                .as_str()
-                .unwrap_or("incomplete")
-                .to_string()
-        });
-        // Items only listed in the final response (some servers send no .done events).
-        if self.items.is_empty() {
-            if let Some(arr) = r["output"].as_array() {
-                self.items.extend(arr.iter().cloned());
-            }
-        }
-    }
-
     /// The answer's text and tool calls from the items; the replayable items for the transcript.
-    fn finish(mut self, emit: &dyn Fn(HarnessEvent)) -> ApiOutput {
+    fn finish(mut self, emit: &dyn Fn(HarnessEvent)) -> Result<ApiOutput> {
         for item in &self.items {
             match item["type"].as_str() {
                 Some("message") => {
@@ -216,6 +186,33 @@ impl Collect {
                 i
             })
             .collect();
-        self.out
+        Ok(self.out)
+    }
+}
+
+impl Collect {
+    /// The final response: usage, why it stopped, and its items if no `.done` events listed them.
+    fn completed(&mut self, kind: &str, r: &Value) {
+        let u = &r["usage"];
+        self.out.usage = Some(Usage {
+            input_tokens: u["input_tokens"].as_u64().unwrap_or(0),
+            output_tokens: u["output_tokens"].as_u64().unwrap_or(0),
+            cache_read_tokens: u["input_tokens_details"]["cached_tokens"].as_u64(),
+            cache_creation_tokens: None,
+        });
+        self.out.stop_reason = Some(if kind == "response.completed" {
+            "completed".to_string()
+        } else {
+            r["incomplete_details"]["reason"]
+                .as_str()
+                .unwrap_or("incomplete")
+                .to_string()
+        });
+        // Items only listed in the final response (some servers send no .done events).
+        if self.items.is_empty() {
+            if let Some(arr) = r["output"].as_array() {
+                self.items.extend(arr.iter().cloned());
+            }
+        }
     }
 }

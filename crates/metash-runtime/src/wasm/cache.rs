@@ -112,6 +112,9 @@ impl CacheKey {
                 .map_err(io_err(format!("creating {}", dir.display())))?;
         }
         let key = Self::random()?;
+        // Not the store's write_atomic: the key is created once, mode 0600 from the first byte,
+        // and the first of several racing processes wins (a hard link fails if the file exists)
+        // rather than the last replacing it.
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let tmp = dir.join(format!(
             ".cache.key.{}.{}.tmp",
@@ -331,7 +334,7 @@ pub fn load_or_compile(
     // The cache only saves time: code that compiled runs even if it cannot be stored. Parallel
     // first starts of one file each write their own temp file (unique per process *and* call);
     // the renames race harmlessly, every one installing identical bytes.
-    let _ = store(dir, hash, &key.seal(&name, &ser), &path);
+    let _ = store(dir, &key.seal(&name, &ser), &path);
     Ok(Loaded {
         compiled,
         hit: CacheHit::Compiled,
@@ -354,23 +357,10 @@ pub struct Rejected {
     pub reason: &'static str,
 }
 
-fn store(dir: &Path, hash: &str, ser: &[u8], path: &Path) -> Result<()> {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
+fn store(dir: &Path, ser: &[u8], path: &Path) -> Result<()> {
     fs::create_dir_all(dir).map_err(io_err(format!("creating {}", dir.display())))?;
-    let tmp = dir.join(format!(
-        ".{hash}.{}.{}.tmp",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let written = fs::write(&tmp, ser)
-        .map_err(io_err(format!("writing {}", tmp.display())))
-        .and_then(|()| {
-            fs::rename(&tmp, path).map_err(io_err(format!("renaming to {}", path.display())))
-        });
-    if written.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    written
+    metash_store::atomic::write_atomic(path, ser)
+        .map_err(|e| RuntimeError::Wasm(format!("caching {}: {e}", path.display())))
 }
 
 #[cfg(test)]

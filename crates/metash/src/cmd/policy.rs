@@ -1,8 +1,8 @@
 //! `agents`, `consent`, `ledger`: the policy layer (seed 002) from the command line. Thin: each
 //! command calls `metash-policy` and prints for people, or JSON with `--json`.
 
-use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use metash_protocol::LogKind;
@@ -440,7 +440,7 @@ fn migrate_cmd(ctx: &Ctx, path: Option<PathBuf>, check: bool, json: bool) -> Res
         let changed = !m.changes.is_empty();
         changed_any |= changed;
         if changed && !check {
-            write_atomic(&p, m.output.as_bytes())?;
+            metash_store::atomic::write_atomic(&p, m.output.as_bytes())?;
         }
         // What the result would be, validated.
         let validation = metash_policy::manifest::parse(&p, &m.output).err();
@@ -477,23 +477,6 @@ fn migrate_cmd(ctx: &Ctx, path: Option<PathBuf>, check: bool, json: bool) -> Res
     } else {
         ExitCode::SUCCESS
     })
-}
-
-/// Same-directory temp file, fsync, rename: a crash leaves the old or the new manifest, whole.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("manifest.toml");
-    let tmp = dir.join(format!(".{name}.migrate-{}", std::process::id()));
-    let mut f =
-        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))?;
-    Ok(())
 }
 
 fn parse_cap(s: &str) -> Result<Capability> {
