@@ -102,6 +102,8 @@ fn attempt(arg: &str) -> String {
     }
 }
 
+/// Test fixture: one arm per behaviour the host's tests ask for. Long on purpose: each arm is a
+/// few lines and reading them side by side is the point.
 fn main() {
     let result = metash_agent::run(|s, input| {
         let (cmd, arg) = input.prompt.split_once(' ').unwrap_or((&input.prompt, ""));

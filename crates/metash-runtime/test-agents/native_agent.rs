@@ -69,6 +69,8 @@ fn unix_dgram<W: Write>(s: &mut Session<W>, path: &str) -> Result<(), String> {
     }
 }
 
+/// Test fixture: one arm per probe the runtime's tests send (escape attempts, limits, protocol
+/// misuse). Long on purpose: each arm is a few lines and reading them side by side is the point.
 fn handle<W: Write>(s: &mut Session<W>, prompt: &str) -> Result<(), String> {
     let (cmd, arg) = prompt.split_once(' ').unwrap_or((prompt, ""));
     match cmd {
