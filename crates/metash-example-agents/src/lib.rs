@@ -106,118 +106,143 @@ fn task_id(req: &Value) -> Option<String> {
     req.get("task")?.get("id")?.as_str().map(str::to_string)
 }
 
+/// What the executor and the verifier both read first: the request, its task, the language.
+struct Task {
+    req: Value,
+    id: String,
+    lang: String,
+    hello: &'static str,
+    bye: &'static str,
+}
+
+impl Task {
+    fn read(prompt: &str, resume: Option<&Value>) -> Result<Self, Reply> {
+        let req = request(prompt)
+            .ok_or_else(|| Reply::Error("the prompt holds no request block".into()))?;
+        let id = task_id(&req).ok_or_else(|| Reply::Error("the request names no task".into()))?;
+        let lang = language(&req, resume).unwrap_or_else(|| "english".into());
+        let (hello, bye) = texts(&lang);
+        Ok(Self {
+            req,
+            id,
+            lang,
+            hello,
+            bye,
+        })
+    }
+}
+
 fn read(ws: &Path, name: &str) -> String {
     std::fs::read_to_string(ws.join(name)).unwrap_or_default()
 }
 
 /// The executor, working in `workspace` (its task's worktree).
 pub fn executor(prompt: &str, resume: Option<&Value>, workspace: &Path) -> Reply {
-    let Some(req) = request(prompt) else {
-        return Reply::Error("the prompt holds no request block".into());
-    };
-    let Some(id) = task_id(&req) else {
-        return Reply::Error("the request names no task".into());
-    };
-    let lang = language(&req, resume).unwrap_or_else(|| "english".into());
-    let (hello, bye) = texts(&lang);
-    let fixing = req
-        .get("findings")
-        .and_then(Value::as_array)
-        .is_some_and(|f| !f.is_empty());
-    let (file, content) = match id.as_str() {
-        "hello" => ("hello.txt".to_string(), format!("{hello}\n")),
-        // The first draft forgets the final `!`: the verifier catches it.
-        "bye" if !fixing => (
-            "bye.txt".to_string(),
-            format!("{}\n", bye.trim_end_matches('!').trim_end()),
-        ),
-        "bye" => ("bye.txt".to_string(), format!("{bye}\n")),
-        "readme" => (
-            "README.md".to_string(),
-            format!(
-                "# Greetings ({lang})\n\n- hello.txt: {}\n- bye.txt: {}\n",
-                read(workspace, "hello.txt").trim(),
-                read(workspace, "bye.txt").trim()
-            ),
-        ),
-        "shout" => (
-            "shout.txt".to_string(),
-            format!("{}\n", read(workspace, "hello.txt").trim().to_uppercase()),
-        ),
-        other => {
-            let title = req
-                .get("task")
-                .and_then(|t| t.get("title"))
-                .and_then(Value::as_str)
-                .unwrap_or(other);
-            (format!("tasks/{other}.txt"), format!("{title}\n"))
-        }
-    };
-    let path = workspace.join(&file);
-    if let Some(parent) = path.parent() {
-        if let Err(e) = std::fs::create_dir_all(parent) {
-            return Reply::Error(format!("{file}: {e}"));
-        }
-    }
-    if let Err(e) = std::fs::write(&path, &content) {
-        return Reply::Error(format!("{file}: {e}"));
-    }
-    Reply::Output(json!({"summary": format!("wrote {file}")}).to_string())
+    Task::read(prompt, resume).map_or_else(|refusal| refusal, |t| t.execute(workspace))
 }
 
 /// The verifier, looking at `workspace` (the task's worktree).
 pub fn verifier(prompt: &str, resume: Option<&Value>, workspace: &Path) -> Reply {
-    let Some(req) = request(prompt) else {
-        return Reply::Error("the prompt holds no request block".into());
-    };
-    let Some(id) = task_id(&req) else {
-        return Reply::Error("the request names no task".into());
-    };
-    let lang = language(&req, resume).unwrap_or_else(|| "english".into());
-    let (hello, bye) = texts(&lang);
-    let mut findings = Vec::new();
-    let mut expect = |file: &str, want: &str| {
-        let got = read(workspace, file);
-        if got.trim() != want.trim() {
-            findings.push(format!(
-                "{file}: expected {:?}, found {:?}",
-                want.trim(),
-                got.trim()
-            ));
-        }
-    };
-    match id.as_str() {
-        "hello" => expect("hello.txt", hello),
-        "bye" => {
-            let got = read(workspace, "bye.txt");
-            if !got.trim_end().ends_with('!') {
-                findings.push(format!(
-                    "bye.txt: the farewell must end with '!' (found {:?})",
-                    got.trim()
-                ));
-            } else {
-                expect("bye.txt", bye);
+    Task::read(prompt, resume).map_or_else(|refusal| refusal, |t| t.verify(workspace))
+}
+
+impl Task {
+    fn execute(&self, workspace: &Path) -> Reply {
+        let (hello, bye) = (self.hello, self.bye);
+        let fixing = self
+            .req
+            .get("findings")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty());
+        let (file, content) = match self.id.as_str() {
+            "hello" => ("hello.txt".to_string(), format!("{hello}\n")),
+            // The first draft forgets the final `!`: the verifier catches it.
+            "bye" if !fixing => (
+                "bye.txt".to_string(),
+                format!("{}\n", bye.trim_end_matches('!').trim_end()),
+            ),
+            "bye" => ("bye.txt".to_string(), format!("{bye}\n")),
+            "readme" => (
+                "README.md".to_string(),
+                format!(
+                    "# Greetings ({})\n\n- hello.txt: {}\n- bye.txt: {}\n",
+                    self.lang,
+                    read(workspace, "hello.txt").trim(),
+                    read(workspace, "bye.txt").trim()
+                ),
+            ),
+            "shout" => (
+                "shout.txt".to_string(),
+                format!("{}\n", read(workspace, "hello.txt").trim().to_uppercase()),
+            ),
+            other => {
+                let title = self
+                    .req
+                    .get("task")
+                    .and_then(|t| t.get("title"))
+                    .and_then(Value::as_str)
+                    .unwrap_or(other);
+                (format!("tasks/{other}.txt"), format!("{title}\n"))
+            }
+        };
+        let path = workspace.join(&file);
+        if let Some(parent) = path.parent() {
+            if let Err(e) = std::fs::create_dir_all(parent) {
+                return Reply::Error(format!("{file}: {e}"));
             }
         }
-        "readme" => {
-            let got = read(workspace, "README.md");
-            for want in [hello, bye] {
-                if !got.contains(want) {
-                    findings.push(format!("README.md does not quote {want:?}"));
+        if let Err(e) = std::fs::write(&path, &content) {
+            return Reply::Error(format!("{file}: {e}"));
+        }
+        Reply::Output(json!({"summary": format!("wrote {file}")}).to_string())
+    }
+
+    fn verify(&self, workspace: &Path) -> Reply {
+        let (hello, bye) = (self.hello, self.bye);
+        let mut findings = Vec::new();
+        let mut expect = |file: &str, want: &str| {
+            let got = read(workspace, file);
+            if got.trim() != want.trim() {
+                findings.push(format!(
+                    "{file}: expected {:?}, found {:?}",
+                    want.trim(),
+                    got.trim()
+                ));
+            }
+        };
+        match self.id.as_str() {
+            "hello" => expect("hello.txt", hello),
+            "bye" => {
+                let got = read(workspace, "bye.txt");
+                if !got.trim_end().ends_with('!') {
+                    findings.push(format!(
+                        "bye.txt: the farewell must end with '!' (found {:?})",
+                        got.trim()
+                    ));
+                } else {
+                    expect("bye.txt", bye);
+                }
+            }
+            "readme" => {
+                let got = read(workspace, "README.md");
+                for want in [hello, bye] {
+                    if !got.contains(want) {
+                        findings.push(format!("README.md does not quote {want:?}"));
+                    }
+                }
+            }
+            "shout" => expect("shout.txt", &hello.to_uppercase()),
+            other => {
+                if read(workspace, &format!("tasks/{other}.txt"))
+                    .trim()
+                    .is_empty()
+                {
+                    findings.push(format!("tasks/{other}.txt is missing or empty"));
                 }
             }
         }
-        "shout" => expect("shout.txt", &hello.to_uppercase()),
-        other => {
-            if read(workspace, &format!("tasks/{other}.txt"))
-                .trim()
-                .is_empty()
-            {
-                findings.push(format!("tasks/{other}.txt is missing or empty"));
-            }
-        }
+        Reply::Output(json!({"pass": findings.is_empty(), "findings": findings}).to_string())
     }
-    Reply::Output(json!({"pass": findings.is_empty(), "findings": findings}).to_string())
 }
 
 /// Runs `handler` as a metash agent on stdin/stdout (the bins' `main`).

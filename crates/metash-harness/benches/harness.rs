@@ -14,7 +14,6 @@
 #[allow(dead_code)]
 mod support;
 
-use std::io::Read;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -98,13 +97,7 @@ async fn overhead(
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let mut out = String::new();
-        child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .unwrap();
+        let _out = std::io::read_to_string(child.stdout.take().unwrap()).unwrap();
         assert!(child.wait().unwrap().success());
         t.elapsed().as_secs_f64()
     };

@@ -2,7 +2,7 @@
 //! half-written by a harness process or a concurrent reader.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use metash_store::StoreError;
 
@@ -32,4 +32,24 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// `Io` on failure.
 pub fn ensure_dir(path: &Path) -> Result<()> {
     fs::create_dir_all(path).map_err(|e| HarnessError::io(format!("create {}", path.display()), e))
+}
+
+/// The first file under `root` (any depth, unreadable directories skipped) whose name `matches`:
+/// how a CLI's session is found from its id in the CLI's own dated directory tree.
+pub fn find_file(root: &Path, matches: impl Fn(&str) -> bool) -> Option<PathBuf> {
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.file_name().is_some_and(|n| matches(&n.to_string_lossy())) {
+                return Some(p);
+            }
+        }
+    }
+    None
 }

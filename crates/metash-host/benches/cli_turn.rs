@@ -65,8 +65,8 @@ fn turn(
             |k| std::env::var(k).ok(),
             Arc::new(NullSink),
         );
-        c.hidden = vec![ws.join(".meta")];
-        c.connect_ports = vec![url
+        c.fence.hidden = vec![ws.join(".meta")];
+        c.fence.connect_ports = vec![url
             .trim_start_matches("http://")
             .split(['/', ':'])
             .nth(1)

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use metash_host::serve::RpcServer;
-use metash_host::{Host, HostOptions, Terminal};
+use metash_host::{Host, HostOptions};
 use serde_json::json;
 
 fn main() {
@@ -24,16 +24,7 @@ fn main() {
         .unwrap_or(if benching { 3000 } else { 100 });
     let dir = tempfile::tempdir().unwrap();
     metash_store::Store::init(dir.path(), None).unwrap();
-    let host = Arc::new(
-        Host::open(
-            dir.path(),
-            HostOptions {
-                terminal: Terminal::Silent,
-                ..HostOptions::default()
-            },
-        )
-        .unwrap(),
-    );
+    let host = Arc::new(Host::open(dir.path(), HostOptions::silent()).unwrap());
     host.update_state(None, "variables.retry_count", json!(3))
         .unwrap();
 

@@ -34,17 +34,7 @@ fn time(n: usize, mut f: impl FnMut()) -> Duration {
 }
 
 fn manifest(sandbox: SandboxKind) -> Manifest {
-    Manifest {
-        schema_version: "0.1".into(),
-        name: "bench".into(),
-        version: "0.1.0".into(),
-        entry: "x".into(),
-        sandbox,
-        capabilities: vec![],
-        oauth_scopes: vec![],
-        resources: Default::default(),
-        ui: Default::default(),
-    }
+    Manifest::new("bench", "x", sandbox)
 }
 
 fn register(ws: &Path, id: &str, sandbox: &str, entry: &Path) {

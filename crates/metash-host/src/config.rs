@@ -33,7 +33,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use metash_protocol::{HarnessFrontend, ModelHint};
+use metash_protocol::{show_seconds, timeout_from_secs, HarnessFrontend, ModelHint};
 use serde::Deserialize;
 
 use crate::error::{HostError, Result};
@@ -216,14 +216,24 @@ impl HostConfig {
                 HostError::Config(format!("{}: [prices.\"{model}\"]: {why}", path.display()))
             })?;
         }
+        let bad_timeout = |t: &Option<f64>| t.filter(|t| timeout_from_secs(*t).is_none());
+        if let Some(t) = bad_timeout(&parsed.host.default_timeout_seconds) {
+            return Err(HostError::Config(format!(
+                "{}: [host] default_timeout_seconds must be a positive number, at most {} \
+                 (30 days), not {}",
+                path.display(),
+                metash_protocol::MAX_TIMEOUT_SECONDS,
+                show_seconds(t)
+            )));
+        }
         for (name, role) in &parsed.roles {
-            if let Some(t) = role
-                .timeout_seconds
-                .filter(|t| !(t.is_finite() && *t > 0.0))
-            {
+            if let Some(t) = bad_timeout(&role.timeout_seconds) {
                 return Err(HostError::Config(format!(
-                    "{}: [roles.{name}] timeout_seconds must be a positive number, not {t}",
-                    path.display()
+                    "{}: [roles.{name}] timeout_seconds must be a positive number, at most {} \
+                     (30 days), not {}",
+                    path.display(),
+                    metash_protocol::MAX_TIMEOUT_SECONDS,
+                    show_seconds(t)
                 )));
             }
             if role.permissions == Permissions::Ask
@@ -296,5 +306,73 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("timeout_seconds must be a positive"), "{err}");
+        for bad in ["0", "-5", "1e300", "nan", "inf"] {
+            let err = HostConfig::parse(&format!("[host]\ndefault_timeout_seconds = {bad}\n"), p)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("default_timeout_seconds must be a positive number"),
+                "{bad}: {err}"
+            );
+        }
+        assert!(HostConfig::parse(
+            "[roles.x]\nfrontend = \"pi-sdk\"\ntimeout_seconds = 1e300\n",
+            p
+        )
+        .is_err());
+    }
+
+    /// The module doc's example, as a user would write it.
+    const EXAMPLE: &str = "[host]\ndefault_timeout_seconds = 600\n[budget]\nmax_tokens = 200000\n\
+        max_cost_usd = 5.0\n[roles.writer]\nfrontend = \"anthropic-api\"\nmodel_smart = \"m\"\n\
+        base_url = \"http://127.0.0.1:8080\"\nmax_tokens = 4096\nmem = \"4g\"\ncpu = \"2\"\n\
+        max_pids = 512\ntimeout_seconds = 900\nnetwork = [\"github.com\"]\n\
+        [prices.\"my-finetune\"]\ninput_per_mtok = 3.0\noutput_per_mtok = 15.0\n";
+
+    #[test]
+    fn the_example_parses() {
+        let c = HostConfig::parse(EXAMPLE, Path::new("config.toml")).unwrap();
+        assert_eq!(c.roles["writer"].timeout_seconds, Some(900.0));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 512,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// Any text, and any few-byte edit of the example: read, or refused naming the file;
+        /// never a panic (numbers such as `1e300`, `nan` and `-0` included).
+        #[test]
+        fn the_config_parser_never_panics(
+            text in ".{0,200}",
+            edits in proptest::collection::vec(
+                (0usize..400, 0u8..3, proptest::sample::select(
+                    "\"=[]{}.,#\n :0-9eE+-naif".chars().collect::<Vec<_>>()
+                )),
+                1..6,
+            ),
+        ) {
+            let p = Path::new("/w/.meta/config.toml");
+            if let Err(e) = HostConfig::parse(&text, p) {
+                proptest::prop_assert!(e.to_string().contains("config.toml"), "{e}");
+            }
+            let mut chars: Vec<char> = EXAMPLE.chars().collect();
+            for (pos, op, c) in edits {
+                let i = pos % chars.len().max(1);
+                match op {
+                    0 if !chars.is_empty() => chars[i] = c,
+                    1 => chars.insert(i.min(chars.len()), c),
+                    _ if !chars.is_empty() => {
+                        chars.remove(i);
+                    }
+                    _ => {}
+                }
+            }
+            let edited: String = chars.into_iter().collect();
+            if let Err(e) = HostConfig::parse(&edited, p) {
+                proptest::prop_assert!(e.to_string().contains("config.toml"), "{e}");
+            }
+        }
     }
 }

@@ -60,6 +60,31 @@ impl Default for HostOptions {
     }
 }
 
+/// Builders for the common cases, so embedders (servers, benches, tests) name only what differs.
+impl HostOptions {
+    /// Nothing printed, consent never waited for: a host serving a program, not a person.
+    pub fn silent() -> Self {
+        Self {
+            terminal: Terminal::Silent,
+            ..Self::default()
+        }
+    }
+
+    /// Capabilities granted up front, as `--yes-to` does.
+    #[must_use]
+    pub fn with_yes_to(mut self, capabilities: impl IntoIterator<Item = Capability>) -> Self {
+        self.yes_to.extend(capabilities);
+        self
+    }
+
+    /// One variable set for the host on top of its own environment (an API key, say).
+    #[must_use]
+    pub fn with_env(mut self, name: &str, value: &str) -> Self {
+        self.env.insert(name.to_string(), value.to_string());
+        self
+    }
+}
+
 pub struct Host {
     store: Store,
     options: HostOptions,

@@ -119,8 +119,8 @@ impl Host {
             |k| self.env_var(k),
             self.event_sink(),
         );
-        confiner.hidden = self.hidden_dirs();
-        confiner.connect_ports = port.into_iter().collect();
+        confiner.fence.hidden = self.hidden_dirs();
+        confiner.fence.connect_ports = port.into_iter().collect();
         let confinement = confiner
             .prepare(argv0, &workdir, &spec_env)
             .map_err(HostError::Other)?;

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use metash_host::{Host, HostOptions, SpawnRequest, Spawner, Terminal};
+use metash_host::{Host, HostOptions, SpawnRequest, Spawner};
 use metash_orchestrator::plan::{self, PlannedTask};
 use metash_orchestrator::schedule::Scheduler;
 use metash_orchestrator::{Orchestrator, RunOptions};
@@ -116,14 +116,7 @@ fn project() -> tempfile::TempDir {
 }
 
 fn run(dir: &Path, agents: &Agents, jobs: usize) -> Duration {
-    let host = Host::open(
-        dir,
-        HostOptions {
-            terminal: Terminal::Silent,
-            ..HostOptions::default()
-        },
-    )
-    .unwrap();
+    let host = Host::open(dir, HostOptions::silent()).unwrap();
     let mut orch = Orchestrator::new(&host, agents).unwrap();
     let t = Instant::now();
     orch.run(&RunOptions {

@@ -110,6 +110,13 @@ pub fn load_for(store: &Store, agent: &str) -> Result<Vec<Grant>> {
         .collect()
 }
 
+/// How long a grant lasts, whether it covers a sensitive action, and who gave it.
+pub(crate) struct Terms<'a> {
+    pub duration_s: u64,
+    pub sensitive: bool,
+    pub source: &'a str,
+}
+
 /// Records a grant (replacing any grant or tombstone for the same agent and capability) and its
 /// `consent_grant` event.
 pub(crate) fn grant(
@@ -117,10 +124,9 @@ pub(crate) fn grant(
     now: DateTime<Utc>,
     agent: &str,
     capability: &Capability,
-    duration_s: u64,
-    sensitive: bool,
-    source: &str,
+    terms: Terms<'_>,
 ) -> Result<Grant> {
+    let duration_s = terms.duration_s;
     let expires = chrono::Duration::try_seconds(i64::try_from(duration_s).unwrap_or(i64::MAX))
         .and_then(|d| now.checked_add_signed(d))
         .ok_or_else(|| PolicyError::Invalid(format!("a grant of {duration_s} s is too long")))?;
@@ -130,8 +136,8 @@ pub(crate) fn grant(
         granted_at: rfc3339(now),
         expires_at: rfc3339(expires),
         duration_s,
-        sensitive,
-        source: source.to_string(),
+        sensitive: terms.sensitive,
+        source: terms.source.to_string(),
         revoked_at: None,
         seq: 0,
     };

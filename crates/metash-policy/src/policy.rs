@@ -435,9 +435,11 @@ impl Policy {
                     self.clock.now(),
                     agent,
                     &req.capability,
-                    secs,
-                    req.sensitive.is_some(),
-                    prompter.name(),
+                    consent::Terms {
+                        duration_s: secs,
+                        sensitive: req.sensitive.is_some(),
+                        source: prompter.name(),
+                    },
                 )?;
                 Ok(Authorization::Allowed {
                     expires_at: Some(g.expires_at),
@@ -521,9 +523,11 @@ impl Policy {
             self.clock.now(),
             agent,
             capability,
-            duration_s,
-            sensitive,
-            source,
+            consent::Terms {
+                duration_s,
+                sensitive,
+                source,
+            },
         )
     }
 

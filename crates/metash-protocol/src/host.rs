@@ -12,6 +12,27 @@ pub enum ModelHint {
     Smart,
 }
 
+/// The longest deadline a spawn may be given: 30 days. Anything longer is a mistake, and a
+/// number that large (`1e300`) cannot even become a `Duration`.
+pub const MAX_TIMEOUT_SECONDS: f64 = 30.0 * 86_400.0;
+
+/// A spawn timeout in seconds (from the wire or a config file) as a `Duration`, or `None` when
+/// it is not a finite number above zero and at most [`MAX_TIMEOUT_SECONDS`]. Every conversion of
+/// an outside timeout goes through here, so NaN, a negative or `1e300` is refused, never a panic.
+pub fn timeout_from_secs(seconds: f64) -> Option<std::time::Duration> {
+    let ok = seconds.is_finite() && seconds > 0.0 && seconds <= MAX_TIMEOUT_SECONDS;
+    ok.then(|| std::time::Duration::from_secs_f64(seconds))
+}
+
+/// A number of seconds for an error message: `1e300`, not three hundred digits.
+pub fn show_seconds(seconds: f64) -> String {
+    if seconds.is_finite() && seconds.abs() >= 1e16 {
+        format!("{seconds:e}")
+    } else {
+        format!("{seconds}")
+    }
+}
+
 /// The `options` argument of `spawn_agent`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -98,4 +119,28 @@ pub enum LogLevel {
     Info,
     Warn,
     Error,
+}
+
+#[cfg(test)]
+mod timeout_tests {
+    use super::*;
+
+    #[test]
+    fn hostile_timeouts_are_refused_not_converted() {
+        for bad in [
+            0.0,
+            -1.0,
+            f64::NAN,
+            f64::INFINITY,
+            1e300,
+            MAX_TIMEOUT_SECONDS * 2.0,
+        ] {
+            assert_eq!(timeout_from_secs(bad), None, "{bad}");
+        }
+        assert_eq!(
+            timeout_from_secs(1.5),
+            Some(std::time::Duration::from_millis(1500))
+        );
+        assert!(timeout_from_secs(MAX_TIMEOUT_SECONDS).is_some());
+    }
 }

@@ -24,8 +24,9 @@ pub use harness::{
     RunResult, RunTurnNonInteractiveResponse, ToolCall, Usage,
 };
 pub use host::{
-    AgentResponse, AgentStatus, CheckpointReason, CheckpointSignal, LogLevel, ModelHint,
-    ResponseMetadata, ResumeData, SpawnOptions,
+    show_seconds, timeout_from_secs, AgentResponse, AgentStatus, CheckpointReason,
+    CheckpointSignal, LogLevel, ModelHint, ResponseMetadata, ResumeData, SpawnOptions,
+    MAX_TIMEOUT_SECONDS,
 };
 pub use log::{LogKind, LogRecord};
 pub use manifest::{Manifest, SandboxKind, MANIFEST_SCHEMA_VERSIONS};

@@ -61,3 +61,21 @@ pub struct Manifest {
     #[serde(default)]
     pub ui: UiHints,
 }
+
+impl Manifest {
+    /// A manifest of the current schema declaring nothing: no capabilities, scopes, limits or
+    /// hints. Hosts and tests that build agents in code start here and set what they need.
+    pub fn new(name: &str, entry: &str, sandbox: SandboxKind) -> Self {
+        Self {
+            schema_version: MANIFEST_SCHEMA_VERSIONS[MANIFEST_SCHEMA_VERSIONS.len() - 1].into(),
+            name: name.into(),
+            version: "0.1.0".into(),
+            entry: entry.into(),
+            sandbox,
+            capabilities: Vec::new(),
+            oauth_scopes: Vec::new(),
+            resources: Resources::default(),
+            ui: UiHints::default(),
+        }
+    }
+}

@@ -54,20 +54,10 @@ fn quiet(cmd: &mut Command) -> &mut Command {
 }
 
 fn manifest(sandbox: SandboxKind) -> Manifest {
-    Manifest {
-        schema_version: "0.1".into(),
-        name: "bench".into(),
-        version: "0.1.0".into(),
-        entry: "x".into(),
-        sandbox,
-        capabilities: vec![],
-        oauth_scopes: vec![],
-        resources: metash_protocol::manifest::Resources {
-            cpu: Some("500m".into()),
-            mem: Some("64Mi".into()),
-        },
-        ui: Default::default(),
-    }
+    let mut m = Manifest::new("bench", "x", sandbox);
+    m.resources.cpu = Some("500m".into());
+    m.resources.mem = Some("64Mi".into());
+    m
 }
 
 const ECHO_WAT: &str = r#"(module

@@ -14,6 +14,7 @@ use serde_json::json;
 use crate::codec;
 use crate::reply::Replier;
 use crate::sink::EventSink;
+use crate::spec::AgentSpec;
 use crate::stream::TokenBucket;
 
 /// What the reader hands the invocation.
@@ -34,6 +35,18 @@ pub(crate) struct PumpCfg {
     pub max_line: usize,
     /// Where the agent is told that a message was refused (its stdin).
     pub replier: Replier,
+}
+
+impl PumpCfg {
+    /// The pump of one spawn, WASM or native alike.
+    pub(crate) fn new(spec: &AgentSpec, sink: &Arc<dyn EventSink>, replier: &Replier) -> Self {
+        Self {
+            agent: spec.id.clone(),
+            sink: Arc::clone(sink),
+            max_line: spec.max_line,
+            replier: replier.clone(),
+        }
+    }
 }
 
 /// Read lines from `reader` until EOF or until `deliver` returns false. Lines longer than

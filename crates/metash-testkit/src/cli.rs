@@ -38,6 +38,21 @@ impl Cli {
             .then(|| tools.canonicalize().expect("tools"))
     }
 
+    /// [`Cli::tools`], or a skip (a failure under CI) saying the CLI is not installed.
+    pub fn installed(self, test: &str) -> Option<std::path::PathBuf> {
+        let tools = self.tools();
+        if tools.is_none() {
+            crate::skip(
+                test,
+                &format!(
+                    "{} is not installed under .tools (run scripts/setup)",
+                    self.name()
+                ),
+            );
+        }
+        tools
+    }
+
     /// A `[roles.NAME]` table for this CLI against `base`, its key in METASH_TEST_CLI_KEY.
     pub fn role(self, name: &str, base: &str) -> String {
         let (frontend, model, url) = match self {

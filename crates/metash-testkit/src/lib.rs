@@ -19,3 +19,19 @@ pub fn skip(test: &str, why: &str) {
     }
     eprintln!("SKIP {test}: {why}");
 }
+
+/// Seed 002's example manifest, verbatim: what the policy and the CLI must accept as written.
+pub const SEED_MANIFEST: &str = r#"schema_version = "0.1"
+name = "Claude Code"
+version = "0.1.0"
+entry = "claude_agent.wasm"
+sandbox = "wasm"              # wasm | native
+
+capabilities = ["codegen", "files.read", "files.write", "network", "media.preview"]
+oauth_scopes = ["github:repo", "google:drive.readonly"]
+
+resources.cpu = "500m"
+resources.mem = "512Mi"
+
+ui.hints = ["streaming", "diff", "preview"]
+"#;

@@ -27,3 +27,20 @@ pub fn live_processes(needle: &str) -> Vec<i32> {
     }
     out
 }
+
+/// Every regular file under `dir`, symlinks not followed (where a test looks for a leaked key).
+pub fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        let Ok(m) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        if m.is_dir() {
+            out.extend(files_under(&p));
+        } else if m.is_file() {
+            out.push(p);
+        }
+    }
+    out
+}

@@ -11,20 +11,7 @@ use metash_policy::{Authorization, CapabilityRequest, DenyAll, DenyCode, Policy,
 use metash_protocol::AgentEvent;
 use serde_json::{json, Value};
 
-const SEED: &str = r#"schema_version = "0.1"
-name = "Claude Code"
-version = "0.1.0"
-entry = "claude_agent.wasm"
-sandbox = "wasm"              # wasm | native
-
-capabilities = ["codegen", "files.read", "files.write", "network", "media.preview"]
-oauth_scopes = ["github:repo", "google:drive.readonly"]
-
-resources.cpu = "500m"
-resources.mem = "512Mi"
-
-ui.hints = ["streaming", "diff", "preview"]
-"#;
+const SEED: &str = metash_testkit::SEED_MANIFEST;
 
 struct Env {
     dir: tempfile::TempDir,

@@ -154,3 +154,25 @@ fn schema_prints_each_checked_in_schema() {
     }
     assert!(err(dir.path(), &["schema", "nope"]).contains("no schema `nope`"));
 }
+
+#[test]
+fn gc_refuses_nonsense_ages_and_keeps_everything_for_inf() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    ok(ws, &["init"]);
+    let artifact = ws.join(".meta/artifacts/report.txt");
+    std::fs::create_dir_all(artifact.parent().unwrap()).unwrap();
+    std::fs::write(&artifact, "keep me").unwrap();
+    for bad in ["NaN", "-1", "soon"] {
+        let out = metash(ws, &["gc", &format!("--max-age-days={bad}")]);
+        assert_eq!(out.status.code(), Some(64), "{bad}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("not a number of days >= 0"),
+            "{bad}: {stderr}"
+        );
+        assert!(artifact.exists(), "{bad} removed the artifact");
+    }
+    ok(ws, &["gc", "--max-age-days", "inf"]);
+    assert!(artifact.exists(), "inf is never too old");
+}

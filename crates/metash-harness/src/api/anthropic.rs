@@ -7,10 +7,10 @@ use metash_protocol::{HarnessEvent, ToolCall, Usage};
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{json, Value};
 
-use super::http::{Flow, StreamLimits};
+use super::http::Flow;
 use super::sse::SseEvent;
 use super::{
-    collect, join_url, parse_json, stream_error, ApiCall, ApiOutput, Collector, OnEvent,
+    event_kind, key_header, parse_json, stream_error, ApiCall, ApiOutput, Collector,
     ToolResultInput,
 };
 use crate::error::{HarnessError, Result};
@@ -75,45 +75,27 @@ struct Block {
     raw: Value,
 }
 
-/// Streams one response.
-///
-/// # Errors
-/// As [`post_sse`]; `Api` for an in-stream `error` event (e.g. `overloaded_error`).
-pub(crate) async fn stream(
-    client: &reqwest::Client,
-    call: &ApiCall<'_>,
-    limits: &StreamLimits<'_>,
-    on: OnEvent<'_>,
-) -> Result<ApiOutput> {
-    let mut headers = HeaderMap::new();
-    headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
-    if let Some(k) = call.api_key {
-        let v = HeaderValue::from_str(k)
-            .map_err(|_| HarnessError::InvalidRequest("API key is not a valid header".into()))?;
-        headers.insert("x-api-key", v);
-    }
-    let url = join_url(call.base_url, "v1/messages");
-    collect(
-        client,
-        &url,
-        headers,
-        &request_body(call),
-        limits,
-        on,
-        Collect::default(),
-    )
-    .await
-}
-
 /// What one Messages stream has said so far: its content blocks, usage, stop reason.
 #[derive(Default)]
-struct Collect {
+pub(crate) struct Collect {
     out: ApiOutput,
     blocks: Vec<Block>,
     usage: Usage,
 }
 
+/// An in-stream `error` event (e.g. `overloaded_error`) is an `Api` error.
 impl Collector for Collect {
+    const PATH: &'static str = "v1/messages";
+
+    fn request(call: &ApiCall<'_>) -> Result<(HeaderMap, Value)> {
+        let mut headers = HeaderMap::new();
+        headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
+        if let Some(k) = call.api_key {
+            headers.insert("x-api-key", key_header(k)?);
+        }
+        Ok((headers, request_body(call)))
+    }
+
     fn event(&mut self, ev: &SseEvent, emit: &dyn Fn(HarnessEvent)) -> Result<Flow> {
         // Hot path: text deltas are nearly every event of a long answer; decode them into a
         // borrowed struct instead of a `Value` tree.
@@ -131,11 +113,7 @@ impl Collector for Collect {
             }
         }
         let v = parse_json(&ev.data)?;
-        let kind = v
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or(ev.event.as_str());
-        match kind {
+        match event_kind(&v, ev) {
             "message_start" => {
                 let u = &v["message"]["usage"];
                 self.usage.input_tokens = u["input_tokens"].as_u64().unwrap_or(0);

@@ -5,12 +5,10 @@
 use metash_protocol::{HarnessEvent, ToolCall, Usage};
 use serde_json::{json, Value};
 
-use super::http::{Flow, StreamLimits};
+use super::http::Flow;
 use super::openai::bearer;
 use super::sse::SseEvent;
-use super::{
-    collect, join_url, parse_json, ApiCall, ApiOutput, Collector, OnEvent, ToolResultInput,
-};
+use super::{parse_json, ApiCall, ApiOutput, Collector, ToolResultInput};
 use crate::error::{HarnessError, Result};
 
 pub const DEFAULT_BASE_URL: &str = "http://127.0.0.1:11434/v1";
@@ -81,38 +79,21 @@ struct PartialCall {
     args: String,
 }
 
-/// Streams one response.
-///
-/// # Errors
-/// As [`post_sse`]; `Api` for an `error` object in the stream.
-pub(crate) async fn stream(
-    client: &reqwest::Client,
-    call: &ApiCall<'_>,
-    limits: &StreamLimits<'_>,
-    on: OnEvent<'_>,
-) -> Result<ApiOutput> {
-    let headers = bearer(call.api_key)?;
-    let url = join_url(call.base_url, "chat/completions");
-    collect(
-        client,
-        &url,
-        headers,
-        &request_body(call),
-        limits,
-        on,
-        Collect::default(),
-    )
-    .await
-}
-
 /// What one chat-completions stream has said so far.
 #[derive(Default)]
-struct Collect {
+pub(crate) struct Collect {
     out: ApiOutput,
     calls: Vec<PartialCall>,
 }
 
+/// An `error` object in the stream is an `Api` error.
 impl Collector for Collect {
+    const PATH: &'static str = "chat/completions";
+
+    fn request(call: &ApiCall<'_>) -> Result<(reqwest::header::HeaderMap, Value)> {
+        Ok((bearer(call.api_key)?, request_body(call)))
+    }
+
     fn event(&mut self, ev: &SseEvent, emit: &dyn Fn(HarnessEvent)) -> Result<Flow> {
         if ev.data.trim() == "[DONE]" {
             return Ok(Flow::Done);

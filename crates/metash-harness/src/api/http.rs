@@ -182,15 +182,17 @@ async fn guard<F: std::future::Future>(limits: &StreamLimits<'_>, f: F) -> Resul
     }
 }
 
-/// `retry-after-ms` (OpenAI) or `retry-after` in seconds; HTTP dates fall back to backoff.
+/// `retry-after-ms` (OpenAI) or `retry-after` in seconds; HTTP dates fall back to backoff, and
+/// so does anything that is not a finite number (`NaN`, `inf`: the server is not trusted to send
+/// a sane one). A negative wait is no wait; the caller caps the wait at its `max_delay`.
 fn retry_after(h: &HeaderMap) -> Option<Duration> {
     let get = |k: &str| h.get(k).and_then(|v| v.to_str().ok()).map(str::trim);
-    if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        return Some(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
+    let seconds = |v: &str| v.parse::<f64>().ok().filter(|s| s.is_finite());
+    let wait = |s: f64| Duration::from_secs_f64(s.clamp(0.0, 3600.0));
+    if let Some(ms) = get("retry-after-ms").and_then(seconds) {
+        return Some(wait(ms / 1000.0));
     }
-    get("retry-after")
-        .and_then(|v| v.parse::<f64>().ok())
-        .map(|s| Duration::from_secs_f64(s.clamp(0.0, 3600.0)))
+    get("retry-after").and_then(seconds).map(wait)
 }
 
 /// The provider's own message: Anthropic `{"type":"error","error":{"type","message"}}`, OpenAI
@@ -208,4 +210,36 @@ pub(crate) fn error_message(status: u16, body: &str) -> String {
     });
     let msg = msg.unwrap_or_else(|| body.chars().take(500).collect());
     format!("HTTP {status}: {msg}")
+}
+
+#[cfg(test)]
+mod retry_after_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn with(name: &'static str, value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(name, value.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn hostile_retry_after_values_fall_back_instead_of_panicking() {
+        for v in ["NaN", "nan", "inf", "-inf", "1e400", "soon"] {
+            assert_eq!(retry_after(&with("retry-after", v)), None, "{v}");
+            assert_eq!(retry_after(&with("retry-after-ms", v)), None, "{v}");
+        }
+        assert_eq!(
+            retry_after(&with("retry-after", "-5")),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            retry_after(&with("retry-after", "1e300")),
+            Some(Duration::from_secs(3600))
+        );
+        assert_eq!(
+            retry_after(&with("retry-after-ms", "250")),
+            Some(Duration::from_millis(250))
+        );
+    }
 }

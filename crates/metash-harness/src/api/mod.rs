@@ -105,31 +105,43 @@ fn join_url(base: &str, path: &str) -> String {
     )
 }
 
-/// One streamed response being read by a client: each SSE event in, the output at the end.
-pub(crate) trait Collector {
+/// One client's way with one streamed response: where it goes, how it authenticates, its body,
+/// then each SSE event in and the output at the end. A new API client is one impl of this.
+pub(crate) trait Collector: Default + Send {
+    /// The endpoint below the base URL.
+    const PATH: &'static str;
+    /// The request's headers (the key among them when there is one) and its body.
+    ///
+    /// # Errors
+    /// A key that cannot be a header value.
+    fn request(call: &ApiCall<'_>) -> Result<(reqwest::header::HeaderMap, Value)>;
     /// One event; `Done` at the response's end.
     fn event(&mut self, ev: &sse::SseEvent, emit: &dyn Fn(HarnessEvent)) -> Result<http::Flow>;
     /// What the response said, once it is complete.
     fn finish(self, emit: &dyn Fn(HarnessEvent)) -> Result<ApiOutput>;
 }
 
-/// POSTs `body` to `url` and reads the stream into `c`; retries and events go to `on`.
-pub(crate) async fn collect<C: Collector + Send>(
+/// Streams one response of client `C`: POSTs its body and reads the stream; retries and events
+/// go to `on`.
+///
+/// # Errors
+/// As [`http::post_sse`], and whatever the client finds wrong in the stream.
+pub(crate) async fn stream<C: Collector>(
     client: &reqwest::Client,
-    url: &str,
-    headers: reqwest::header::HeaderMap,
-    body: &Value,
+    call: &ApiCall<'_>,
     limits: &http::StreamLimits<'_>,
     on: OnEvent<'_>,
-    mut c: C,
 ) -> Result<ApiOutput> {
+    let url = join_url(call.base_url, C::PATH);
     let emitter = Emitter::new(on);
     let emit = |e: HarnessEvent| emitter.emit(e);
+    let (headers, body) = C::request(call)?;
+    let mut c = C::default();
     http::post_sse(
         client,
-        url,
+        &url,
         headers,
-        body,
+        &body,
         limits,
         &mut |attempt, delay, status| emitter.retry(attempt, delay, status),
         &mut |ev| c.event(&ev, &emit),
@@ -138,12 +150,26 @@ pub(crate) async fn collect<C: Collector + Send>(
     c.finish(&emit)
 }
 
+/// An API key as a header value; a key with bytes a header cannot hold is refused.
+fn key_header(value: &str) -> Result<reqwest::header::HeaderValue> {
+    reqwest::header::HeaderValue::from_str(value).map_err(|_| {
+        crate::error::HarnessError::InvalidRequest("API key is not a valid header".into())
+    })
+}
+
 /// An error the provider reported inside the stream: `code: message`.
 fn stream_error(code: &str, message: &str) -> crate::error::HarnessError {
     crate::error::HarnessError::Api {
         status: None,
         message: format!("{code}: {message}"),
     }
+}
+
+/// An event's type: the JSON's own `type` field, else the SSE `event:` name.
+fn event_kind<'a>(v: &'a Value, ev: &'a sse::SseEvent) -> &'a str {
+    v.get("type")
+        .and_then(Value::as_str)
+        .unwrap_or(ev.event.as_str())
 }
 
 fn parse_json(data: &str) -> crate::error::Result<Value> {

@@ -5,16 +5,16 @@
 //! continuation never depends on state kept at the provider.
 
 use metash_protocol::{HarnessEvent, ToolCall, Usage};
-use reqwest::header::{HeaderMap, HeaderValue};
+use reqwest::header::HeaderMap;
 use serde_json::{json, Value};
 
-use super::http::{Flow, StreamLimits};
+use super::http::Flow;
 use super::sse::SseEvent;
 use super::{
-    collect, join_url, parse_json, stream_error, ApiCall, ApiOutput, Collector, OnEvent,
+    event_kind, key_header, parse_json, stream_error, ApiCall, ApiOutput, Collector,
     ToolResultInput,
 };
-use crate::error::{HarnessError, Result};
+use crate::error::Result;
 
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 pub const DEFAULT_KEY_ENV: &str = "OPENAI_API_KEY";
@@ -62,45 +62,26 @@ struct FastTextDelta<'a> {
 pub(crate) fn bearer(key: Option<&str>) -> Result<HeaderMap> {
     let mut headers = HeaderMap::new();
     if let Some(k) = key {
-        let v = HeaderValue::from_str(&format!("Bearer {k}"))
-            .map_err(|_| HarnessError::InvalidRequest("API key is not a valid header".into()))?;
-        headers.insert("authorization", v);
+        headers.insert("authorization", key_header(&format!("Bearer {k}"))?);
     }
     Ok(headers)
 }
 
-/// Streams one response.
-///
-/// # Errors
-/// As [`post_sse`]; `Api` for `response.failed` or an `error` event.
-pub(crate) async fn stream(
-    client: &reqwest::Client,
-    call: &ApiCall<'_>,
-    limits: &StreamLimits<'_>,
-    on: OnEvent<'_>,
-) -> Result<ApiOutput> {
-    let headers = bearer(call.api_key)?;
-    let url = join_url(call.base_url, "responses");
-    collect(
-        client,
-        &url,
-        headers,
-        &request_body(call),
-        limits,
-        on,
-        Collect::default(),
-    )
-    .await
-}
-
 /// What one Responses stream has said so far.
 #[derive(Default)]
-struct Collect {
+pub(crate) struct Collect {
     out: ApiOutput,
     items: Vec<Value>,
 }
 
+/// `response.failed` and an `error` event are `Api` errors.
 impl Collector for Collect {
+    const PATH: &'static str = "responses";
+
+    fn request(call: &ApiCall<'_>) -> Result<(HeaderMap, Value)> {
+        Ok((bearer(call.api_key)?, request_body(call)))
+    }
+
     fn event(&mut self, ev: &SseEvent, emit: &dyn Fn(HarnessEvent)) -> Result<Flow> {
         if ev.event == "response.output_text.delta" {
             // Hot path: decode into a borrowed struct instead of a `Value` tree.
@@ -112,10 +93,7 @@ impl Collector for Collect {
             }
         }
         let v = parse_json(&ev.data)?;
-        let kind = v
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or(ev.event.as_str());
+        let kind = event_kind(&v, ev);
         match kind {
             "response.output_text.delta" => {
                 let t = v["delta"].as_str().unwrap_or("");

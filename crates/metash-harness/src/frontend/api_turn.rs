@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::{FrontendInfo, Turn};
 use crate::api::http::StreamLimits;
 use crate::api::transcript::{self, Transcript, TRANSCRIPT_VERSION};
-use crate::api::{anthropic, chat, openai, ApiCall, ApiOutput, OnEvent, ToolResultInput};
+use crate::api::{self, anthropic, chat, openai, ApiCall, ApiOutput, OnEvent, ToolResultInput};
 use crate::error::{HarnessError, Result};
 use crate::request::{env_value, RunTurnNonInteractiveRequest};
 
@@ -42,9 +42,9 @@ impl Wire {
         on: OnEvent<'_>,
     ) -> Result<ApiOutput> {
         match self {
-            Self::Anthropic => anthropic::stream(http, call, limits, on).await,
-            Self::Responses => openai::stream(http, call, limits, on).await,
-            Self::Chat => chat::stream(http, call, limits, on).await,
+            Self::Anthropic => api::stream::<anthropic::Collect>(http, call, limits, on).await,
+            Self::Responses => api::stream::<openai::Collect>(http, call, limits, on).await,
+            Self::Chat => api::stream::<chat::Collect>(http, call, limits, on).await,
         }
     }
 }

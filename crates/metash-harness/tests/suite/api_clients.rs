@@ -21,54 +21,93 @@ fn harness() -> Harness {
     h
 }
 
-fn request(
-    server: &MockServer,
+/// One provider's client against one loopback server, with its own agent state directory.
+struct Client<'a> {
+    h: Harness,
+    server: &'a MockServer,
     frontend: HarnessFrontend,
-    asp: &Path,
-    key: Option<&str>,
-    prompt: &str,
-) -> RunTurnNonInteractiveRequest {
-    let base = match frontend {
-        HarnessFrontend::AnthropicApi => server.base.clone(),
-        _ => format!("{}/v1", server.base),
-    };
-    let mut req = RunTurnNonInteractiveRequest::new(frontend, asp, asp, prompt);
-    req.cp_session_id = "cp-1".into();
-    req.run_id = "run-1".into();
-    req.model = Some(match frontend {
-        HarnessFrontend::AnthropicApi => "claude-sonnet-4-5".into(),
-        HarnessFrontend::OpenaiResponses => "gpt-5.1".into(),
-        _ => "test-model".into(),
-    });
-    req.options.endpoint = Some(Endpoint {
-        base_url: base,
-        api_key_env: Some("METASH_TEST_KEY".into()),
-        provider_name: None,
-    });
-    req.env.insert("METASH_TEST_KEY".into(), "sk-test".into());
-    req.continuation = key.map(|k| HarnessContinuationRef {
-        provider: frontend.provider(),
-        key: Some(k.into()),
-    });
-    req
+    dir: tempfile::TempDir,
 }
 
-async fn run(
-    h: &Harness,
-    req: &RunTurnNonInteractiveRequest,
-) -> (RunTurnNonInteractiveResponse, Vec<HarnessEventEnvelope>) {
-    let mut events = Vec::new();
-    let resp = h
-        .run_turn_non_interactive(req, &CancellationToken::new(), &mut |e| events.push(e))
-        .await
-        .unwrap();
-    assert_gapless(&events);
-    (resp, events)
+impl<'a> Client<'a> {
+    fn new(server: &'a MockServer, frontend: HarnessFrontend) -> Self {
+        Self {
+            h: harness(),
+            server,
+            frontend,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn asp(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn request(&self, key: Option<&str>, prompt: &str) -> RunTurnNonInteractiveRequest {
+        let (frontend, asp) = (self.frontend, self.asp());
+        let base = match frontend {
+            HarnessFrontend::AnthropicApi => self.server.base.clone(),
+            _ => format!("{}/v1", self.server.base),
+        };
+        let mut req = RunTurnNonInteractiveRequest::new(frontend, asp, asp, prompt);
+        req.cp_session_id = "cp-1".into();
+        req.run_id = "run-1".into();
+        req.model = Some(match frontend {
+            HarnessFrontend::AnthropicApi => "claude-sonnet-4-5".into(),
+            HarnessFrontend::OpenaiResponses => "gpt-5.1".into(),
+            _ => "test-model".into(),
+        });
+        req.options.endpoint = Some(Endpoint {
+            base_url: base,
+            api_key_env: Some("METASH_TEST_KEY".into()),
+            provider_name: None,
+        });
+        req.env.insert("METASH_TEST_KEY".into(), "sk-test".into());
+        req.continuation = key.map(|k| HarnessContinuationRef {
+            provider: frontend.provider(),
+            key: Some(k.into()),
+        });
+        req
+    }
+
+    async fn run(
+        &self,
+        req: &RunTurnNonInteractiveRequest,
+    ) -> (RunTurnNonInteractiveResponse, Vec<HarnessEventEnvelope>) {
+        let (resp, events) = run_turn(&self.h, req).await;
+        assert_envelopes(&events);
+        (resp, events)
+    }
+
+    /// A turn: `prompt`, resuming `key` when given.
+    async fn turn(
+        &self,
+        key: Option<&str>,
+        prompt: &str,
+    ) -> (RunTurnNonInteractiveResponse, Vec<HarnessEventEnvelope>) {
+        self.run(&self.request(key, prompt)).await
+    }
+
+    /// The turn after a tool call: its result (`id`, `output`), then `prompt`.
+    async fn after_tool(
+        &self,
+        key: &str,
+        id: &str,
+        output: &str,
+        prompt: &str,
+    ) -> (RunTurnNonInteractiveResponse, Vec<HarnessEventEnvelope>) {
+        let mut req = self.request(Some(key), prompt);
+        req.tool_results = vec![ToolResultInput {
+            id: id.into(),
+            output: output.into(),
+            is_error: false,
+        }];
+        self.run(&req).await
+    }
 }
 
-fn assert_gapless(events: &[HarnessEventEnvelope]) {
-    for (i, e) in events.iter().enumerate() {
-        assert_eq!(e.seq, i as u64 + 1, "seq is gapless");
+fn assert_envelopes(events: &[HarnessEventEnvelope]) {
+    for e in events {
         assert_eq!(e.cp_session_id, "cp-1");
         assert_eq!(e.run_id, "run-1");
     }
@@ -97,18 +136,11 @@ fn error_event(events: &[HarnessEventEnvelope]) -> Option<(HarnessErrorCode, Str
 async fn anthropic_text_then_resume_sends_the_previous_messages() {
     let server = MockServer::start(|_| anthropic_text("second answer")).await;
     server.push(anthropic_text("Hello there friend"));
-    let dir = tempfile::tempdir().unwrap();
-    let h = harness();
-    let mut req = request(
-        &server,
-        HarnessFrontend::AnthropicApi,
-        dir.path(),
-        None,
-        "hi",
-    );
+    let c = Client::new(&server, HarnessFrontend::AnthropicApi);
+    let mut req = c.request(None, "hi");
     req.options.system_prompt = Some("be brief".into());
     req.max_tokens = Some(123);
-    let (r1, events) = run(&h, &req).await;
+    let (r1, events) = c.run(&req).await;
     assert!(r1.result.success, "{:?}", r1.result);
     assert_eq!(
         r1.result.final_output.as_deref(),
@@ -137,20 +169,14 @@ async fn anthropic_text_then_resume_sends_the_previous_messages() {
     assert_eq!(body["system"], "be brief");
     assert_eq!(body["max_tokens"], 123);
     assert_eq!(body["stream"], true);
-    assert!(dir
-        .path()
+    assert!(c
+        .asp()
         .join("transcripts")
         .join(format!("{key}.json"))
         .is_file());
 
-    let req2 = request(
-        &server,
-        HarnessFrontend::AnthropicApi,
-        dir.path(),
-        Some(&key),
-        "and again",
-    );
-    let (r2, _) = run(&h, &req2).await;
+    let req2 = c.request(Some(&key), "and again");
+    let (r2, _) = c.run(&req2).await;
     assert_eq!(r2.continuation.unwrap().key.as_deref(), Some(key.as_str()));
     let msgs = server.posts()[1].json()["messages"].clone();
     assert_eq!(msgs.as_array().unwrap().len(), 3, "{msgs}");
@@ -168,21 +194,14 @@ async fn anthropic_tool_use_is_returned_and_its_result_sent_next_turn() {
         "read_file",
         json!({"path": "a.txt", "lines": [1, 2]}),
     ));
-    let dir = tempfile::tempdir().unwrap();
-    let h = harness();
-    let mut req = request(
-        &server,
-        HarnessFrontend::AnthropicApi,
-        dir.path(),
-        None,
-        "read it",
-    );
+    let c = Client::new(&server, HarnessFrontend::AnthropicApi);
+    let mut req = c.request(None, "read it");
     req.tools = vec![ToolSpec {
         name: "read_file".into(),
         description: "reads".into(),
         input_schema: json!({"type":"object"}),
     }];
-    let (r1, events) = run(&h, &req).await;
+    let (r1, events) = c.run(&req).await;
     assert_eq!(r1.result.stop_reason.as_deref(), Some("tool_use"));
     assert_eq!(r1.result.tool_calls.len(), 1);
     assert_eq!(
@@ -194,19 +213,7 @@ async fn anthropic_tool_use_is_returned_and_its_result_sent_next_turn() {
     ));
     assert_eq!(server.posts()[0].json()["tools"][0]["name"], "read_file");
     let key = r1.continuation.unwrap().key.unwrap();
-    let mut req2 = request(
-        &server,
-        HarnessFrontend::AnthropicApi,
-        dir.path(),
-        Some(&key),
-        "go on",
-    );
-    req2.tool_results = vec![ToolResultInput {
-        id: "toolu_1".into(),
-        output: "contents".into(),
-        is_error: false,
-    }];
-    let (r2, _) = run(&h, &req2).await;
+    let (r2, _) = c.after_tool(&key, "toolu_1", "contents", "go on").await;
     assert!(r2.result.success);
     let msgs = server.posts()[1].json()["messages"].clone();
     assert_eq!(msgs[1]["content"][1]["type"], "tool_use");
@@ -218,20 +225,9 @@ async fn anthropic_tool_use_is_returned_and_its_result_sent_next_turn() {
 async fn a_429_is_retried_after_retry_after() {
     let server = MockServer::start(|_| anthropic_text("finally")).await;
     server.push(too_many("1"));
-    let dir = tempfile::tempdir().unwrap();
-    let h = harness();
+    let c = Client::new(&server, HarnessFrontend::AnthropicApi);
     let start = Instant::now();
-    let (r, events) = run(
-        &h,
-        &request(
-            &server,
-            HarnessFrontend::AnthropicApi,
-            dir.path(),
-            None,
-            "hi",
-        ),
-    )
-    .await;
+    let (r, events) = c.turn(None, "hi").await;
     assert!(r.result.success);
     assert!(
         start.elapsed() >= Duration::from_millis(950),
@@ -255,18 +251,8 @@ async fn a_400_becomes_an_error_event_with_the_providers_message_and_no_retry() 
         anthropic_error(400, "invalid_request_error", "max_tokens: too large")
     })
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let (r, events) = run(
-        &harness(),
-        &request(
-            &server,
-            HarnessFrontend::AnthropicApi,
-            dir.path(),
-            None,
-            "hi",
-        ),
-    )
-    .await;
+    let c = Client::new(&server, HarnessFrontend::AnthropicApi);
+    let (r, events) = c.turn(None, "hi").await;
     assert!(!r.result.success);
     assert!(r.continuation.is_none(), "a failed first turn has no key");
     let (code, message, status) = error_event(&events).unwrap();
@@ -275,7 +261,7 @@ async fn a_400_becomes_an_error_event_with_the_providers_message_and_no_retry() 
     assert!(message.contains("max_tokens: too large"), "{message}");
     assert_eq!(server.posts().len(), 1);
     assert!(
-        !dir.path().join("transcripts").exists(),
+        !c.asp().join("transcripts").exists(),
         "nothing persisted for a failed turn"
     );
 }
@@ -284,18 +270,8 @@ async fn a_400_becomes_an_error_event_with_the_providers_message_and_no_retry() 
 async fn a_stream_cut_midway_is_an_error_not_a_short_answer() {
     let server =
         MockServer::start(|_| cut(anthropic_text("never finishes this sentence"), 4)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let (r, events) = run(
-        &harness(),
-        &request(
-            &server,
-            HarnessFrontend::AnthropicApi,
-            dir.path(),
-            None,
-            "hi",
-        ),
-    )
-    .await;
+    let c = Client::new(&server, HarnessFrontend::AnthropicApi);
+    let (r, events) = c.turn(None, "hi").await;
     assert!(!r.result.success);
     let (code, message, _) = error_event(&events).unwrap();
     assert_eq!(code, HarnessErrorCode::ApiError);
@@ -306,20 +282,9 @@ async fn a_stream_cut_midway_is_an_error_not_a_short_answer() {
 async fn a_5xx_exhausting_retries_reports_the_last_error() {
     let server =
         MockServer::start(|_| anthropic_error(529, "overloaded_error", "Overloaded")).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut h = harness();
-    h.retry.max_retries = 2;
-    let (r, events) = run(
-        &h,
-        &request(
-            &server,
-            HarnessFrontend::AnthropicApi,
-            dir.path(),
-            None,
-            "hi",
-        ),
-    )
-    .await;
+    let mut c = Client::new(&server, HarnessFrontend::AnthropicApi);
+    c.h.retry.max_retries = 2;
+    let (r, events) = c.turn(None, "hi").await;
     assert!(!r.result.success);
     assert_eq!(server.posts().len(), 3);
     assert!(error_event(&events).unwrap().1.contains("Overloaded"));
@@ -328,17 +293,10 @@ async fn a_5xx_exhausting_retries_reports_the_last_error() {
 #[tokio::test]
 async fn cancellation_and_timeout_end_a_stalled_stream() {
     let server = MockServer::start(|_| Reply::Stall).await;
-    let dir = tempfile::tempdir().unwrap();
-    let h = harness();
-    let mut req = request(
-        &server,
-        HarnessFrontend::AnthropicApi,
-        dir.path(),
-        None,
-        "hi",
-    );
+    let c = Client::new(&server, HarnessFrontend::AnthropicApi);
+    let mut req = c.request(None, "hi");
     req.timeout_ms = Some(300);
-    let (r, _) = run(&h, &req).await;
+    let (r, _) = c.run(&req).await;
     assert_eq!(r.result.error.unwrap().code, HarnessErrorCode::Timeout);
 
     req.timeout_ms = None;
@@ -348,10 +306,10 @@ async fn cancellation_and_timeout_end_a_stalled_stream() {
         tokio::time::sleep(Duration::from_millis(200)).await;
         c2.cancel();
     });
-    let r = h
-        .run_turn_non_interactive(&req, &cancel, &mut |_| {})
-        .await
-        .unwrap();
+    let r =
+        c.h.run_turn_non_interactive(&req, &cancel, &mut |_| {})
+            .await
+            .unwrap();
     assert_eq!(r.result.error.unwrap().code, HarnessErrorCode::Cancelled);
 }
 
@@ -363,19 +321,8 @@ async fn responses_text_tool_call_resume_and_cut() {
         "get_weather",
         "{\"city\":\"Paris\"}",
     ));
-    let dir = tempfile::tempdir().unwrap();
-    let h = harness();
-    let (r1, _) = run(
-        &h,
-        &request(
-            &server,
-            HarnessFrontend::OpenaiResponses,
-            dir.path(),
-            None,
-            "weather?",
-        ),
-    )
-    .await;
+    let c = Client::new(&server, HarnessFrontend::OpenaiResponses);
+    let (r1, _) = c.turn(None, "weather?").await;
     assert!(r1.result.success, "{:?}", r1.result);
     assert_eq!(r1.result.tool_calls[0].name, "get_weather");
     assert_eq!(r1.result.tool_calls[0].input, json!({"city": "Paris"}));
@@ -384,19 +331,7 @@ async fn responses_text_tool_call_resume_and_cut() {
     assert_eq!(p.header("authorization"), Some("Bearer sk-test"));
     assert_eq!(p.json()["store"], false);
     let key = r1.continuation.unwrap().key.unwrap();
-    let mut req2 = request(
-        &server,
-        HarnessFrontend::OpenaiResponses,
-        dir.path(),
-        Some(&key),
-        "thanks",
-    );
-    req2.tool_results = vec![ToolResultInput {
-        id: "call_1".into(),
-        output: "sunny".into(),
-        is_error: false,
-    }];
-    let (r2, _) = run(&h, &req2).await;
+    let (r2, _) = c.after_tool(&key, "call_1", "sunny", "thanks").await;
     assert_eq!(r2.result.final_output.as_deref(), Some("ok"));
     assert_eq!(r2.result.usage.unwrap().input_tokens, 13);
     let input = server.posts()[1].json()["input"].clone();
@@ -407,31 +342,11 @@ async fn responses_text_tool_call_resume_and_cut() {
     assert_eq!(input[3]["content"][0]["text"], "thanks");
 
     server.push(cut(responses_text("partial"), 5));
-    let (r3, events) = run(
-        &h,
-        &request(
-            &server,
-            HarnessFrontend::OpenaiResponses,
-            dir.path(),
-            None,
-            "x",
-        ),
-    )
-    .await;
+    let (r3, events) = c.turn(None, "x").await;
     assert!(!r3.result.success);
     assert!(error_event(&events).unwrap().1.contains("ended before"));
     server.push(openai_error(400, "Unsupported parameter: 'foo'"));
-    let (r4, events) = run(
-        &h,
-        &request(
-            &server,
-            HarnessFrontend::OpenaiResponses,
-            dir.path(),
-            None,
-            "x",
-        ),
-    )
-    .await;
+    let (r4, events) = c.turn(None, "x").await;
     assert!(!r4.result.success);
     assert!(error_event(&events)
         .unwrap()
@@ -443,36 +358,17 @@ async fn responses_text_tool_call_resume_and_cut() {
 async fn chat_completions_text_tool_calls_resume_and_errors() {
     let server = MockServer::start(|_| chat_text("plain answer")).await;
     server.push(chat_tool_call("call_9", "search", "{\"q\":\"rust sse\"}"));
-    let dir = tempfile::tempdir().unwrap();
-    let h = harness();
-    let mut req = request(
-        &server,
-        HarnessFrontend::OpenaiChat,
-        dir.path(),
-        None,
-        "find",
-    );
+    let c = Client::new(&server, HarnessFrontend::OpenaiChat);
+    let mut req = c.request(None, "find");
     req.options.system_prompt = Some("sys".into());
-    let (r1, _) = run(&h, &req).await;
+    let (r1, _) = c.run(&req).await;
     assert_eq!(r1.result.tool_calls[0].input, json!({"q": "rust sse"}));
     assert_eq!(r1.result.stop_reason.as_deref(), Some("tool_calls"));
     let body = server.posts()[0].json();
     assert_eq!(body["messages"][0]["role"], "system");
     assert_eq!(body["stream_options"]["include_usage"], true);
     let key = r1.continuation.unwrap().key.unwrap();
-    let mut req2 = request(
-        &server,
-        HarnessFrontend::OpenaiChat,
-        dir.path(),
-        Some(&key),
-        "next",
-    );
-    req2.tool_results = vec![ToolResultInput {
-        id: "call_9".into(),
-        output: "found".into(),
-        is_error: false,
-    }];
-    let (r2, _) = run(&h, &req2).await;
+    let (r2, _) = c.after_tool(&key, "call_9", "found", "next").await;
     assert_eq!(r2.result.final_output.as_deref(), Some("plain answer"));
     assert_eq!(r2.result.usage.unwrap().output_tokens, 4);
     let msgs = server.posts()[1].json()["messages"].clone();
@@ -482,56 +378,37 @@ async fn chat_completions_text_tool_calls_resume_and_errors() {
     assert_eq!(msgs[3]["content"], "next");
 
     server.push(openai_error(400, "model not found"));
-    let (r3, _) = run(
-        &h,
-        &request(&server, HarnessFrontend::OpenaiChat, dir.path(), None, "x"),
-    )
-    .await;
+    let (r3, _) = c.turn(None, "x").await;
     assert!(r3.result.error.unwrap().message.contains("model not found"));
     server.push(too_many("0"));
-    let (r4, _) = run(
-        &h,
-        &request(&server, HarnessFrontend::OpenaiChat, dir.path(), None, "x"),
-    )
-    .await;
+    let (r4, _) = c.turn(None, "x").await;
     assert!(r4.result.success);
     server.push(cut(chat_text("a b c d"), 3));
-    let (r5, _) = run(
-        &h,
-        &request(&server, HarnessFrontend::OpenaiChat, dir.path(), None, "x"),
-    )
-    .await;
+    let (r5, _) = c.turn(None, "x").await;
     assert!(!r5.result.success);
 }
 
 #[tokio::test]
 async fn api_keys_are_refused_across_providers_and_frontends() {
     let server = MockServer::start(|_| chat_text("x")).await;
-    let dir = tempfile::tempdir().unwrap();
-    let h = harness();
+    let c = Client::new(&server, HarnessFrontend::OpenaiChat);
     // Provider mismatch: an anthropic continuation on an openai frontend.
-    let mut req = request(&server, HarnessFrontend::OpenaiChat, dir.path(), None, "x");
+    let mut req = c.request(None, "x");
     req.continuation = Some(HarnessContinuationRef {
         provider: metash_protocol::ProviderDomain::Anthropic,
         key: Some("k".into()),
     });
-    let err = h
-        .run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {})
-        .await
-        .unwrap_err();
+    let err =
+        c.h.run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {})
+            .await
+            .unwrap_err();
     assert_eq!(err.code(), HarnessErrorCode::ProviderMismatch);
     // An unknown key never silently starts fresh.
-    let req = request(
-        &server,
-        HarnessFrontend::OpenaiChat,
-        dir.path(),
-        Some("0000-unknown"),
-        "x",
-    );
-    let err = h
-        .run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {})
-        .await
-        .unwrap_err();
+    let req = c.request(Some("0000-unknown"), "x");
+    let err =
+        c.h.run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {})
+            .await
+            .unwrap_err();
     assert_eq!(err.code(), HarnessErrorCode::ContinuationNotFound);
     assert_eq!(server.count(), 0, "no request was sent");
 }

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use metash_harness::{CancellationToken, Harness, Programs, RunTurnNonInteractiveRequest};
-use metash_protocol::{HarnessErrorCode, HarnessEvent, HarnessFrontend};
+use metash_protocol::{
+    HarnessErrorCode, HarnessEvent, HarnessFrontend, RunTurnNonInteractiveResponse,
+};
 
 fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     let path = dir.join(name);
@@ -16,25 +18,43 @@ fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     path
 }
 
+/// A stand-in CLI for `frontend` in a fresh directory: its harness and a "hi" turn request.
+fn stand_in(
+    dir: &Path,
+    frontend: HarnessFrontend,
+    body: &str,
+) -> (Harness, RunTurnNonInteractiveRequest) {
+    let mut programs = Programs {
+        claude: None,
+        codex: None,
+        pi: None,
+    };
+    let slot = match frontend {
+        HarnessFrontend::CodexCli => &mut programs.codex,
+        HarnessFrontend::PiSdk => &mut programs.pi,
+        _ => &mut programs.claude,
+    };
+    *slot = Some(script(dir, "cli", body));
+    let req = RunTurnNonInteractiveRequest::new(frontend, dir.join("asp"), dir, "hi");
+    (Harness::new(programs).unwrap(), req)
+}
+
+/// A whole turn of a stand-in CLI, events dropped.
+async fn stand_in_turn(frontend: HarnessFrontend, body: &str) -> RunTurnNonInteractiveResponse {
+    let dir = tempfile::tempdir().unwrap();
+    let (h, req) = stand_in(dir.path(), frontend, body);
+    h.run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {})
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn cancelling_a_cli_turn_kills_it_and_keeps_the_observed_key() {
     let dir = tempfile::tempdir().unwrap();
-    let claude = script(
+    let (h, req) = stand_in(
         dir.path(),
-        "claude",
-        r#"echo '{"type":"system","subtype":"init","session_id":"sess-42","cwd":"/","model":"m"}'; sleep 30"#,
-    );
-    let h = Harness::new(Programs {
-        claude: Some(claude),
-        codex: None,
-        pi: None,
-    })
-    .unwrap();
-    let req = RunTurnNonInteractiveRequest::new(
         HarnessFrontend::AgentSdk,
-        dir.path().join("asp"),
-        dir.path(),
-        "hi",
+        r#"echo '{"type":"system","subtype":"init","session_id":"sess-42","cwd":"/","model":"m"}'; sleep 30"#,
     );
     let cancel = CancellationToken::new();
     let c2 = cancel.clone();
@@ -64,30 +84,13 @@ async fn cancelling_a_cli_turn_kills_it_and_keeps_the_observed_key() {
 
 #[tokio::test]
 async fn claude_is_error_wins_over_subtype_success() {
-    let dir = tempfile::tempdir().unwrap();
-    let claude = script(
-        dir.path(),
-        "claude",
+    let r = stand_in_turn(
+        HarnessFrontend::ClaudeCode,
         r#"echo '{"type":"system","subtype":"init","session_id":"s1"}'
 echo '{"type":"result","subtype":"success","is_error":true,"result":"Invalid API key","session_id":"s1"}'
 exit 1"#,
-    );
-    let h = Harness::new(Programs {
-        claude: Some(claude),
-        codex: None,
-        pi: None,
-    })
-    .unwrap();
-    let req = RunTurnNonInteractiveRequest::new(
-        HarnessFrontend::ClaudeCode,
-        dir.path().join("asp"),
-        dir.path(),
-        "hi",
-    );
-    let r = h
-        .run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {})
-        .await
-        .unwrap();
+    )
+    .await;
     assert!(!r.result.success);
     let err = r.result.error.unwrap();
     assert_eq!(err.code, HarnessErrorCode::HarnessFailed);
@@ -96,24 +99,11 @@ exit 1"#,
 
 #[tokio::test]
 async fn a_cli_dying_without_output_is_a_clear_failure() {
-    let dir = tempfile::tempdir().unwrap();
-    let codex = script(dir.path(), "codex", "echo 'boom: config error' >&2; exit 2");
-    let h = Harness::new(Programs {
-        claude: None,
-        codex: Some(codex),
-        pi: None,
-    })
-    .unwrap();
-    let req = RunTurnNonInteractiveRequest::new(
+    let r = stand_in_turn(
         HarnessFrontend::CodexCli,
-        dir.path().join("asp"),
-        dir.path(),
-        "hi",
-    );
-    let r = h
-        .run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {})
-        .await
-        .unwrap();
+        "echo 'boom: config error' >&2; exit 2",
+    )
+    .await;
     let err = r.result.error.unwrap();
     assert_eq!(err.code, HarnessErrorCode::HarnessFailed);
     assert!(
@@ -125,32 +115,15 @@ async fn a_cli_dying_without_output_is_a_clear_failure() {
 
 #[tokio::test]
 async fn codex_reconnect_errors_do_not_fail_a_completed_turn() {
-    let dir = tempfile::tempdir().unwrap();
-    let codex = script(
-        dir.path(),
-        "codex",
+    let r = stand_in_turn(
+        HarnessFrontend::CodexCli,
         r#"echo '{"type":"thread.started","thread_id":"t-1"}'
 echo '{"type":"turn.started"}'
 echo '{"type":"error","message":"Reconnecting... 1/5"}'
 echo '{"type":"item.completed","item":{"id":"i0","type":"agent_message","text":"fine"}}'
 echo '{"type":"turn.completed","usage":{"input_tokens":3,"cached_input_tokens":0,"output_tokens":2}}'"#,
-    );
-    let h = Harness::new(Programs {
-        claude: None,
-        codex: Some(codex),
-        pi: None,
-    })
-    .unwrap();
-    let req = RunTurnNonInteractiveRequest::new(
-        HarnessFrontend::CodexCli,
-        dir.path().join("asp"),
-        dir.path(),
-        "hi",
-    );
-    let r = h
-        .run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {})
-        .await
-        .unwrap();
+    )
+    .await;
     assert!(r.result.success, "{:?}", r.result);
     assert_eq!(r.result.final_output.as_deref(), Some("fine"));
     assert_eq!(r.continuation.unwrap().key.as_deref(), Some("t-1"));

@@ -12,6 +12,8 @@ use metash_protocol::{
     ProviderDomain,
 };
 use serde_json::json;
+use HarnessFrontend::{ClaudeCode, CodexCli, PiSdk};
+use InteractionMode::{Headless, Interactive};
 
 fn programs() -> Programs {
     Programs {
@@ -29,7 +31,7 @@ fn req(
 ) -> BuildProcessInvocationSpecRequest {
     let mut r = BuildProcessInvocationSpecRequest::new(frontend, asp, "/work/project");
     r.interaction_mode = mode;
-    r.io_mode = if mode == InteractionMode::Interactive {
+    r.io_mode = if mode == Interactive {
         IoMode::Pty
     } else {
         IoMode::Pipes
@@ -38,7 +40,7 @@ fn req(
         provider: frontend.provider(),
         key: Some(k.into()),
     });
-    if mode == InteractionMode::Headless {
+    if mode == Headless {
         r.prompt = Some("hello world".into());
     }
     r
@@ -51,6 +53,20 @@ fn snapshot(r: &BuildProcessInvocationSpecRequest) -> serde_json::Value {
         .unwrap()
         .replace(&*r.asp_home.to_string_lossy(), "$ASP");
     serde_json::from_str(&text).unwrap()
+}
+
+/// The snapshot of one frontend's spec in one mode, resuming `key` when given.
+fn snap(
+    frontend: HarnessFrontend,
+    asp: &Path,
+    mode: InteractionMode,
+    key: Option<&str>,
+) -> serde_json::Value {
+    snapshot(&req(frontend, asp, mode, key))
+}
+
+fn assert_continuation(s: &serde_json::Value, provider: &str, key: &str) {
+    assert_eq!(s["continuation"], json!({"provider": provider, "key": key}));
 }
 
 fn quiet_claude_env() -> serde_json::Value {
@@ -79,6 +95,20 @@ const CODEX_QUIET: [&str; 12] = [
     "in_app_updates",
 ];
 
+/// Claude Code's headless argv: its fixed flags, `extra`, then the prompt.
+fn claude_headless_argv(extra: &[&str]) -> serde_json::Value {
+    let mut v = vec![
+        "/opt/claude",
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+    ];
+    v.extend(extra);
+    v.extend(["--", "hello world"]);
+    json!(v)
+}
+
 fn codex_argv(head: &[&str], tail: &[&str]) -> serde_json::Value {
     let mut v: Vec<&str> = head.to_vec();
     v.extend(CODEX_QUIET);
@@ -89,24 +119,8 @@ fn codex_argv(head: &[&str], tail: &[&str]) -> serde_json::Value {
 #[test]
 fn claude_code_headless_and_interactive_with_and_without_continuation() {
     let asp = tempfile::tempdir().unwrap();
-    let s = snapshot(&req(
-        HarnessFrontend::ClaudeCode,
-        asp.path(),
-        InteractionMode::Headless,
-        None,
-    ));
-    assert_eq!(
-        s["argv"],
-        json!([
-            "/opt/claude",
-            "-p",
-            "--output-format",
-            "stream-json",
-            "--verbose",
-            "--",
-            "hello world"
-        ])
-    );
+    let s = snap(ClaudeCode, asp.path(), Headless, None);
+    assert_eq!(s["argv"], claude_headless_argv(&[]));
     assert_eq!(s["env"], quiet_claude_env());
     assert_eq!(s["cwd"], "/work/project");
     assert_eq!(s["provider"], "anthropic");
@@ -115,47 +129,16 @@ fn claude_code_headless_and_interactive_with_and_without_continuation() {
     assert_eq!(s["ioMode"], "pipes");
     assert!(s.get("continuation").is_none());
 
-    let s = snapshot(&req(
-        HarnessFrontend::ClaudeCode,
-        asp.path(),
-        InteractionMode::Headless,
-        Some("5f1c"),
-    ));
-    assert_eq!(
-        s["argv"],
-        json!([
-            "/opt/claude",
-            "-p",
-            "--output-format",
-            "stream-json",
-            "--verbose",
-            "--resume",
-            "5f1c",
-            "--",
-            "hello world"
-        ])
-    );
-    assert_eq!(
-        s["continuation"],
-        json!({"provider": "anthropic", "key": "5f1c"})
-    );
+    let s = snap(ClaudeCode, asp.path(), Headless, Some("5f1c"));
+    assert_eq!(s["argv"], claude_headless_argv(&["--resume", "5f1c"]));
+    assert_continuation(&s, "anthropic", "5f1c");
 
-    let s = snapshot(&req(
-        HarnessFrontend::ClaudeCode,
-        asp.path(),
-        InteractionMode::Interactive,
-        None,
-    ));
+    let s = snap(ClaudeCode, asp.path(), Interactive, None);
     assert_eq!(s["argv"], json!(["/opt/claude"]));
     assert_eq!(s["ioMode"], "pty");
     assert_eq!(s["interactionMode"], "interactive");
 
-    let s = snapshot(&req(
-        HarnessFrontend::ClaudeCode,
-        asp.path(),
-        InteractionMode::Interactive,
-        Some("5f1c"),
-    ));
+    let s = snap(ClaudeCode, asp.path(), Interactive, Some("5f1c"));
     assert_eq!(s["argv"], json!(["/opt/claude", "--resume", "5f1c"]));
     assert_eq!(s["displayCommand"], "cd /work/project && env CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL=1 DISABLE_AUTOUPDATER=1 DISABLE_ERROR_REPORTING=1 DISABLE_INSTALLATION_CHECKS=1 DISABLE_TELEMETRY=1 /opt/claude --resume 5f1c");
 }
@@ -163,12 +146,7 @@ fn claude_code_headless_and_interactive_with_and_without_continuation() {
 #[test]
 fn claude_code_passes_every_option_through() {
     let asp = tempfile::tempdir().unwrap();
-    let mut r = req(
-        HarnessFrontend::ClaudeCode,
-        asp.path(),
-        InteractionMode::Headless,
-        None,
-    );
+    let mut r = req(ClaudeCode, asp.path(), Headless, None);
     r.model = Some("claude-sonnet-4-5".into());
     r.prompt = Some("-starts with a dash".into());
     r.env.insert("ANTHROPIC_API_KEY".into(), "sk".into());
@@ -257,12 +235,7 @@ fn claude_code_passes_every_option_through() {
 #[test]
 fn codex_cli_headless_and_interactive_with_and_without_continuation() {
     let asp = tempfile::tempdir().unwrap();
-    let s = snapshot(&req(
-        HarnessFrontend::CodexCli,
-        asp.path(),
-        InteractionMode::Headless,
-        None,
-    ));
+    let s = snap(CodexCli, asp.path(), Headless, None);
     assert_eq!(
         s["argv"],
         codex_argv(
@@ -273,12 +246,7 @@ fn codex_cli_headless_and_interactive_with_and_without_continuation() {
     assert_eq!(s["env"], json!({}));
     assert_eq!(s["provider"], "openai");
 
-    let s = snapshot(&req(
-        HarnessFrontend::CodexCli,
-        asp.path(),
-        InteractionMode::Headless,
-        Some("0199-t"),
-    ));
+    let s = snap(CodexCli, asp.path(), Headless, Some("0199-t"));
     assert_eq!(
         s["argv"],
         codex_argv(
@@ -292,25 +260,12 @@ fn codex_cli_headless_and_interactive_with_and_without_continuation() {
             &["--", "0199-t", "hello world"]
         )
     );
-    assert_eq!(
-        s["continuation"],
-        json!({"provider": "openai", "key": "0199-t"})
-    );
+    assert_continuation(&s, "openai", "0199-t");
 
-    let s = snapshot(&req(
-        HarnessFrontend::CodexCli,
-        asp.path(),
-        InteractionMode::Interactive,
-        None,
-    ));
+    let s = snap(CodexCli, asp.path(), Interactive, None);
     assert_eq!(s["argv"], codex_argv(&["/opt/codex"], &[]));
 
-    let s = snapshot(&req(
-        HarnessFrontend::CodexCli,
-        asp.path(),
-        InteractionMode::Interactive,
-        Some("0199-t"),
-    ));
+    let s = snap(CodexCli, asp.path(), Interactive, Some("0199-t"));
     assert_eq!(
         s["argv"],
         codex_argv(&["/opt/codex", "resume"], &["--", "0199-t"])
@@ -320,12 +275,7 @@ fn codex_cli_headless_and_interactive_with_and_without_continuation() {
 #[test]
 fn codex_cli_provider_definition_is_deterministic_and_materialized() {
     let asp = tempfile::tempdir().unwrap();
-    let mut r = req(
-        HarnessFrontend::CodexCli,
-        asp.path(),
-        InteractionMode::Headless,
-        None,
-    );
+    let mut r = req(CodexCli, asp.path(), Headless, None);
     r.model = Some("gpt-5.1-codex".into());
     r.options.isolated_home = true;
     r.options.skip_permissions = true;
@@ -357,16 +307,8 @@ fn codex_cli_provider_definition_is_deterministic_and_materialized() {
         "-c",
         "developer_instructions=\"Say \\\"hi\\\".\"",
     ]);
-    head.extend([
-        "--disable",
-        "plugins",
-        "--disable",
-        "apps",
-        "--disable",
-        "remote_plugin",
-        "--disable",
-        "in_app_updates",
-    ]);
+    // The `--disable` half of the quiet flags (the `-c` half is overridden above).
+    head.extend(&CODEX_QUIET[4..]);
     head.extend([
         "-m",
         "gpt-5.1-codex",
@@ -403,12 +345,7 @@ fn codex_cli_provider_definition_is_deterministic_and_materialized() {
 fn refusals_happen_before_anything_is_written() {
     let asp = tempfile::tempdir().unwrap();
     let home = asp.path().join("nested");
-    let mut r = req(
-        HarnessFrontend::ClaudeCode,
-        &home,
-        InteractionMode::Headless,
-        None,
-    );
+    let mut r = req(ClaudeCode, &home, Headless, None);
     r.continuation = Some(HarnessContinuationRef {
         provider: ProviderDomain::Openai,
         key: Some("t".into()),
@@ -417,12 +354,7 @@ fn refusals_happen_before_anything_is_written() {
     assert_eq!(err.code(), HarnessErrorCode::ProviderMismatch);
     assert!(!home.exists());
 
-    let mut r = req(
-        HarnessFrontend::CodexCli,
-        &home,
-        InteractionMode::Headless,
-        None,
-    );
+    let mut r = req(CodexCli, &home, Headless, None);
     r.model = Some("claude-opus-4-5".into());
     assert_eq!(
         build_process_invocation_spec(&r, &programs())
@@ -430,24 +362,14 @@ fn refusals_happen_before_anything_is_written() {
             .code(),
         HarnessErrorCode::ModelNotSupported
     );
-    let r = req(
-        HarnessFrontend::AnthropicApi,
-        &home,
-        InteractionMode::Headless,
-        None,
-    );
+    let r = req(HarnessFrontend::AnthropicApi, &home, Headless, None);
     assert_eq!(
         build_process_invocation_spec(&r, &programs())
             .unwrap_err()
             .code(),
         HarnessErrorCode::UnsupportedFrontend
     );
-    let mut r = req(
-        HarnessFrontend::CodexCli,
-        &home,
-        InteractionMode::Headless,
-        None,
-    );
+    let mut r = req(CodexCli, &home, Headless, None);
     r.cwd = "relative/dir".into();
     assert_eq!(
         build_process_invocation_spec(&r, &programs())
@@ -461,12 +383,7 @@ fn refusals_happen_before_anything_is_written() {
 #[test]
 fn the_request_and_spec_round_trip_as_json() {
     let asp = tempfile::tempdir().unwrap();
-    let r = req(
-        HarnessFrontend::CodexCli,
-        asp.path(),
-        InteractionMode::Headless,
-        Some("k"),
-    );
+    let r = req(CodexCli, asp.path(), Headless, Some("k"));
     let text = serde_json::to_string(&r).unwrap();
     let back: BuildProcessInvocationSpecRequest = serde_json::from_str(&text).unwrap();
     assert_eq!(back, r);
@@ -478,15 +395,11 @@ fn the_request_and_spec_round_trip_as_json() {
 fn materialization_is_deterministic_for_every_cli() {
     let build = |root: &Path| {
         let mut files = Vec::new();
-        for frontend in [
-            HarnessFrontend::ClaudeCode,
-            HarnessFrontend::CodexCli,
-            HarnessFrontend::PiSdk,
-        ] {
-            let mut r = req(frontend, root, InteractionMode::Interactive, None);
+        for frontend in [ClaudeCode, CodexCli, PiSdk] {
+            let mut r = req(frontend, root, Interactive, None);
             r.cwd = PathBuf::from("/work/project");
             r.model = Some(
-                if frontend == HarnessFrontend::ClaudeCode {
+                if frontend == ClaudeCode {
                     "claude-sonnet-4-5"
                 } else {
                     "gpt-5.1"
@@ -554,4 +467,25 @@ fn materialization_is_deterministic_for_every_cli() {
     // Claude approves a key by its last 20 characters.
     assert!(state.contains("\"6789abcdefghijKLMNOP\""), "{state}");
     assert!(state.contains("hasTrustDialogAccepted"));
+}
+
+#[test]
+fn a_pi_key_resumes_only_its_own_session_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let sessions = dir.path().join("sessions/--work--");
+    std::fs::create_dir_all(&sessions).unwrap();
+    let file = sessions.join("2026-11-25T10-00-00-000Z_0199abcd-1234.jsonl");
+    std::fs::write(&file, "{}\n").unwrap();
+    let find = |id: &str| metash_harness::invocation::pi_session_file(dir.path(), id);
+    assert_eq!(find("0199abcd-1234"), Some(file));
+    // Part of the id, or of the timestamp, is another key: not this session.
+    for partial in [
+        "1234",
+        "abcd-1234",
+        "0199abcd",
+        "2026-11-25",
+        "10-00-00-000Z",
+    ] {
+        assert_eq!(find(partial), None, "{partial}");
+    }
 }

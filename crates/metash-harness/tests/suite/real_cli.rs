@@ -2,17 +2,17 @@
 //! servers. Each run gets its own aspHome (so its own HOME / CODEX_HOME / pi agent dir), stdin
 //! null, and every other traffic switched off. Missing CLIs: the test prints why it skipped.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use metash_harness::runner::run_piped;
 use metash_harness::{
-    build_process_invocation_spec, BuildProcessInvocationSpecRequest, CancellationToken, Endpoint,
-    Harness, Program, RunTurnNonInteractiveRequest,
+    build_process_invocation_spec, CancellationToken, Endpoint, Harness, HarnessError, Program,
+    Programs, RunTurnNonInteractiveRequest,
 };
 use metash_protocol::{
     HarnessContinuationRef, HarnessErrorCode, HarnessEvent, HarnessEventEnvelope, HarnessFrontend,
-    ProviderDomain, RunTurnNonInteractiveResponse,
+    ProcessInvocationSpec, ProviderDomain, RunTurnNonInteractiveResponse,
 };
 use serde_json::Value;
 
@@ -69,21 +69,6 @@ fn turn_request(
     req
 }
 
-async fn run(
-    h: &Harness,
-    req: &RunTurnNonInteractiveRequest,
-) -> (RunTurnNonInteractiveResponse, Vec<HarnessEventEnvelope>) {
-    let mut events = Vec::new();
-    let resp = h
-        .run_turn_non_interactive(req, &CancellationToken::new(), &mut |e| events.push(e))
-        .await
-        .unwrap();
-    for (i, e) in events.iter().enumerate() {
-        assert_eq!(e.seq, i as u64 + 1);
-    }
-    (resp, events)
-}
-
 fn body_mentions(c: &Captured, needle: &str) -> bool {
     String::from_utf8_lossy(&c.body).contains(needle)
 }
@@ -98,87 +83,211 @@ fn requests_with(server: &MockServer, needle: &str) -> Vec<Value> {
         .collect()
 }
 
-fn dirs() -> (tempfile::TempDir, std::path::PathBuf) {
-    let root = tempfile::tempdir().unwrap();
-    let cwd = root.path().join("work");
-    std::fs::create_dir_all(&cwd).unwrap();
-    (root, cwd)
+/// Where a test's turns run: a temp root with the CLI's cwd (`work`) and agent state (`asp`)
+/// under it, and a harness.
+struct Place {
+    root: tempfile::TempDir,
+    cwd: PathBuf,
+    asp: PathBuf,
+    h: Harness,
+}
+
+impl Place {
+    fn new() -> Self {
+        Self::with(programs())
+    }
+
+    fn with(programs: Programs) -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let cwd = root.path().join("work");
+        std::fs::create_dir_all(&cwd).unwrap();
+        let asp = root.path().join("asp");
+        Self {
+            root,
+            cwd,
+            asp,
+            h: Harness::new(programs).unwrap(),
+        }
+    }
+
+    /// A directory beside `work`, created.
+    fn other_dir(&self, name: &str) -> PathBuf {
+        let dir = self.root.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn request(
+        &self,
+        server: &MockServer,
+        frontend: HarnessFrontend,
+        prompt: &str,
+        key: Option<&str>,
+    ) -> RunTurnNonInteractiveRequest {
+        self.request_in(server, frontend, &self.cwd, prompt, key)
+    }
+
+    fn request_in(
+        &self,
+        server: &MockServer,
+        frontend: HarnessFrontend,
+        cwd: &Path,
+        prompt: &str,
+        key: Option<&str>,
+    ) -> RunTurnNonInteractiveRequest {
+        turn_request(server, frontend, &self.asp, cwd, prompt, key)
+    }
+
+    async fn run(
+        &self,
+        req: &RunTurnNonInteractiveRequest,
+    ) -> (RunTurnNonInteractiveResponse, Vec<HarnessEventEnvelope>) {
+        run_turn(&self.h, req).await
+    }
+
+    async fn turn(
+        &self,
+        server: &MockServer,
+        frontend: HarnessFrontend,
+        prompt: &str,
+        key: Option<&str>,
+    ) -> (RunTurnNonInteractiveResponse, Vec<HarnessEventEnvelope>) {
+        self.run(&self.request(server, frontend, prompt, key)).await
+    }
+
+    /// A turn the harness must refuse before it starts.
+    async fn refused(&self, req: &RunTurnNonInteractiveRequest) -> HarnessError {
+        self.h
+            .run_turn_non_interactive(req, &CancellationToken::new(), &mut |_| {})
+            .await
+            .unwrap_err()
+    }
+}
+
+/// The CLI's loopback model, answering `reply(first)` to the first request (when given) and
+/// `reply(then)` to every other, and a fresh place; None (skipped) when the CLI is missing.
+async fn model_and_place(
+    program: Program,
+    reply: fn(&str) -> Reply,
+    first: Option<&str>,
+    then: &'static str,
+) -> Option<(MockServer, Place)> {
+    require(program)?;
+    let server = MockServer::start(move |_| reply(then)).await;
+    if let Some(first) = first {
+        server.push(reply(first));
+    }
+    Some((server, Place::new()))
+}
+
+/// A two-turn conversation with one CLI, named by `tag`: the prompts are `{tag}-FIRST` and
+/// `{tag}-SECOND`, the model answers `{tag}-ONE` and then `{tag}-TWO`.
+struct Conversation {
+    server: MockServer,
+    p: Place,
+    frontend: HarnessFrontend,
+    tag: &'static str,
+    first: RunTurnNonInteractiveResponse,
+    events: Vec<HarnessEventEnvelope>,
+    key: String,
+}
+
+impl Conversation {
+    /// The first turn, done and answered; None (skipped) when the CLI is missing.
+    async fn start(frontend: HarnessFrontend, tag: &'static str) -> Option<Self> {
+        let (program, reply): (Program, fn(&str) -> Reply) = match frontend {
+            HarnessFrontend::CodexCli => (Program::Codex, responses_text),
+            HarnessFrontend::PiSdk => (Program::Pi, chat_text),
+            _ => (Program::Claude, anthropic_text),
+        };
+        let then: &'static str = format!("{tag}-TWO").leak();
+        let (server, p) =
+            model_and_place(program, reply, Some(&format!("{tag}-ONE")), then).await?;
+        let (first, events) = p
+            .turn(&server, frontend, &format!("{tag}-FIRST"), None)
+            .await;
+        assert!(first.result.success, "{:?}", first.result);
+        assert_eq!(
+            first.result.final_output.as_deref(),
+            Some(format!("{tag}-ONE").as_str())
+        );
+        let key = first.continuation.clone().unwrap().key.unwrap();
+        Some(Self {
+            server,
+            p,
+            frontend,
+            tag,
+            first,
+            events,
+            key,
+        })
+    }
+
+    /// The second turn, resuming from `cwd`: it succeeds, and the model's request carries the
+    /// first turn in its `field`.
+    async fn resume(&self, cwd: &Path, field: &str) -> RunTurnNonInteractiveResponse {
+        let prompt = format!("{}-SECOND", self.tag);
+        let req = self
+            .p
+            .request_in(&self.server, self.frontend, cwd, &prompt, Some(&self.key));
+        let (r, _) = self.p.run(&req).await;
+        assert!(r.result.success, "{:?}", r.result);
+        assert_eq!(
+            r.continuation.as_ref().unwrap().key.as_deref(),
+            Some(self.key.as_str())
+        );
+        let resumed = requests_with(&self.server, &prompt);
+        assert!(!resumed.is_empty(), "no request carried {prompt}");
+        let sent = resumed[0][field].to_string();
+        for earlier in [format!("{}-FIRST", self.tag), format!("{}-ONE", self.tag)] {
+            assert!(sent.contains(&earlier), "history not sent: {sent}");
+        }
+        r
+    }
+}
+
+/// Runs a spec's process to its end with the test's timeout: its exit and stdout lines.
+async fn run_spec(spec: &ProcessInvocationSpec) -> Vec<String> {
+    let mut lines = Vec::new();
+    let out = run_piped(
+        spec,
+        Some(Duration::from_millis(TIMEOUT_MS)),
+        &CancellationToken::new(),
+        &mut |l| lines.push(l.to_string()),
+    )
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", out.stderr_tail);
+    lines
 }
 
 #[tokio::test]
 async fn agent_sdk_observes_the_key_resumes_with_history_and_refuses_another_cwd() {
-    let Some(_) = require(Program::Claude) else {
+    let Some(c) = Conversation::start(HarnessFrontend::AgentSdk, "CLAUDE").await else {
         return;
     };
-    let server = MockServer::start(|_| anthropic_text("ANSWER-TWO")).await;
-    server.push(anthropic_text("ANSWER-ONE"));
-    let (root, cwd) = dirs();
-    let asp = root.path().join("asp");
-    let h = Harness::new(programs()).unwrap();
-    let (r1, events) = run(
-        &h,
-        &turn_request(
-            &server,
-            HarnessFrontend::AgentSdk,
-            &asp,
-            &cwd,
-            "FIRST-PROMPT",
-            None,
-        ),
-    )
-    .await;
-    assert!(r1.result.success, "{:?}", r1.result);
-    assert_eq!(r1.result.final_output.as_deref(), Some("ANSWER-ONE"));
-    let key = r1.continuation.clone().unwrap().key.unwrap();
-    assert!(events.iter().any(
-        |e| matches!(&e.payload, Some(HarnessEvent::ContinuationObserved { key: k }) if *k == key)
+    let (server, p, key) = (&c.server, &c.p, &c.key);
+    assert!(c.events.iter().any(
+        |e| matches!(&e.payload, Some(HarnessEvent::ContinuationObserved { key: k }) if k == key)
     ));
     assert!(matches!(
-        events.last().unwrap().payload,
+        c.events.last().unwrap().payload,
         Some(HarnessEvent::TurnCompleted { .. })
     ));
-
-    let (r2, _) = run(
-        &h,
-        &turn_request(
-            &server,
-            HarnessFrontend::AgentSdk,
-            &asp,
-            &cwd,
-            "SECOND-PROMPT",
-            Some(&key),
-        ),
-    )
-    .await;
-    assert!(r2.result.success, "{:?}", r2.result);
-    assert_eq!(r2.continuation.unwrap().key.as_deref(), Some(key.as_str()));
-    let resumed = requests_with(&server, "SECOND-PROMPT");
-    assert!(!resumed.is_empty());
-    let sent = resumed[0]["messages"].to_string();
-    assert!(
-        sent.contains("FIRST-PROMPT") && sent.contains("ANSWER-ONE"),
-        "history not sent: {sent}"
-    );
+    c.resume(&p.cwd, "messages").await;
 
     // Claude resumes only from the same cwd: refused up front, nothing spawned.
     let before = server.count();
-    let other = root.path().join("elsewhere");
-    std::fs::create_dir_all(&other).unwrap();
-    let err = h
-        .run_turn_non_interactive(
-            &turn_request(
-                &server,
-                HarnessFrontend::AgentSdk,
-                &asp,
-                &other,
-                "x",
-                Some(&key),
-            ),
-            &CancellationToken::new(),
-            &mut |_| {},
-        )
-        .await
-        .unwrap_err();
+    let other = p.other_dir("elsewhere");
+    let err = p
+        .refused(&p.request_in(
+            server,
+            HarnessFrontend::AgentSdk,
+            &other,
+            "x",
+            Some(key.as_str()),
+        ))
+        .await;
     assert_eq!(err.code(), HarnessErrorCode::ContinuationNotFound);
     assert!(err.to_string().contains("another cwd"), "{err}");
     assert_eq!(server.count(), before);
@@ -186,20 +295,17 @@ async fn agent_sdk_observes_the_key_resumes_with_history_and_refuses_another_cwd
 
 #[tokio::test]
 async fn a_provider_mismatch_is_refused_before_any_process_starts() {
-    let Some(_) = require(Program::Claude) else {
+    let Some((server, p)) = model_and_place(Program::Claude, anthropic_text, None, "never").await
+    else {
         return;
     };
-    let server = MockServer::start(|_| anthropic_text("never")).await;
-    let (root, cwd) = dirs();
-    let asp = root.path().join("asp");
-    let h = Harness::new(programs()).unwrap();
     for frontend in [
         HarnessFrontend::AgentSdk,
         HarnessFrontend::ClaudeCode,
         HarnessFrontend::CodexCli,
         HarnessFrontend::PiSdk,
     ] {
-        let mut req = turn_request(&server, frontend, &asp, &cwd, "x", None);
+        let mut req = p.request(&server, frontend, "x", None);
         let other = match frontend.provider() {
             ProviderDomain::Anthropic => ProviderDomain::Openai,
             ProviderDomain::Openai => ProviderDomain::Anthropic,
@@ -208,10 +314,7 @@ async fn a_provider_mismatch_is_refused_before_any_process_starts() {
             provider: other,
             key: Some("some-key".into()),
         });
-        let err = h
-            .run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {})
-            .await
-            .unwrap_err();
+        let err = p.refused(&req).await;
         assert_eq!(
             err.code(),
             HarnessErrorCode::ProviderMismatch,
@@ -219,44 +322,24 @@ async fn a_provider_mismatch_is_refused_before_any_process_starts() {
         );
     }
     assert_eq!(server.count(), 0, "no process ever reached the server");
-    assert!(!asp.exists(), "nothing was materialized");
+    assert!(!p.asp.exists(), "nothing was materialized");
 }
 
 #[tokio::test]
 async fn claude_code_spawned_from_the_spec_alone_completes_a_turn() {
-    let Some(_) = require(Program::Claude) else {
+    let Some((server, place)) =
+        model_and_place(Program::Claude, anthropic_text, None, "SPEC-ONLY-OK").await
+    else {
         return;
     };
-    let server = MockServer::start(|_| anthropic_text("SPEC-ONLY-OK")).await;
-    let (root, cwd) = dirs();
-    let mut req = BuildProcessInvocationSpecRequest::new(
-        HarnessFrontend::ClaudeCode,
-        root.path().join("asp"),
-        &cwd,
-    );
-    req.prompt = Some("hello".into());
-    req.model = Some("claude-sonnet-4-5".into());
-    req.options.isolated_home = true;
-    req.options.endpoint = Some(Endpoint {
-        base_url: server.base.clone(),
-        api_key_env: None,
-        provider_name: None,
-    });
-    req.env
-        .insert("ANTHROPIC_API_KEY".into(), "sk-ant-test".into());
+    // The turn request's invocation half: nothing else reaches the process.
+    let req = place
+        .request(&server, HarnessFrontend::ClaudeCode, "hello", None)
+        .invocation_request();
     let spec = build_process_invocation_spec(&req, &programs())
         .unwrap()
         .spec;
-    let mut lines = Vec::new();
-    let out = run_piped(
-        &spec,
-        Some(Duration::from_millis(TIMEOUT_MS)),
-        &CancellationToken::new(),
-        &mut |l| lines.push(l.to_string()),
-    )
-    .await
-    .unwrap();
-    assert!(out.status.success(), "{}", out.stderr_tail);
+    let lines = run_spec(&spec).await;
     let result: Value = serde_json::from_str(lines.last().unwrap()).unwrap();
     assert_eq!(result["type"], "result");
     assert_eq!(result["is_error"], false);
@@ -265,96 +348,33 @@ async fn claude_code_spawned_from_the_spec_alone_completes_a_turn() {
 
 #[tokio::test]
 async fn codex_observes_the_thread_resumes_with_history_and_runs_from_its_spec() {
-    let Some(_) = require(Program::Codex) else {
+    let Some(c) = Conversation::start(HarnessFrontend::CodexCli, "CODEX").await else {
         return;
     };
-    let server = MockServer::start(|_| responses_text("CODEX-TWO")).await;
-    server.push(responses_text("CODEX-ONE"));
-    let (root, cwd) = dirs();
-    let asp = root.path().join("asp");
-    let h = Harness::new(programs()).unwrap();
-    let (r1, _) = run(
-        &h,
-        &turn_request(
-            &server,
-            HarnessFrontend::CodexCli,
-            &asp,
-            &cwd,
-            "CODEX-FIRST",
-            None,
-        ),
-    )
-    .await;
-    assert!(r1.result.success, "{:?}", r1.result);
-    assert_eq!(r1.result.final_output.as_deref(), Some("CODEX-ONE"));
-    let key = r1.continuation.clone().unwrap().key.unwrap();
-    assert_eq!(r1.continuation.unwrap().provider, ProviderDomain::Openai);
-
-    // Resume from another cwd works for Codex (same provider definition).
-    let other = root.path().join("other");
-    std::fs::create_dir_all(&other).unwrap();
-    let (r2, _) = run(
-        &h,
-        &turn_request(
-            &server,
-            HarnessFrontend::CodexCli,
-            &asp,
-            &other,
-            "CODEX-SECOND",
-            Some(&key),
-        ),
-    )
-    .await;
-    assert!(r2.result.success, "{:?}", r2.result);
-    assert_eq!(r2.continuation.unwrap().key.as_deref(), Some(key.as_str()));
-    let resumed = requests_with(&server, "CODEX-SECOND");
-    let sent = resumed[0]["input"].to_string();
-    assert!(
-        sent.contains("CODEX-FIRST") && sent.contains("CODEX-ONE"),
-        "history not sent: {sent}"
+    let (server, p, key) = (&c.server, &c.p, &c.key);
+    assert_eq!(
+        c.first.continuation.as_ref().unwrap().provider,
+        ProviderDomain::Openai
     );
+    // Resume from another cwd works for Codex (same provider definition).
+    c.resume(&p.other_dir("other"), "input").await;
 
     // A different provider definition would not resume: refused before spawning.
-    let mut bad = turn_request(
-        &server,
-        HarnessFrontend::CodexCli,
-        &asp,
-        &cwd,
-        "x",
-        Some(&key),
-    );
+    let mut bad = p.request(server, HarnessFrontend::CodexCli, "x", Some(key.as_str()));
     bad.options.endpoint.as_mut().unwrap().provider_name = Some("another".into());
     let before = server.count();
-    let err = h
-        .run_turn_non_interactive(&bad, &CancellationToken::new(), &mut |_| {})
-        .await
-        .unwrap_err();
+    let err = p.refused(&bad).await;
     assert_eq!(err.code(), HarnessErrorCode::ContinuationNotFound);
     assert_eq!(server.count(), before);
 
     // The spec alone is enough to run a turn.
-    let inv = turn_request(
-        &server,
-        HarnessFrontend::CodexCli,
-        &asp,
-        &cwd,
-        "SPEC-PROMPT",
-        None,
-    )
-    .invocation_request();
+    let inv = p
+        .request(server, HarnessFrontend::CodexCli, "SPEC-PROMPT", None)
+        .invocation_request();
     let spec = build_process_invocation_spec(&inv, &programs())
         .unwrap()
         .spec;
-    let mut lines = Vec::new();
-    let out = run_piped(
-        &spec,
-        Some(Duration::from_millis(TIMEOUT_MS)),
-        &CancellationToken::new(),
-        &mut |l| lines.push(l.to_string()),
-    )
-    .await
-    .unwrap();
-    assert!(out.status.success(), "{}", out.stderr_tail);
+    let lines = run_spec(&spec).await;
     assert!(
         lines.iter().any(|l| l.contains("\"turn.completed\"")),
         "{lines:?}"
@@ -363,65 +383,14 @@ async fn codex_observes_the_thread_resumes_with_history_and_runs_from_its_spec()
 
 #[tokio::test]
 async fn pi_sdk_observes_the_session_and_resumes_with_history() {
-    let Some(_) = require(Program::Pi) else {
+    let Some(c) = Conversation::start(HarnessFrontend::PiSdk, "PI").await else {
         return;
     };
-    let server = MockServer::start(|_| chat_text("PI-TWO")).await;
-    server.push(chat_text("PI-ONE"));
-    let (root, cwd) = dirs();
-    let asp = root.path().join("asp");
-    let h = Harness::new(programs()).unwrap();
-    let (r1, _) = run(
-        &h,
-        &turn_request(
-            &server,
-            HarnessFrontend::PiSdk,
-            &asp,
-            &cwd,
-            "PI-FIRST",
-            None,
-        ),
-    )
-    .await;
-    assert!(r1.result.success, "{:?}", r1.result);
-    assert_eq!(r1.result.final_output.as_deref(), Some("PI-ONE"));
-    let key = r1.continuation.unwrap().key.unwrap();
-    let other = root.path().join("other");
-    std::fs::create_dir_all(&other).unwrap();
-    let (r2, _) = run(
-        &h,
-        &turn_request(
-            &server,
-            HarnessFrontend::PiSdk,
-            &asp,
-            &other,
-            "PI-SECOND",
-            Some(&key),
-        ),
-    )
-    .await;
-    assert!(r2.result.success, "{:?}", r2.result);
-    let resumed = requests_with(&server, "PI-SECOND");
-    let sent = resumed[0]["messages"].to_string();
-    assert!(
-        sent.contains("PI-FIRST") && sent.contains("PI-ONE"),
-        "history not sent: {sent}"
-    );
-    let err = h
-        .run_turn_non_interactive(
-            &turn_request(
-                &server,
-                HarnessFrontend::PiSdk,
-                &asp,
-                &cwd,
-                "x",
-                Some("no-such-session"),
-            ),
-            &CancellationToken::new(),
-            &mut |_| {},
-        )
-        .await
-        .unwrap_err();
+    let (server, p) = (&c.server, &c.p);
+    c.resume(&p.other_dir("other"), "messages").await;
+    let err = p
+        .refused(&p.request(server, HarnessFrontend::PiSdk, "x", Some("no-such-session")))
+        .await;
     assert_eq!(err.code(), HarnessErrorCode::ContinuationNotFound);
 }
 
@@ -430,32 +399,25 @@ async fn pi_sdk_observes_the_session_and_resumes_with_history() {
 #[tokio::test]
 async fn unknown_keys_are_refused_before_spawning() {
     let server = MockServer::start(|_| anthropic_text("never")).await;
-    let (root, cwd) = dirs();
-    let asp = root.path().join("asp");
     let missing = metash_harness::Programs {
         claude: Some("/nonexistent/claude".into()),
         codex: Some("/nonexistent/codex".into()),
         pi: Some("/nonexistent/pi".into()),
     };
-    let h = Harness::new(missing).unwrap();
+    let p = Place::with(missing);
     for frontend in [
         HarnessFrontend::AgentSdk,
         HarnessFrontend::ClaudeCode,
         HarnessFrontend::CodexCli,
         HarnessFrontend::PiSdk,
     ] {
-        let req = turn_request(
+        let req = p.request(
             &server,
             frontend,
-            &asp,
-            &cwd,
             "x",
             Some("0199aaaa-0000-7000-8000-000000000000"),
         );
-        let err = h
-            .run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {})
-            .await
-            .unwrap_err();
+        let err = p.refused(&req).await;
         assert_eq!(
             err.code(),
             HarnessErrorCode::ContinuationNotFound,
@@ -463,11 +425,8 @@ async fn unknown_keys_are_refused_before_spawning() {
         );
     }
     // Without a key the same harness does try to spawn, and says the program is missing.
-    let req = turn_request(&server, HarnessFrontend::CodexCli, &asp, &cwd, "x", None);
-    let err = h
-        .run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {})
-        .await
-        .unwrap_err();
+    let req = p.request(&server, HarnessFrontend::CodexCli, "x", None);
+    let err = p.refused(&req).await;
     assert_eq!(err.code(), HarnessErrorCode::ProgramNotFound);
     assert_eq!(server.count(), 0);
 }
@@ -485,9 +444,7 @@ async fn provider_errors_from_the_clis_become_error_events() {
         }
     })
     .await;
-    let (root, cwd) = dirs();
-    let asp = root.path().join("asp");
-    let h = Harness::new(programs()).unwrap();
+    let p = Place::new();
     for (frontend, program, needle) in [
         (
             HarnessFrontend::AgentSdk,
@@ -504,7 +461,7 @@ async fn provider_errors_from_the_clis_become_error_events() {
         if require(program).is_none() {
             continue;
         }
-        let (r, events) = run(&h, &turn_request(&server, frontend, &asp, &cwd, "x", None)).await;
+        let (r, events) = p.turn(&server, frontend, "x", None).await;
         assert!(!r.result.success);
         let err = r.result.error.clone().unwrap();
         assert_eq!(
@@ -541,15 +498,8 @@ async fn interactive_specs_on_a_pty_reach_the_model() {
         if require(program).is_none() {
             continue;
         }
-        let (root, cwd) = dirs();
-        let turn = turn_request(
-            &server,
-            frontend,
-            &root.path().join("asp"),
-            &cwd,
-            "INTERACTIVE-PROMPT",
-            None,
-        );
+        let place = Place::new();
+        let turn = place.request(&server, frontend, "INTERACTIVE-PROMPT", None);
         let mut inv = turn.invocation_request();
         inv.interaction_mode = metash_protocol::InteractionMode::Interactive;
         inv.io_mode = metash_protocol::IoMode::Pty;

@@ -92,13 +92,8 @@ impl MockServer {
 
     /// The captured model requests (POSTs), in order.
     pub fn posts(&self) -> Vec<Captured> {
-        self.requests
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|c| c.method == "POST")
-            .cloned()
-            .collect()
+        let all = self.requests.lock().unwrap();
+        all.iter().filter(|c| c.method == "POST").cloned().collect()
     }
 
     pub fn count(&self) -> usize {
@@ -512,4 +507,25 @@ pub fn require(p: metash_harness::Program) -> Option<PathBuf> {
         );
     }
     found
+}
+
+/// Runs one turn to its end: the response and its events, whose `seq` must be gapless from 1.
+pub async fn run_turn(
+    h: &metash_harness::Harness,
+    req: &metash_harness::RunTurnNonInteractiveRequest,
+) -> (
+    metash_protocol::RunTurnNonInteractiveResponse,
+    Vec<metash_protocol::HarnessEventEnvelope>,
+) {
+    let mut events = Vec::new();
+    let resp = h
+        .run_turn_non_interactive(req, &metash_harness::CancellationToken::new(), &mut |e| {
+            events.push(e)
+        })
+        .await
+        .unwrap();
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e.seq, i as u64 + 1, "seq is gapless");
+    }
+    (resp, events)
 }

@@ -16,7 +16,8 @@ use rmcp::{tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt
 use serde_json::Value;
 
 use super::params::{
-    AnswerCheckpointParams, GetStateParams, LogProgressParams, SpawnAgentParams, UpdateStateParams,
+    AnswerCheckpointParams, Checked, GetStateParams, LogProgressParams, SpawnAgentParams,
+    UpdateStateParams,
 };
 use super::service::{CallError, Service};
 use crate::{Host, Spawner};
@@ -101,7 +102,7 @@ impl McpServer {
     )]
     async fn spawn_agent(
         &self,
-        Parameters(p): Parameters<SpawnAgentParams>,
+        Parameters(Checked(p)): Parameters<Checked<SpawnAgentParams>>,
     ) -> Result<CallToolResult, ErrorData> {
         self.run(move |s| s.spawn_agent(p)).await
     }
@@ -111,7 +112,7 @@ impl McpServer {
     )]
     async fn update_state(
         &self,
-        Parameters(p): Parameters<UpdateStateParams>,
+        Parameters(Checked(p)): Parameters<Checked<UpdateStateParams>>,
     ) -> Result<CallToolResult, ErrorData> {
         self.run(move |s| s.update_state(p)).await
     }
@@ -121,7 +122,7 @@ impl McpServer {
     )]
     async fn get_state(
         &self,
-        Parameters(p): Parameters<GetStateParams>,
+        Parameters(Checked(p)): Parameters<Checked<GetStateParams>>,
     ) -> Result<CallToolResult, ErrorData> {
         self.run(move |s| s.get_state(p)).await
     }
@@ -131,7 +132,7 @@ impl McpServer {
     )]
     async fn log_progress(
         &self,
-        Parameters(p): Parameters<LogProgressParams>,
+        Parameters(Checked(p)): Parameters<Checked<LogProgressParams>>,
     ) -> Result<CallToolResult, ErrorData> {
         self.run(move |s| s.log_progress(p)).await
     }
@@ -141,7 +142,7 @@ impl McpServer {
     )]
     async fn answer_checkpoint(
         &self,
-        Parameters(p): Parameters<AnswerCheckpointParams>,
+        Parameters(Checked(p)): Parameters<Checked<AnswerCheckpointParams>>,
     ) -> Result<CallToolResult, ErrorData> {
         self.run(move |s| s.answer_checkpoint(p)).await
     }

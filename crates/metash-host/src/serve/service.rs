@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::params::{
-    AnswerCheckpointParams, FromParams, GetStateParams, LogProgressParams, ParamError,
+    decode, AnswerCheckpointParams, GetStateParams, LogProgressParams, ParamError, Params,
     SpawnAgentParams, UpdateStateParams,
 };
 use crate::{Host, HostError, SpawnRequest, Spawner};
@@ -134,8 +134,8 @@ pub fn positional_names(method: &str) -> Option<&'static [&'static str]> {
     })
 }
 
-fn parse<P: FromParams>(params: &Value) -> Result<P, CallError> {
-    Ok(P::from_params(params)?)
+fn parse<P: Params>(params: &Value) -> Result<P, CallError> {
+    Ok(decode(params)?)
 }
 
 fn no_params(params: &Value) -> Result<(), CallError> {

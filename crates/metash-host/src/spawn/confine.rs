@@ -14,7 +14,7 @@ use metash_protocol::LogKind;
 
 use metash_harness::{ConfineGuard, Confiner};
 use metash_protocol::ProcessInvocationSpec;
-use metash_runtime::native::confine::{self, ConfineSpec, Confinement, PASS_ENV};
+use metash_runtime::native::confine::{self, ConfineSpec, Confinement, Fence, PASS_ENV};
 use metash_runtime::spec::PathAccess;
 use metash_runtime::EventSink;
 use serde_json::json;
@@ -32,14 +32,9 @@ pub struct RoleConfiner {
     pub frontend: &'static str,
     /// The spawn's own directory: HOME, the CLI's config and TMPDIR live here.
     pub spawn_dir: PathBuf,
-    pub hidden: Vec<PathBuf>,
-    pub connect_ports: Vec<u16>,
-    /// `[roles.X] network`: domains reachable through the allowlist proxy.
-    pub allowlist: Vec<String>,
-    pub mem: Option<String>,
-    pub cpu: Option<String>,
-    pub max_pids: u64,
-    pub timeout: Duration,
+    /// The role's quotas, `[roles.X] network` allowlist, and what the spawn adds (hidden state,
+    /// the proxy's port).
+    pub fence: Fence,
     /// The host's values of [`PASS_ENV`].
     pub passed_env: Vec<(String, String)>,
     pub sink: Arc<dyn EventSink>,
@@ -58,13 +53,15 @@ impl RoleConfiner {
             role: name.to_string(),
             frontend: role.frontend.as_str(),
             spawn_dir: spawn_dir.to_path_buf(),
-            hidden: Vec::new(),
-            connect_ports: Vec::new(),
-            allowlist: role.network.clone(),
-            mem: role.mem.clone(),
-            cpu: role.cpu.clone(),
-            max_pids: role.max_pids.unwrap_or(DEFAULT_MAX_PIDS),
-            timeout,
+            fence: Fence {
+                hidden: Vec::new(),
+                connect_ports: Vec::new(),
+                allowlist: role.network.clone(),
+                mem: role.mem.clone(),
+                cpu: role.cpu.clone(),
+                max_pids: role.max_pids.unwrap_or(DEFAULT_MAX_PIDS),
+                timeout,
+            },
             passed_env: PASS_ENV
                 .iter()
                 .filter_map(|k| env(k).map(|v| (k.to_string(), v)))
@@ -113,13 +110,7 @@ impl RoleConfiner {
             program,
             workspace: cwd.to_path_buf(),
             paths,
-            hidden: self.hidden.clone(),
-            connect_ports: self.connect_ports.clone(),
-            allowlist: self.allowlist.clone(),
-            mem: self.mem.clone(),
-            cpu: self.cpu.clone(),
-            max_pids: self.max_pids,
-            timeout: self.timeout,
+            fence: self.fence.clone(),
             env,
         };
         Confinement::prepare(&cs, &self.sink).map_err(|e| e.to_string())

@@ -56,9 +56,11 @@ impl Spawner for Host {
             return Err(HostError::InvalidRequest("agent_name is empty".into()));
         }
         if let Some(t) = req.options.timeout_seconds {
-            if !(t.is_finite() && t > 0.0) {
+            if metash_protocol::timeout_from_secs(t).is_none() {
                 return Err(HostError::InvalidRequest(format!(
-                    "timeout_seconds must be a positive number, not {t}"
+                    "timeout_seconds must be a positive number, at most {} (30 days), not {}",
+                    metash_protocol::MAX_TIMEOUT_SECONDS,
+                    metash_protocol::show_seconds(t)
                 )));
             }
         }
@@ -127,7 +129,7 @@ impl Host {
             .timeout_seconds
             .or(role_timeout)
             .or(self.config().host.default_timeout_seconds)
-            .map(Duration::from_secs_f64)
+            .and_then(metash_protocol::timeout_from_secs)
             .unwrap_or(DEFAULT_TIMEOUT)
     }
 

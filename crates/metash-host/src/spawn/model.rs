@@ -211,12 +211,12 @@ impl RoleSpawn<'_> {
             |k| host.env_var(k),
             host.event_sink(),
         );
-        confiner.hidden = host.hidden_dirs();
-        confiner.connect_ports = port.into_iter().collect();
+        confiner.fence.hidden = host.hidden_dirs();
+        confiner.fence.connect_ports = port.into_iter().collect();
         let mut server = None;
         if role.permissions == Permissions::Ask {
             let s = super::permission::start_for(host, agent, &self.workdir)?;
-            confiner.connect_ports.push(s.port());
+            confiner.fence.connect_ports.push(s.port());
             turn.options.mcp_servers = Some(s.mcp_servers());
             turn.options.permission_prompt_tool = Some(super::permission::TOOL.into());
             server = Some(s);

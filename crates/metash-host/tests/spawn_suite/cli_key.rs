@@ -2,9 +2,10 @@
 //! headless against a loopback Anthropic server through metash's credential proxy: the server
 //! receives the real key; the CLI's environment and arguments hold only a placeholder.
 
-use metash_host::{Host, HostOptions, SpawnRequest, Spawner, Terminal};
+use metash_host::{Host, HostOptions, SpawnRequest, Spawner};
 use metash_protocol::AgentStatus;
 use metash_testkit::anthropic::{sse_text, sse_tool_use, ModelServer};
+use metash_testkit::cli::Cli;
 
 use super::common::Project;
 
@@ -31,15 +32,11 @@ fn processes(needle: &str) -> Vec<(String, String)> {
 
 #[test]
 fn a_cli_role_gets_a_placeholder_and_the_upstream_the_real_key() {
-    let tools = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools");
-    let claude = tools.join("node_modules/@anthropic-ai/claude-code/bin/claude.exe");
-    if !claude.exists() {
-        metash_testkit::skip(
-            "a_cli_role_gets_a_placeholder_and_the_upstream_the_real_key",
-            "Claude Code is not installed under .tools (run scripts/setup)",
-        );
+    let Some(tools) =
+        Cli::Claude.installed("a_cli_role_gets_a_placeholder_and_the_upstream_the_real_key")
+    else {
         return;
-    }
+    };
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let server = {
         let seen = seen.clone();
@@ -73,13 +70,9 @@ fn a_cli_role_gets_a_placeholder_and_the_upstream_the_real_key() {
     ));
     let host = Host::open(
         p.path(),
-        HostOptions {
-            terminal: Terminal::Silent,
-            env: [("METASH_TEST_CLI_KEY".to_string(), REAL_KEY.to_string())].into(),
-            consent: metash_host::ConsentMode::NonInteractive,
-            yes_to: vec!["native".parse().expect("capability")],
-            ..HostOptions::default()
-        },
+        HostOptions::silent()
+            .with_env("METASH_TEST_CLI_KEY", REAL_KEY)
+            .with_yes_to(["native".parse().expect("capability")]),
     )
     .expect("host");
     let mut req = SpawnRequest::new("coder", "Answer briefly.", "Say something.");
@@ -133,7 +126,7 @@ fn a_cli_role_gets_a_placeholder_and_the_upstream_the_real_key() {
         .iter()
         .all(|e| e["payload"]["type"] != "tool_call"));
     // Nor is the key anywhere in the project's files (the log included).
-    for e in walk(p.path()) {
+    for e in metash_testkit::procs::files_under(p.path()) {
         let text = std::fs::read(&e).unwrap_or_default();
         assert!(
             !String::from_utf8_lossy(&text).contains(REAL_KEY),
@@ -141,20 +134,4 @@ fn a_cli_role_gets_a_placeholder_and_the_upstream_the_real_key() {
             e.display()
         );
     }
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        let Ok(m) = std::fs::symlink_metadata(&p) else {
-            continue;
-        };
-        if m.is_dir() {
-            out.extend(walk(&p));
-        } else if m.is_file() {
-            out.push(p);
-        }
-    }
-    out
 }

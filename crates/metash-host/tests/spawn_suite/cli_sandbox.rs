@@ -120,21 +120,21 @@ impl Drop for Outside {
     }
 }
 
+/// The project's host with the CLI's key and native agents allowed.
+fn cli_host(p: &Project) -> Host {
+    Host::open(
+        p.path(),
+        HostOptions::silent()
+            .with_env("METASH_TEST_CLI_KEY", KEY)
+            .with_yes_to(["native".parse().expect("capability")]),
+    )
+    .expect("host")
+}
+
 fn probe_run(cli: Cli, test: &str) {
-    let Some(tools) = cli.tools() else {
-        metash_testkit::skip(
-            test,
-            &format!(
-                "{} is not installed under .tools (run scripts/setup)",
-                cli.name()
-            ),
-        );
+    let Some(tools) = super::common::cli_ready(cli, test) else {
         return;
     };
-    if let Some(why) = super::common::native_unavailable() {
-        metash_testkit::skip(test, &why);
-        return;
-    }
     let p = Project::new();
     let outside = Outside::new();
     let probes = outside.probes(p.path());
@@ -152,17 +152,7 @@ fn probe_run(cli: Cli, test: &str) {
     });
     std::os::unix::fs::symlink(&tools, p.path().join(".tools")).expect("link .tools");
     p.config(&cli.role("coder", &server.base));
-    let host = Host::open(
-        p.path(),
-        HostOptions {
-            terminal: Terminal::Silent,
-            env: [("METASH_TEST_CLI_KEY".to_string(), KEY.to_string())].into(),
-            consent: ConsentMode::NonInteractive,
-            yes_to: vec!["native".parse().expect("capability")],
-            ..HostOptions::default()
-        },
-    )
-    .expect("host");
+    let host = cli_host(&p);
     let mut req = SpawnRequest::new("coder", "You are a test.", "Do the probes.");
     req.options.timeout_seconds = Some(300.0);
     let r = host.spawn_agent(&req).expect("spawn");
@@ -332,15 +322,7 @@ fn ask_run(yes_to: &[&str]) -> (Project, metash_protocol::AgentResponse) {
 #[test]
 fn with_permissions_ask_each_claude_code_tool_use_is_a_consent_request() {
     let test = "with_permissions_ask_each_claude_code_tool_use_is_a_consent_request";
-    if Cli::Claude.tools().is_none() {
-        metash_testkit::skip(
-            test,
-            "Claude Code is not installed under .tools (run scripts/setup)",
-        );
-        return;
-    }
-    if let Some(why) = super::common::native_unavailable() {
-        metash_testkit::skip(test, &why);
+    if super::common::cli_ready(Cli::Claude, test).is_none() {
         return;
     }
     // Granted: the request is in the ledger and the call ran.
@@ -385,20 +367,9 @@ fn with_permissions_ask_each_claude_code_tool_use_is_a_consent_request() {
 /// streams, stops the CLI while its tool call is still running, says why, and the call's effect
 /// never happens.
 fn cost_stop(cli: Cli, test: &str) {
-    let Some(tools) = cli.tools() else {
-        metash_testkit::skip(
-            test,
-            &format!(
-                "{} is not installed under .tools (run scripts/setup)",
-                cli.name()
-            ),
-        );
+    let Some(tools) = super::common::cli_ready(cli, test) else {
         return;
     };
-    if let Some(why) = super::common::native_unavailable() {
-        metash_testkit::skip(test, &why);
-        return;
-    }
     let p = Project::new();
     let server = ModelServer::start(move |c| {
         let body = c.text();
@@ -420,17 +391,7 @@ fn cost_stop(cli: Cli, test: &str) {
     p.config(&format!(
         "{role}[budget]\nmax_cost_usd = 0.1\n[prices.{model}]\ninput_per_mtok = 0.0\noutput_per_mtok = 10.0\n"
     ));
-    let host = Host::open(
-        p.path(),
-        HostOptions {
-            terminal: Terminal::Silent,
-            env: [("METASH_TEST_CLI_KEY".to_string(), KEY.to_string())].into(),
-            consent: ConsentMode::NonInteractive,
-            yes_to: vec!["native".parse().expect("capability")],
-            ..HostOptions::default()
-        },
-    )
-    .expect("host");
+    let host = cli_host(&p);
     let started = std::time::Instant::now();
     let mut req = SpawnRequest::new("coder", "You are a test.", "Spend a lot.");
     req.options.timeout_seconds = Some(120.0);

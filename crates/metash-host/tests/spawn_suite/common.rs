@@ -50,28 +50,21 @@ impl Project {
         .unwrap()
     }
 
+    /// Every logged record, oldest first.
+    pub fn records(&self) -> Vec<metash_protocol::LogRecord> {
+        let store = metash_store::Store::open(self.path()).unwrap();
+        store.log().read_all().unwrap()
+    }
+
     /// The `data` of every logged event of `kind`, oldest first.
     pub fn log_data(&self, kind: &str) -> Vec<serde_json::Value> {
-        metash_store::Store::open(self.path())
-            .unwrap()
-            .log()
-            .read_all()
-            .unwrap()
-            .into_iter()
-            .filter(|r| r.kind == kind)
-            .map(|r| r.data)
-            .collect()
+        let records = self.records().into_iter();
+        records.filter(|r| r.kind == kind).map(|r| r.data).collect()
     }
 
     pub fn log_kinds(&self) -> Vec<String> {
-        metash_store::Store::open(self.path())
-            .unwrap()
-            .log()
-            .read_all()
-            .unwrap()
-            .into_iter()
-            .map(|r| r.kind.to_string())
-            .collect()
+        let records = self.records().into_iter();
+        records.map(|r| r.kind.to_string()).collect()
     }
 }
 
@@ -89,6 +82,17 @@ pub fn native_unavailable() -> Option<String> {
         ));
     }
     None
+}
+
+/// The `.tools` directory holding `cli`, when it and the native sandbox are both available here
+/// (otherwise a skip, a failure under CI).
+pub fn cli_ready(cli: metash_testkit::cli::Cli, test: &str) -> Option<PathBuf> {
+    let tools = cli.installed(test)?;
+    if let Some(why) = native_unavailable() {
+        metash_testkit::skip(test, &why);
+        return None;
+    }
+    Some(tools)
 }
 
 pub use metash_testkit::procs::live_processes;

@@ -17,22 +17,24 @@ fn snapshot(p: &Project) -> (Vec<u8>, Vec<u8>) {
     )
 }
 
-/// A project with the native test agent `n`, granted read and write (None, having said why,
-/// where native agents cannot run).
-fn native_project(test: &str) -> Option<(Project, metash_host::Host)> {
+/// Registers the native test agent `n`, declaring read and write.
+fn read_write_agent(p: &Project) {
+    let caps = ["files.read", "files.write"];
+    p.agent("n", "native", &native_agent_exe(), &caps);
+}
+
+/// A project with the native test agent `n`, granted read and write, and its canonical root
+/// (None, having said why, where native agents cannot run).
+fn native_project(test: &str) -> Option<(Project, metash_host::Host, std::path::PathBuf)> {
     if let Some(why) = native_unavailable() {
         metash_testkit::skip(test, &why);
         return None;
     }
     let p = Project::new();
-    p.agent(
-        "n",
-        "native",
-        &native_agent_exe(),
-        &["files.read", "files.write"],
-    );
+    read_write_agent(&p);
     let host = p.host(&["native", "files.read", "files.write"]);
-    Some((p, host))
+    let root = std::fs::canonicalize(p.path()).expect("root");
+    Some((p, host, root))
 }
 
 fn attempt(host: &metash_host::Host, what: &str) -> String {
@@ -45,11 +47,9 @@ fn attempt(host: &metash_host::Host, what: &str) -> String {
 
 #[test]
 fn a_native_agent_with_the_whole_project_cannot_reach_meta() {
-    let Some((p, host)) = native_project("a_native_agent_with_the_whole_project_cannot_reach_meta")
-    else {
+    let Some((p, host, root)) = native_project("native agent, whole project") else {
         return;
     };
-    let root = std::fs::canonicalize(p.path()).expect("root");
     let meta = root.join(".meta");
     std::fs::create_dir_all(meta.join("cache/wasm")).expect("cache dir");
     // Positive control: the agent does reach the project's own files.
@@ -102,11 +102,9 @@ fn a_native_agent_with_the_whole_project_cannot_reach_meta() {
 
 #[test]
 fn a_native_agent_in_a_task_worktree_cannot_climb_to_meta() {
-    let Some((p, host)) = native_project("a_native_agent_in_a_task_worktree_cannot_climb_to_meta")
-    else {
+    let Some((_p, host, root)) = native_project("native agent in a worktree") else {
         return;
     };
-    let root = std::fs::canonicalize(p.path()).expect("root");
     let wt = root.join(".meta/worktrees/t1");
     std::fs::create_dir_all(&wt).expect("worktree");
     let run = |what: &str| {
@@ -154,12 +152,7 @@ fn a_wasm_agent_is_never_given_a_directory_holding_meta() {
 #[test]
 fn a_grant_naming_meta_is_refused_at_grant_time() {
     let p = Project::new();
-    p.agent(
-        "n",
-        "native",
-        &native_agent_exe(),
-        &["files.read", "files.write"],
-    );
+    read_write_agent(&p);
     let store = metash_store::Store::open(p.path()).expect("store");
     let dirs = metash_policy::AgentDirs::new(p.path(), None);
     let policy = metash_policy::Policy::new(store, metash_policy::Registry::discover(&dirs));

@@ -1,6 +1,6 @@
 use std::time::{Duration, Instant};
 
-use metash_host::{Host, HostOptions, SpawnRequest, Spawner, Terminal};
+use metash_host::{Host, HostOptions, SpawnRequest, Spawner};
 use metash_protocol::{AgentStatus, SpawnOptions};
 
 use super::common::Project;
@@ -19,11 +19,7 @@ fn role_project(provider: &Provider, extra: &str) -> Project {
 fn host(p: &Project) -> Host {
     Host::open(
         p.path(),
-        HostOptions {
-            terminal: Terminal::Silent,
-            env: [("METASH_TEST_KEY".to_string(), "sk-test-123".to_string())].into(),
-            ..HostOptions::default()
-        },
+        HostOptions::silent().with_env("METASH_TEST_KEY", "sk-test-123"),
     )
     .unwrap()
 }
@@ -129,14 +125,7 @@ fn answer_cut_at_max_tokens_is_an_error() {
 fn missing_key_stops_before_any_request() {
     let provider = Provider::start(vec![Reply::text("x")]);
     let p = role_project(&provider, "");
-    let h = Host::open(
-        p.path(),
-        HostOptions {
-            terminal: Terminal::Silent,
-            ..HostOptions::default()
-        },
-    )
-    .unwrap();
+    let h = Host::open(p.path(), HostOptions::silent()).unwrap();
     if std::env::var_os("METASH_TEST_KEY").is_some() {
         eprintln!(
             "SKIP missing_key_stops_before_any_request: METASH_TEST_KEY is set in this environment"

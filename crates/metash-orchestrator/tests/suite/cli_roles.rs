@@ -4,24 +4,17 @@
 //! worktree, runs git there, is refused `.meta/` from inside the worktree, and the run ends with
 //! every task committed and merged.
 
-use metash_host::{ConsentMode, Host, HostOptions, Terminal};
-use metash_orchestrator::{Orchestrator, RunOptions, RunOutcome};
+use metash_host::{Host, HostOptions};
+use metash_orchestrator::{Orchestrator, RunOptions};
 use metash_testkit::anthropic::ModelServer;
 use metash_testkit::cli::{scripted_step, Cli, META_PROBES};
 
-use super::common::{commits_of, git, statuses, Project};
+use super::common::{commits_of, complete, git, statuses, Project};
 
 const KEY: &str = "sk-real-orchestrated-cli-key-0123456789";
 
 fn run_plan(cli: Cli, test: &str) {
-    let Some(tools) = cli.tools() else {
-        metash_testkit::skip(
-            test,
-            &format!(
-                "{} is not installed under .tools (run scripts/setup)",
-                cli.name()
-            ),
-        );
+    let Some(tools) = cli.installed(test) else {
         return;
     };
     let server = ModelServer::start(move |c| cli.scripted_run(&c.text()));
@@ -35,13 +28,9 @@ fn run_plan(cli: Cli, test: &str) {
     std::fs::write(p.path().join(".meta/config.toml"), config).expect("config");
     let h = Host::open(
         p.path(),
-        HostOptions {
-            terminal: Terminal::Silent,
-            env: [("METASH_TEST_CLI_KEY".to_string(), KEY.to_string())].into(),
-            consent: ConsentMode::NonInteractive,
-            yes_to: vec!["native".parse().expect("capability")],
-            ..HostOptions::default()
-        },
+        HostOptions::silent()
+            .with_env("METASH_TEST_CLI_KEY", KEY)
+            .with_yes_to(["native".parse().expect("capability")]),
     )
     .expect("host");
     // The compile cache exists, so a plant there would be a real file.
@@ -52,9 +41,7 @@ fn run_plan(cli: Cli, test: &str) {
     let log = std::fs::read_to_string(p.path().join(".meta/events.jsonl")).unwrap_or_default();
     assert_eq!(
         outcome,
-        RunOutcome::Complete {
-            phases_completed: 1
-        },
+        complete(1),
         "{}",
         log.lines()
             .filter(|l| l.contains("tool_result") || l.contains("error"))
@@ -94,7 +81,7 @@ fn run_plan(cli: Cli, test: &str) {
         .verify()
         .expect("the log verifies");
     // The key is in no file of the project (the log and the worktrees included).
-    for f in walk(p.path()) {
+    for f in metash_testkit::procs::files_under(p.path()) {
         let text = std::fs::read(&f).unwrap_or_default();
         assert!(
             !String::from_utf8_lossy(&text).contains(KEY),
@@ -181,20 +168,4 @@ pub(super) fn check_meta_probes(log: &str, tag: &str) {
             }
         }
     }
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        let Ok(m) = std::fs::symlink_metadata(&p) else {
-            continue;
-        };
-        if m.is_dir() {
-            out.extend(walk(&p));
-        } else if m.is_file() {
-            out.push(p);
-        }
-    }
-    out
 }

@@ -9,7 +9,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use metash_example_agents::Reply;
-use metash_host::{Host, HostOptions, SpawnRequest, Spawner, Terminal};
+use metash_host::{Host, HostOptions, SpawnRequest, Spawner};
+use metash_orchestrator::RunOutcome;
 use metash_protocol::{AgentResponse, AgentStatus, CheckpointSignal, ResponseMetadata};
 use metash_store::Store;
 use serde_json::{json, Value};
@@ -68,14 +69,7 @@ impl Project {
     }
 
     pub fn host(&self) -> Host {
-        Host::open(
-            self.path(),
-            HostOptions {
-                terminal: Terminal::Silent,
-                ..HostOptions::default()
-            },
-        )
-        .unwrap()
+        Host::open(self.path(), HostOptions::silent()).unwrap()
     }
 
     pub fn store(&self) -> Store {
@@ -161,23 +155,17 @@ pub struct Sim {
 
 impl Sim {
     pub fn new(project: &Project) -> Self {
-        Self {
-            store: project.store(),
-            executor_sleep: Duration::ZERO,
-            planner_script: Mutex::new(VecDeque::new()),
-            verifier_fails: vec![],
-            same_file: false,
-            timeout_first: vec![],
-            idle: vec![],
-            verifier_passes: vec![],
-            spawns: Mutex::new(vec![]),
-        }
+        Self::with_store(project.store())
     }
 
     /// For a child process that has only the project's host.
     pub fn new_at(host: &Host) -> Self {
+        Self::with_store(Store::open(&host.workspace()).unwrap())
+    }
+
+    fn with_store(store: Store) -> Self {
         Self {
-            store: Store::open(&host.workspace()).unwrap(),
+            store,
             executor_sleep: Duration::ZERO,
             planner_script: Mutex::new(VecDeque::new()),
             verifier_fails: vec![],
@@ -238,15 +226,7 @@ impl Spawner for Sim {
                 std::fs::write(ws.join("half-written.txt"), "partial").unwrap();
                 std::fs::write(ws.join("hello.txt"), "Hel").unwrap();
                 let out = response(AgentStatus::Timeout, "partial output".into());
-                self.spawns.lock().unwrap().push(Spawned {
-                    agent: req.agent_name.clone(),
-                    task: req.task_id.clone(),
-                    user_message: req.user_message.clone(),
-                    resume,
-                    workdir: req.workdir.clone(),
-                    start,
-                    end: Instant::now(),
-                });
+                self.record(req, resume, start);
                 return Ok(out);
             }
             "executor" if req.task_id.as_ref().is_some_and(|t| self.idle.contains(t)) => {
@@ -288,6 +268,14 @@ impl Spawner for Sim {
                 .unwrap(),
             ),
         };
+        self.record(req, resume, start);
+        Ok(out)
+    }
+}
+
+impl Sim {
+    /// Remembers a spawn that ran from `start` until now.
+    fn record(&self, req: &SpawnRequest, resume: Option<Value>, start: Instant) {
         self.spawns.lock().unwrap().push(Spawned {
             agent: req.agent_name.clone(),
             task: req.task_id.clone(),
@@ -297,7 +285,6 @@ impl Spawner for Sim {
             start,
             end: Instant::now(),
         });
-        Ok(out)
     }
 }
 
@@ -325,4 +312,18 @@ pub fn commits_of(state: &Value, id: &str) -> Vec<String> {
         .and_then(|t| t["commits"].as_array())
         .map(|c| c.iter().map(|s| s.as_str().unwrap().to_string()).collect())
         .unwrap_or_default()
+}
+
+/// The outcome of a run that completed after `phases` phases.
+pub fn complete(phases: u32) -> RunOutcome {
+    RunOutcome::Complete {
+        phases_completed: phases,
+    }
+}
+
+/// The outcome of a run stopped by `max_phases` after `phases` phases.
+pub fn phase_limit(phases: u32) -> RunOutcome {
+    RunOutcome::PhaseLimit {
+        phases_completed: phases,
+    }
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use metash_host::{Host, HostOptions, Terminal};
+use metash_host::{Host, HostOptions};
 use metash_orchestrator::{Orchestrator, RunOptions, RunOutcome};
 use serde_json::Value;
 
@@ -70,14 +70,7 @@ fn run_once(dir: &Path, policy: Option<&Path>) -> RunOutcome {
             orch.run(&options).unwrap()
         }
         None => {
-            let host = Host::open(
-                dir,
-                HostOptions {
-                    terminal: Terminal::Silent,
-                    ..HostOptions::default()
-                },
-            )
-            .unwrap();
+            let host = Host::open(dir, HostOptions::silent()).unwrap();
             let mut sim = Sim::new_at(&host);
             sim.executor_sleep = Duration::from_millis(40);
             let mut orch = Orchestrator::new(&host, &sim).unwrap();

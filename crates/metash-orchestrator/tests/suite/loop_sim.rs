@@ -4,7 +4,7 @@
 
 use metash_orchestrator::{Orchestrator, RunOptions, RunOutcome};
 
-use super::common::{commits_of, git, statuses, Project, Sim};
+use super::common::{commits_of, complete, git, phase_limit, statuses, Project, Sim};
 
 fn run(p: &Project, sim: &Sim, options: RunOptions) -> RunOutcome {
     let host = p.host();
@@ -37,12 +37,7 @@ fn checkpoint_answer_then_two_phases_to_completion() {
             ..RunOptions::default()
         },
     );
-    assert_eq!(
-        outcome,
-        RunOutcome::Complete {
-            phases_completed: 2
-        }
-    );
+    assert_eq!(outcome, complete(2));
 
     // The answer reached the planner's next spawn, once.
     let spawns = sim.spawned();
@@ -159,12 +154,7 @@ fn gap_limit_halts_with_a_report_and_retry_resets() {
             ..RunOptions::default()
         },
     );
-    assert_eq!(
-        outcome,
-        RunOutcome::PhaseLimit {
-            phases_completed: 1
-        }
-    );
+    assert_eq!(outcome, phase_limit(1));
     assert_eq!(p.state()["gapCount"], 0);
 }
 
@@ -173,12 +163,7 @@ fn rollback_reverts_a_task_and_its_dependents_then_run_redoes_them() {
     let p = Project::new("");
     p.decide("english");
     let sim = Sim::new(&p);
-    assert_eq!(
-        run(&p, &sim, RunOptions::default()),
-        RunOutcome::Complete {
-            phases_completed: 2
-        }
-    );
+    assert_eq!(run(&p, &sim, RunOptions::default()), complete(2));
     let host = p.host();
     let orch = Orchestrator::new(&host, &sim).unwrap();
     let plan = orch.rollback_plan("hello").unwrap();
@@ -210,12 +195,7 @@ fn rollback_reverts_a_task_and_its_dependents_then_run_redoes_them() {
 
     // The next run redoes the rolled-back tasks without asking the planner again.
     let sim2 = Sim::new(&p);
-    assert_eq!(
-        run(&p, &sim2, RunOptions::default()),
-        RunOutcome::Complete {
-            phases_completed: 2
-        }
-    );
+    assert_eq!(run(&p, &sim2, RunOptions::default()), complete(2));
     assert_eq!(p.file_at_head("hello.txt"), "Hello, world!");
     assert_eq!(p.file_at_head("shout.txt"), "HELLO, WORLD!");
     let planner_calls = sim2
@@ -240,12 +220,7 @@ fn a_timed_out_task_is_reset_to_its_last_commit_and_retried() {
             ..RunOptions::default()
         },
     );
-    assert_eq!(
-        outcome,
-        RunOutcome::PhaseLimit {
-            phases_completed: 1
-        }
-    );
+    assert_eq!(outcome, phase_limit(1));
     let state = p.state();
     // One commit: the timed-out attempt's half-written files were thrown away, not committed.
     assert_eq!(commits_of(&state, "hello").len(), 1);

@@ -11,7 +11,7 @@ use metash_host::{Host, HostOptions, Terminal};
 use metash_orchestrator::{Orchestrator, RunOptions, RunOutcome};
 use serde_json::{json, Value};
 
-use super::common::{commits_of, git, statuses, Project};
+use super::common::{commits_of, complete, git, statuses, Project};
 use super::provider::Provider;
 
 const KEY: &str = "METASH_ORCH_TEST_KEY";
@@ -102,12 +102,7 @@ fn model_roles_plan_edit_fail_then_pass_and_rollback() {
     let h = host(p.path(), true);
     let mut orch = Orchestrator::new(&h, &h).unwrap();
     let outcome = orch.run(&RunOptions::default()).unwrap();
-    assert_eq!(
-        outcome,
-        RunOutcome::Complete {
-            phases_completed: 1
-        }
-    );
+    assert_eq!(outcome, complete(1));
     let state = p.state();
     assert!(statuses(&state).iter().all(|(_, s)| s == "complete"));
     assert_eq!(

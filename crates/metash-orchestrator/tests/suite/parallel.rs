@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::DateTime;
 use metash_orchestrator::{Orchestrator, RunOptions, RunOutcome};
 
-use super::common::{git, Project, Sim};
+use super::common::{git, phase_limit, Project, Sim};
 
 /// `[start, end]` of each task's executing attempt(s), from the log: `running.<id>` set, then the
 /// task's status set to complete.
@@ -41,12 +41,7 @@ fn independent_tasks_overlap_in_separate_worktrees_and_merge_cleanly() {
             ..RunOptions::default()
         })
         .unwrap();
-    assert_eq!(
-        outcome,
-        RunOutcome::PhaseLimit {
-            phases_completed: 1
-        }
-    );
+    assert_eq!(outcome, phase_limit(1));
     let (h0, h1) = intervals(&p, "hello");
     let (b0, b1) = intervals(&p, "bye");
     assert!(
@@ -125,12 +120,7 @@ fn a_merge_conflict_is_a_checkpoint_for_a_person() {
             ..opts
         })
         .unwrap();
-    assert_eq!(
-        outcome,
-        RunOutcome::PhaseLimit {
-            phases_completed: 1
-        }
-    );
+    assert_eq!(outcome, phase_limit(1));
     assert_eq!(p.file_at_head("shared.txt"), "x and y");
     let state = p.state();
     assert!(state["variables"]["metash"]["merged"]["x"].is_string());

@@ -10,7 +10,7 @@ use metash_host::{Host, HostOptions, Terminal};
 use metash_orchestrator::{Orchestrator, RunOptions, RunOutcome};
 use serde_json::Value;
 
-use super::common::{commits_of, git, statuses};
+use super::common::{commits_of, complete, git, phase_limit, statuses};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -152,12 +152,7 @@ fn example_project_runs_from_init_to_completion_with_wasm_agents() {
             ..RunOptions::default()
         })
         .unwrap();
-    assert_eq!(
-        outcome,
-        RunOutcome::PhaseLimit {
-            phases_completed: 1
-        }
-    );
+    assert_eq!(outcome, phase_limit(1));
 
     let state: Value = h.store().get("").unwrap();
     let st = statuses(&state);
@@ -201,11 +196,6 @@ fn example_project_runs_from_init_to_completion_with_wasm_agents() {
         .any(|r| r.kind == "state_update" && r.data.to_string().contains("\"gapCount\"")));
     // Then the rest: phase 2 and completion.
     let outcome = orch.run(&RunOptions::default()).unwrap();
-    assert_eq!(
-        outcome,
-        RunOutcome::Complete {
-            phases_completed: 1
-        }
-    );
+    assert_eq!(outcome, complete(1));
     assert_eq!(show("shout.txt"), "BONJOUR, LE MONDE !");
 }

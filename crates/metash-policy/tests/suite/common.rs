@@ -10,20 +10,7 @@ use metash_policy::{
 use metash_store::Store;
 
 /// The seed's example manifest, verbatim.
-pub const SEED: &str = r#"schema_version = "0.1"
-name = "Claude Code"
-version = "0.1.0"
-entry = "claude_agent.wasm"
-sandbox = "wasm"              # wasm | native
-
-capabilities = ["codegen", "files.read", "files.write", "network", "media.preview"]
-oauth_scopes = ["github:repo", "google:drive.readonly"]
-
-resources.cpu = "500m"
-resources.mem = "512Mi"
-
-ui.hints = ["streaming", "diff", "preview"]
-"#;
+pub const SEED: &str = metash_testkit::SEED_MANIFEST;
 
 pub struct Project {
     pub dir: tempfile::TempDir,

@@ -104,39 +104,29 @@ impl TappedBody {
     }
 }
 
-impl Body for TappedBody {
-    type Data = Bytes;
-    type Error = reqwest::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
+/// Not a `Body` of its own: [`OutBody`] is the one body the server sends, and polls this.
+impl TappedBody {
+    /// The next frame from upstream; each data chunk is shown to the tap on its way through.
+    fn poll_tapped(
+        &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, reqwest::Error>>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
-                if let (Some(t), Some(bytes)) = (&this.tap, frame.data_ref()) {
+                if let (Some(t), Some(bytes)) = (&self.tap, frame.data_ref()) {
                     t.event(TapEvent::Chunk {
-                        exchange: this.exchange,
-                        route: &this.route,
+                        exchange: self.exchange,
+                        route: &self.route,
                         bytes,
                     });
                 }
             }
-            Poll::Ready(Some(Err(_))) => this.end(StreamEnd::UpstreamError),
-            Poll::Ready(None) => this.end(StreamEnd::Complete),
+            Poll::Ready(Some(Err(_))) => self.end(StreamEnd::UpstreamError),
+            Poll::Ready(None) => self.end(StreamEnd::Complete),
             Poll::Pending => {}
         }
         polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }
 
@@ -165,14 +155,14 @@ impl Body for OutBody {
     ) -> Poll<Option<Result<Frame<Bytes>, reqwest::Error>>> {
         match self.get_mut() {
             OutBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            OutBody::Stream(s) => Pin::new(s).poll_frame(cx),
+            OutBody::Stream(s) => s.poll_tapped(cx),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
             OutBody::Full(b) => b.is_none(),
-            OutBody::Stream(s) => s.is_end_stream(),
+            OutBody::Stream(s) => s.inner.is_end_stream(),
         }
     }
 
@@ -180,7 +170,7 @@ impl Body for OutBody {
         match self {
             OutBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             OutBody::Full(None) => SizeHint::with_exact(0),
-            OutBody::Stream(s) => s.size_hint(),
+            OutBody::Stream(s) => s.inner.size_hint(),
         }
     }
 }

@@ -76,6 +76,16 @@ pub struct ConfineSpec {
     /// Further grants (its own HOME and TMPDIR read-write, the project's `.git` read-only…);
     /// missing paths are skipped and listed in the report.
     pub paths: Vec<PathAccess>,
+    /// What it may reach and use, whatever the command.
+    pub fence: Fence,
+    /// The whole environment it gets (nothing is inherited).
+    pub env: Vec<(String, String)>,
+}
+
+/// The part of a confinement that belongs to the role, not to one command: a host keeps one per
+/// role and hands a copy to each command it confines.
+#[derive(Debug, Clone, Default)]
+pub struct Fence {
     /// metash's state directories: masked wherever a grant would contain them.
     pub hidden: Vec<PathBuf>,
     /// Loopback TCP ports it may connect to. Nothing else, and no listening socket.
@@ -90,8 +100,6 @@ pub struct ConfineSpec {
     pub max_pids: u64,
     /// Only for the RLIMIT_CPU fallback; the caller enforces the wall-clock deadline.
     pub timeout: Duration,
-    /// The whole environment it gets (nothing is inherited).
-    pub env: Vec<(String, String)>,
 }
 
 /// A prepared confinement. Keep it alive until the child has been reaped: it owns the ruleset fd
@@ -175,12 +183,12 @@ fn start_proxy(
     spec: &ConfineSpec,
     sink: &Arc<dyn crate::sink::EventSink>,
 ) -> Result<Option<super::ConnectProxy>> {
-    if spec.allowlist.is_empty() {
+    if spec.fence.allowlist.is_empty() {
         return Ok(None);
     }
     super::ConnectProxy::start(super::ProxyCfg {
         agent: spec.name.clone(),
-        allowlist: spec.allowlist.clone(),
+        allowlist: spec.fence.allowlist.clone(),
         sink: Arc::clone(sink),
         gate: crate::spec::Gate(None),
         replier: crate::reply::Replier::default(),
@@ -201,7 +209,7 @@ impl Confinement {
         let (paths, skipped) = resolve_paths(spec);
         let refs: Vec<&PathAccess> = paths.iter().collect();
         let mut env = spec.env.clone();
-        let mut connect_ports = spec.connect_ports.clone();
+        let mut connect_ports = spec.fence.connect_ports.clone();
         let proxy = start_proxy(spec, sink)?;
         if let Some(p) = &proxy {
             env.extend(super::proxy_env(p.port()));
@@ -222,14 +230,14 @@ impl Confinement {
         })?;
         let mut granted: Vec<PathBuf> = vec![workspace.clone()];
         granted.extend(paths.iter().map(|p| p.path.clone()));
-        let mask = super::mask::plan(&spec.hidden, &granted)?;
+        let mask = super::mask::plan(&spec.fence.hidden, &granted)?;
         let hidden_report = mask.as_ref().map(super::mask::Mask::report);
         let mut quota = Quota::apply(
             &format!("cli-{}", spec.name),
-            spec.mem.as_deref(),
-            spec.cpu.as_deref(),
-            spec.max_pids,
-            spec.timeout,
+            spec.fence.mem.as_deref(),
+            spec.fence.cpu.as_deref(),
+            spec.fence.max_pids,
+            spec.fence.timeout,
         )?;
         // A coding CLI runs its commands on a pty in a session of their own (Codex's unified exec):
         // allowed when the cgroup holds the whole tree (it is killed as one when the confinement
@@ -246,7 +254,7 @@ impl Confinement {
             "new_sessions": if new_sessions { "allowed (the cgroup holds the tree)" } else { "denied (no cgroup)" },
             "no_new_privs": true,
             "capabilities_dropped": true,
-            "network": {"tcp_connect_ports": connect_ports, "allowlist": spec.allowlist,
+            "network": {"tcp_connect_ports": connect_ports, "allowlist": spec.fence.allowlist,
                         "proxy_port": proxy.as_ref().map(super::ConnectProxy::port),
                         "listen": false, "unix_sockets": false},
             "paths": paths.iter().map(|p| json!({"path": p.path, "write": p.write})).collect::<Vec<_>>(),

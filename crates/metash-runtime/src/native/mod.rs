@@ -149,12 +149,7 @@ impl NativeProcess {
             .stdout
             .take()
             .ok_or_else(|| RuntimeError::NotRunning(spec.id.clone()))?;
-        let cfg = PumpCfg {
-            agent: spec.id.clone(),
-            sink: Arc::clone(sink),
-            max_line: spec.max_line,
-            replier: replier.clone(),
-        };
+        let cfg = PumpCfg::new(spec, sink, replier);
         let throttle = spec.throttle;
         thread::Builder::new()
             .name(format!("metash-out-{}", spec.id))

@@ -231,12 +231,7 @@ impl WasmAgent {
         reader: stdout::ChannelReader,
     ) -> Result<Receiver<Msg>> {
         let (tx, rx) = mpsc::sync_channel::<Msg>(spec.channel_capacity.max(1));
-        let cfg = PumpCfg {
-            agent: spec.id.clone(),
-            sink: Arc::clone(sink),
-            max_line: spec.max_line,
-            replier: replier.clone(),
-        };
+        let cfg = PumpCfg::new(spec, sink, replier);
         let throttle = spec.throttle;
         self.engine.workers.run(move || {
             let mut bucket = TokenBucket::new(throttle);

@@ -14,20 +14,10 @@ use metash_runtime::{
 pub const SECRET: &str = "TOP-SECRET-OUTSIDE";
 
 pub fn manifest(sandbox: SandboxKind, mem: Option<&str>) -> Manifest {
-    Manifest {
-        schema_version: "0.1".into(),
-        name: "test-agent".into(),
-        version: "0.1.0".into(),
-        entry: "agent".into(),
-        sandbox,
-        capabilities: vec![],
-        oauth_scopes: vec![],
-        resources: metash_protocol::manifest::Resources {
-            cpu: Some("500m".into()),
-            mem: mem.map(str::to_string),
-        },
-        ui: Default::default(),
-    }
+    let mut m = Manifest::new("test-agent", "agent", sandbox);
+    m.resources.cpu = Some("500m".into());
+    m.resources.mem = mem.map(str::to_string);
+    m
 }
 
 /// A temp dir with `workspace/` (holding `inside.txt` and a `link` to the secret) and
@@ -224,7 +214,7 @@ pub fn native_unavailable() -> Option<String> {
 macro_rules! require_native {
     () => {
         if let Some(why) = crate::suite::common::native_unavailable() {
-            println!("SKIP {}: {why}", module_path!());
+            metash_testkit::skip(module_path!(), &why);
             return;
         }
     };

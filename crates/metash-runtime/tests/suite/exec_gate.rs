@@ -17,7 +17,7 @@ macro_rules! require_exec_gate {
     () => {
         require_native!();
         if let Err(why) = metash_runtime::native::exec_gate::available() {
-            println!("SKIP {}: {why}", module_path!());
+            metash_testkit::skip(module_path!(), &why);
             return;
         }
     };

@@ -172,7 +172,10 @@ fn native_fork_bomb_is_contained() {
         .unwrap_or("")
         .starts_with("rlimit")
     {
-        println!("SKIP native_fork_bomb_is_contained: no writable pids cgroup here, and RLIMIT_NPROC does not bind root");
+        metash_testkit::skip(
+            "native_fork_bomb_is_contained",
+            "no writable pids cgroup here, and RLIMIT_NPROC does not bind root",
+        );
         return;
     }
     let pid = a.pid().unwrap();

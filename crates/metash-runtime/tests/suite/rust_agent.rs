@@ -10,7 +10,7 @@ fn rust_sdk_agent_runs_as_wasm() {
     let wasm = match build_example("echo", Some("wasm32-wasip1")) {
         Ok(p) => p,
         Err(why) => {
-            println!("SKIP rust_sdk_agent_runs_as_wasm: {why}");
+            metash_testkit::skip("rust_sdk_agent_runs_as_wasm", &why);
             return;
         }
     };
@@ -36,7 +36,7 @@ fn rust_sdk_agent_runs_as_wasm() {
     assert_eq!(states[0].data["value"], "hello");
     // The same source built natively, under the native sandbox, gives the same answer.
     if let Some(why) = native_unavailable() {
-        println!("SKIP native half of rust_sdk_agent_runs_as_wasm: {why}");
+        metash_testkit::skip("native half of rust_sdk_agent_runs_as_wasm", &why);
         return;
     }
     let native = build_example("echo", None).unwrap();

@@ -63,7 +63,7 @@ fn build(name: &str, test: &str) -> Option<PathBuf> {
     match build_example(name, Some(P2)) {
         Ok(p) => Some(p),
         Err(why) => {
-            println!("SKIP {test}: {why}");
+            metash_testkit::skip(test, &why);
             None
         }
     }

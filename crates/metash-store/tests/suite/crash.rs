@@ -1,4 +1,3 @@
-use std::io::Read;
 use std::time::Duration;
 
 use metash_store::Store;
@@ -34,13 +33,7 @@ fn sigkill_at_200_random_moments_loses_no_acknowledged_update() {
         std::thread::sleep(Duration::from_micros(delay_us));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
-        let mut out = String::new();
-        child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .unwrap();
+        let out = std::io::read_to_string(child.stdout.take().unwrap()).unwrap();
         let acks: Vec<i64> = out
             .lines()
             .filter_map(|l| l.strip_prefix("ack ")?.parse().ok())

@@ -178,7 +178,10 @@ fn full_disk_is_a_clear_error_and_loses_nothing() {
         .map(|s| s.success())
         .unwrap_or(false);
     if !ok {
-        eprintln!("SKIP full_disk_is_a_clear_error_and_loses_nothing: cannot mount a tmpfs here");
+        metash_testkit::skip(
+            "full_disk_is_a_clear_error_and_loses_nothing",
+            "cannot mount a tmpfs here",
+        );
         return;
     }
     struct Unmount(std::path::PathBuf);

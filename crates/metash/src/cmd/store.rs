@@ -39,8 +39,8 @@ pub enum StoreCommand {
     },
     /// Apply the artifact retention policy.
     Gc {
-        /// Remove artifacts older than this many days.
-        #[arg(long, default_value_t = 30.0)]
+        /// Remove artifacts older than this many days (`inf`: none by age).
+        #[arg(long, default_value_t = 30.0, value_parser = days)]
         max_age_days: f64,
         /// Then remove the oldest until the rest fit in this many MiB.
         #[arg(long, default_value_t = 1024)]
@@ -143,7 +143,9 @@ pub fn run(cmd: StoreCommand, ctx: &Ctx) -> Result<ExitCode> {
         } => {
             let store = Store::open(&ctx.workspace)?;
             let policy = Retention {
-                max_age: Duration::from_secs_f64(max_age_days.max(0.0) * 86_400.0),
+                // `days` let through only numbers >= 0; past what a Duration holds is "never".
+                max_age: Duration::try_from_secs_f64(max_age_days * 86_400.0)
+                    .unwrap_or(Duration::MAX),
                 max_total_bytes: max_total_mib.saturating_mul(1 << 20),
             };
             let report = store.artifacts().gc(policy, SystemTime::now())?;
@@ -383,4 +385,13 @@ fn print_value(value: &Value, json: bool) -> Result<()> {
         v => println!("{}", serde_json::to_string_pretty(v)?),
     }
     Ok(())
+}
+
+/// A number of days: >= 0, `inf` allowed; NaN and negatives are usage errors (a NaN age once
+/// meant "older than 0 days", which deletes every artifact).
+fn days(s: &str) -> std::result::Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(d) if d >= 0.0 => Ok(d),
+        _ => Err(format!("`{s}` is not a number of days >= 0")),
+    }
 }

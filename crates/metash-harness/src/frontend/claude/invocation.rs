@@ -1,7 +1,6 @@
 //! Claude Code (`claude-code`, and `agent-sdk` which drives the same program headless in
 //! stream-json mode, as the Agent SDK itself does). Flags and resume rules: HARNESSES.md.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use metash_protocol::InteractionMode;
@@ -15,7 +14,6 @@ pub(crate) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Mat
     let dir = req.asp_home.join(super::STATE_DIR);
     let run_dir = dir.join("sessions").join(safe_name(&req.cp_session_id));
     let mut m = Materialized::default();
-    let mut env = BTreeMap::new();
     for (k, v) in [
         ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
         ("DISABLE_TELEMETRY", "1"),
@@ -25,7 +23,7 @@ pub(crate) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Mat
         ("DISABLE_INSTALLATION_CHECKS", "1"),
         ("CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL", "1"),
     ] {
-        env.insert(k.to_string(), v.to_string());
+        m.env.insert(k.to_string(), v.to_string());
     }
     if req.options.isolated_home {
         let home = dir.join("home");
@@ -44,18 +42,20 @@ pub(crate) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Mat
             req.options.trust_cwd.then_some(req.cwd.as_path()),
             key,
         )?;
-        env.insert("HOME".to_string(), home.to_string_lossy().into_owned());
-        env.insert(
+        m.env
+            .insert("HOME".to_string(), home.to_string_lossy().into_owned());
+        m.env.insert(
             "CLAUDE_CONFIG_DIR".to_string(),
             config.to_string_lossy().into_owned(),
         );
         m.home = Some(home);
     }
     if let Some(ep) = &req.options.endpoint {
-        env.insert("ANTHROPIC_BASE_URL".to_string(), ep.base_url.clone());
+        m.env
+            .insert("ANTHROPIC_BASE_URL".to_string(), ep.base_url.clone());
     }
     if req.options.skip_permissions {
-        env.insert("IS_SANDBOX".to_string(), "1".to_string());
+        m.env.insert("IS_SANDBOX".to_string(), "1".to_string());
     }
     if let Some(servers) = &req.options.mcp_servers {
         let path = run_dir.join("mcp.json");
@@ -70,7 +70,6 @@ pub(crate) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Mat
         write_atomic(&path, sp.as_bytes())?;
         m.system_prompt_file = Some(path);
     }
-    m.env = env;
     Ok(m)
 }
 

@@ -2,7 +2,6 @@
 //! `OPENAI_BASE_URL`) and derived only from the request, so every turn of a thread sees the same
 //! provider definition, which `codex exec resume` requires.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use metash_protocol::InteractionMode;
@@ -69,7 +68,6 @@ fn overrides(req: &BuildProcessInvocationSpecRequest) -> Vec<(String, String)> {
 
 pub(crate) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Materialized> {
     let mut m = Materialized::default();
-    let mut env = BTreeMap::new();
     if req.options.isolated_home {
         let home = req.asp_home.join(super::INFO.state_dir).join("home");
         // The same overrides as the argv, as a config file: what a person running the
@@ -81,14 +79,14 @@ pub(crate) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Mat
         let path = home.join("config.toml");
         write_atomic(&path, doc.as_bytes())?;
         m.provider_config = Some(path);
-        env.insert(
+        m.env.insert(
             "CODEX_HOME".to_string(),
             home.to_string_lossy().into_owned(),
         );
-        env.insert("HOME".to_string(), home.to_string_lossy().into_owned());
+        m.env
+            .insert("HOME".to_string(), home.to_string_lossy().into_owned());
         m.home = Some(home);
     }
-    m.env = env;
     Ok(m)
 }
 
@@ -154,23 +152,5 @@ pub(crate) fn argv(
 /// Finds `$CODEX_HOME/sessions/YYYY/MM/DD/rollout-…-<thread_id>.jsonl`.
 pub fn codex_rollout_file(codex_home: &Path, thread_id: &str) -> Option<PathBuf> {
     let suffix = format!("-{thread_id}.jsonl");
-    let mut stack = vec![codex_home.join("sessions")];
-    while let Some(dir) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p
-                .file_name()
-                .map(|n| n.to_string_lossy().ends_with(&suffix))
-                .unwrap_or(false)
-            {
-                return Some(p);
-            }
-        }
-    }
-    None
+    crate::fsutil::find_file(&codex_home.join("sessions"), |n| n.ends_with(&suffix))
 }

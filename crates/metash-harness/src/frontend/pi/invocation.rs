@@ -2,7 +2,6 @@
 //! (`models.json`); a resume passes the session file's full path, which pi honours from any cwd
 //! (a bare id from another cwd makes pi ask to fork and exit doing nothing).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::error::{HarnessError, Result};
@@ -19,17 +18,17 @@ pub(crate) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Mat
     let agent = agent_dir(&req.asp_home);
     ensure_dir(&agent)?;
     let mut m = Materialized::default();
-    let mut env = BTreeMap::new();
-    env.insert("PI_OFFLINE".to_string(), "1".to_string());
-    env.insert("PI_TELEMETRY".to_string(), "0".to_string());
-    env.insert(
+    m.env.insert("PI_OFFLINE".to_string(), "1".to_string());
+    m.env.insert("PI_TELEMETRY".to_string(), "0".to_string());
+    m.env.insert(
         "PI_CODING_AGENT_DIR".to_string(),
         agent.to_string_lossy().into_owned(),
     );
     if req.options.isolated_home {
         let home = dir.join("home");
         ensure_dir(&home)?;
-        env.insert("HOME".to_string(), home.to_string_lossy().into_owned());
+        m.env
+            .insert("HOME".to_string(), home.to_string_lossy().into_owned());
         m.home = Some(home);
     }
     if let Some(ep) = &req.options.endpoint {
@@ -51,7 +50,6 @@ pub(crate) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Mat
         write_atomic(&path, &bytes)?;
         m.provider_config = Some(path);
     }
-    m.env = env;
     Ok(m)
 }
 
@@ -101,26 +99,8 @@ pub(crate) fn argv(
 
 /// Finds the session file whose name ends with `_<id>.jsonl` under the agent dir's `sessions/`.
 pub fn pi_session_file(agent_dir: &Path, id: &str) -> Option<PathBuf> {
-    let mut stack = vec![agent_dir.join("sessions")];
-    while let Some(dir) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p
-                .file_name()
-                .map(|n| {
-                    let n = n.to_string_lossy();
-                    n.ends_with(".jsonl") && n.contains(id)
-                })
-                .unwrap_or(false)
-            {
-                return Some(p);
-            }
-        }
-    }
-    None
+    // Exactly `<timestamp>_<id>.jsonl` (pi's naming): a key that is only part of another
+    // session's id, or of its timestamp, must not resume that session.
+    let suffix = format!("_{id}.jsonl");
+    crate::fsutil::find_file(&agent_dir.join("sessions"), |n| n.ends_with(&suffix))
 }

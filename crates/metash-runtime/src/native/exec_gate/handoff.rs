@@ -76,15 +76,9 @@ impl ChildSide {
     /// `fd`, when given, must be open.
     unsafe fn send(&self, msg: &Handoff, fd: Option<RawFd>) -> isize {
         let mut data = *msg;
-        let mut iov = libc::iovec {
-            iov_base: (&mut data as *mut Handoff).cast(),
-            iov_len: std::mem::size_of::<Handoff>(),
-        };
+        let mut iov = no_iovec();
+        let mut hdr = header(&mut iov, &mut data);
         let mut ctrl = CmsgBuf([0; 64]);
-        // SAFETY: an all-zero msghdr is valid (no name, no control).
-        let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-        hdr.msg_iov = &mut iov;
-        hdr.msg_iovlen = 1;
         if let Some(fd) = fd {
             // SAFETY: CMSG_* are pointer arithmetic on `ctrl`, which is large enough (64 bytes
             // for one 4-byte fd) and aligned for cmsghdr; every write stays inside it.
@@ -108,6 +102,27 @@ impl ChildSide {
     }
 }
 
+fn no_iovec() -> libc::iovec {
+    libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }
+}
+
+/// The header both sides use: `data` as the only iovec, no name, no control yet. It points at
+/// `iov` and `data`, which stay in the caller's frame (the child side may not allocate).
+fn header(iov: &mut libc::iovec, data: &mut Handoff) -> libc::msghdr {
+    *iov = libc::iovec {
+        iov_base: (data as *mut Handoff).cast(),
+        iov_len: std::mem::size_of::<Handoff>(),
+    };
+    // SAFETY: an all-zero msghdr is valid (no name, no control).
+    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+    hdr.msg_iov = iov;
+    hdr.msg_iovlen = 1;
+    hdr
+}
+
 pub(super) enum Received {
     /// A child's listener and the child's pid.
     Listener {
@@ -122,15 +137,9 @@ pub(super) enum Received {
 /// Read one handoff message from a child.
 pub(super) fn receive(host: &OwnedFd) -> Received {
     let mut data = Handoff::default();
-    let mut iov = libc::iovec {
-        iov_base: (&mut data as *mut Handoff).cast(),
-        iov_len: std::mem::size_of::<Handoff>(),
-    };
+    let mut iov = no_iovec();
+    let mut hdr = header(&mut iov, &mut data);
     let mut ctrl = CmsgBuf([0; 64]);
-    // SAFETY: an all-zero msghdr is valid; the pointers set below are live for the call.
-    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-    hdr.msg_iov = &mut iov;
-    hdr.msg_iovlen = 1;
     hdr.msg_control = ctrl.0.as_mut_ptr().cast();
     hdr.msg_controllen = ctrl.0.len() as _;
     // SAFETY: recvmsg into the buffers above; MSG_CMSG_CLOEXEC keeps received fds out of other
