@@ -17,6 +17,7 @@ mod spawner;
 
 pub use error::{HostError, Result};
 pub use host::{ConsentMode, Host, HostOptions};
+pub use journal::JOURNAL_DOC;
 pub use progress::Terminal;
 pub use spawn::DEFAULT_TIMEOUT;
 pub use spawner::{SpawnRequest, Spawner};

@@ -27,6 +27,10 @@ pub struct StatusReport {
     /// `.meta/budget.json` as the host wrote it (`{"tokens_used", "cost_usd"}`), when present.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub budget: Option<Value>,
+    /// Events the host gave up because the log could not be written (`.meta/journal.json`);
+    /// absent when none were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events_lost: Option<u64>,
     pub revision: u64,
 }
 
@@ -79,6 +83,11 @@ pub fn report(store: &Store) -> Result<StatusReport> {
         Ok(Value::Null) | Err(_) => None,
         Ok(v) => Some(v),
     };
+    let events_lost = store
+        .read_doc(metash_host::JOURNAL_DOC)
+        .ok()
+        .and_then(|d| d["events_lost"].as_u64())
+        .filter(|n| *n > 0);
     Ok(StatusReport {
         session_id: state.session_id.clone(),
         status: state.status,
@@ -89,6 +98,7 @@ pub fn report(store: &Store) -> Result<StatusReport> {
         pending_checkpoint: state.pending_checkpoint.clone(),
         halt: book.halt,
         budget,
+        events_lost,
         revision: state.revision,
     })
 }

@@ -101,6 +101,9 @@ log_kinds! {
     /// A compiled-code cache entry failed authentication: deleted, never deserialized, and the
     /// module compiled anew (`{file, reason, source, action}`).
     CacheRejected => "cache_rejected",
+    /// The host gave up events it could not write (the store failed for longer than the journal's
+    /// give-up time): `{events, by_agent}`. Never silent: also counted in `.meta/journal.json`.
+    EventsLost => "events_lost",
     /// A WASM agent trapped.
     AgentTrap => "agent_trap",
     /// A connection a WASM agent opened under its network grant.

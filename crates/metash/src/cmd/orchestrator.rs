@@ -225,6 +225,12 @@ fn table(r: &StatusReport) -> String {
     if let Some(h) = &r.halt {
         out.push_str(&format!("halted ({}): {}\n", h.reason, h.message));
     }
+    if let Some(n) = r.events_lost {
+        out.push_str(&format!(
+            "events lost: {n} (the log could not be written in time; `events_lost` records say \
+             from whom)\n"
+        ));
+    }
     out
 }
 
