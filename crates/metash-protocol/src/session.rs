@@ -46,12 +46,19 @@ pub struct Plan {
     pub current_task_idx: u32,
 }
 
+/// The version of a session file that does not say: seed 001's format, which is version 1.
+fn seed_schema_version() -> u32 {
+    1
+}
+
 /// The session file. Unknown fields are rejected so a typo never silently becomes state; new
 /// fields must come with `#[serde(default)]` so files written by older builds still load.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SessionState {
-    #[serde(rename = "schema_version")]
+    /// Absent in seed 001's own example: such a file is read as version 1, and the next write
+    /// adds the field.
+    #[serde(rename = "schema_version", default = "seed_schema_version")]
     pub schema_version: u32,
     /// The `seq` of the last log event folded into this state. It is the fencing version: a write
     /// is accepted only on top of the revision it was computed from.

@@ -192,3 +192,35 @@ fn log_kinds_are_one_closed_set_that_still_reads_newer_logs() {
     assert_eq!(serde_json::to_string(&newer).unwrap(), "\"vault_unsealed\"");
     assert!(serde_json::from_str::<LogKind>("42").is_err());
 }
+
+/// Seed 001's example exactly as the seed prints it (no `schema_version`, no `revision`) is a
+/// valid session: version 1, revision 0.
+#[test]
+fn seed_session_example_without_version_loads() {
+    let seed = json!({
+      "sessionId": "550e8400-e29b-41d4-a716-446655440000",
+      "status": "executing",
+      "currentPhase": 1,
+      "gapCount": 0,
+      "plan": {
+        "currentTaskIdx": 1,
+        "tasks": [
+          {"id": "01", "title": "Setup Cargo Project", "status": "complete", "dependencies": [], "commits": ["a1b2c3d"]},
+          {"id": "02", "title": "Implement SQLite Schema", "status": "pending", "dependencies": ["01"], "commits": []},
+          {"id": "03", "title": "Build TUI List View", "status": "pending", "dependencies": ["02"]}
+        ]
+      },
+      "variables": {"last_verification_failed": false}
+    });
+    let state: SessionState = serde_json::from_value(seed).unwrap();
+    assert_eq!(
+        state.schema_version,
+        metash_protocol::SESSION_SCHEMA_VERSION
+    );
+    assert_eq!(state.revision, 0);
+    let written = serde_json::to_value(&state).unwrap();
+    assert_eq!(
+        written["schema_version"], 1,
+        "the next write says its version"
+    );
+}

@@ -123,6 +123,7 @@ impl Store {
             return Err(StoreError::NotInitialized(workspace.to_path_buf()));
         }
         store.check_context()?;
+        store.adopt_hand_written()?;
         if let Ok(state) = session::load(&store.session_path()) {
             if !store.unfolded(state.revision)?.is_empty() {
                 let _guard = store.lock()?;
@@ -463,6 +464,34 @@ impl Store {
             serde_json::to_vec_pretty(value).map_err(|e| StoreError::Rejected(e.to_string()))?;
         bytes.push(b'\n');
         atomic::write_atomic(path, &bytes)
+    }
+
+    /// A session.json with no `revision` was not written by metash: someone wrote it by hand, as
+    /// seed 001's example is written. It is taken as it is: logged as the session's new base (a
+    /// `session_init` carrying it, so `rebuild` gives it back) and saved with its version and
+    /// revision. Without this the log's older state would be folded over it. A file that does
+    /// not parse or validate is left alone for the calls that need the state to report.
+    fn adopt_hand_written(&self) -> Result<()> {
+        let path = self.session_path();
+        let Ok(bytes) = std::fs::read(&path) else {
+            return Ok(());
+        };
+        let raw: Value = match serde_json::from_slice(&bytes) {
+            Ok(Value::Object(m)) if !m.contains_key("revision") => Value::Object(m),
+            _ => return Ok(()),
+        };
+        let _guard = self.lock()?;
+        let Ok(mut state) = session::parse(&path, &bytes).and_then(|_| keypath::validate(raw, ""))
+        else {
+            return Ok(());
+        };
+        let data = serde_json::to_value(&state).map_err(|e| StoreError::Rejected(e.to_string()))?;
+        let rec = self.log.append(
+            &self.log.tail()?,
+            &[NewEvent::new(LogKind::SessionInit, None, data)],
+        )?;
+        state.revision = rec.first().map(|r| r.seq).unwrap_or(1);
+        session::save(&path, &state)
     }
 
     /// State events after `revision`, oldest first (what session.json has not folded yet).

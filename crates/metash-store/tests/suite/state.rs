@@ -190,3 +190,48 @@ fn transact_sees_the_state_and_may_write_nothing() {
         .unwrap();
     assert_eq!(store.state().unwrap().current_phase, 2);
 }
+
+/// Seed 001's example, written by hand into a project (no `schema_version`, no `revision`), is
+/// the session from then on: read as it is, logged as the new base, saved with its version.
+#[test]
+fn a_hand_written_seed_session_is_taken_as_it_is() {
+    let (dir, _store) = project();
+    let seed = r#"{
+      "sessionId": "550e8400-e29b-41d4-a716-446655440000",
+      "status": "executing",
+      "currentPhase": 1,
+      "gapCount": 0,
+      "plan": {
+        "currentTaskIdx": 1,
+        "tasks": [
+          {"id": "01", "title": "Setup Cargo Project", "status": "complete", "dependencies": [], "commits": ["a1b2c3d"]},
+          {"id": "02", "title": "Implement SQLite Schema", "status": "pending", "dependencies": ["01"], "commits": []},
+          {"id": "03", "title": "Build TUI List View", "status": "pending", "dependencies": ["02"]}
+        ]
+      },
+      "variables": {"last_verification_failed": false}
+    }"#;
+    let path = dir.path().join(".meta/session.json");
+    std::fs::write(&path, seed).unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let state = store.state().unwrap();
+    assert_eq!(state.session_id, "550e8400-e29b-41d4-a716-446655440000");
+    assert_eq!(state.plan.as_ref().unwrap().tasks.len(), 3);
+    assert_eq!(store.get("status").unwrap(), json!("executing"));
+    let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(saved["schema_version"], 1);
+    assert_eq!(
+        saved["revision"], 2,
+        "logged after the project's own session_init"
+    );
+    // The log can give it back, and the next update builds on it.
+    assert_eq!(store.rebuild().unwrap(), state);
+    store
+        .update_state("variables.last_verification_failed", json!(true))
+        .unwrap();
+    assert_eq!(store.get("status").unwrap(), json!("executing"));
+    assert_eq!(store.log().verify().unwrap(), 3);
+    // Opening again adopts nothing more.
+    Store::open(dir.path()).unwrap();
+    assert_eq!(store.log().read_all().unwrap().len(), 3);
+}
