@@ -88,6 +88,8 @@ impl HostOptions {
 pub struct Host {
     store: Store,
     options: HostOptions,
+    /// `options.policy_file`, read once at open.
+    policy_file: Option<PolicyFile>,
     config: HostConfig,
     bus: Arc<Bus>,
     journal: Arc<Journal>,
@@ -109,15 +111,23 @@ impl Host {
     /// `.meta/config.toml`.
     ///
     /// # Errors
-    /// Not a project, changed context.md, a bad config file.
+    /// Not a project, changed context.md, a bad config file, a policy file that does not parse
+    /// or has an unsupported version (named with its line: a policy the user asked for is never
+    /// silently ignored).
     pub fn open(workspace: &Path, options: HostOptions) -> Result<Self> {
         let store = Store::open(workspace)?;
         let config = HostConfig::load(workspace)?;
+        let policy_file = options
+            .policy_file
+            .as_deref()
+            .map(PolicyFile::load)
+            .transpose()?;
         let bus = Arc::new(Bus::default());
         let journal = Arc::new(Journal::new(store.clone(), Arc::clone(&bus)));
         Ok(Self {
             store,
             options,
+            policy_file,
             config,
             bus,
             journal,
@@ -157,14 +167,10 @@ impl Host {
                 std::io::BufReader::new(std::io::stdin()),
                 std::io::stderr(),
             )),
-            ConsentMode::NonInteractive => {
-                let file = self
-                    .options
-                    .policy_file
-                    .as_deref()
-                    .and_then(|p| PolicyFile::load(p).ok());
-                Box::new(NonInteractive::new(file, self.options.yes_to.clone()))
-            }
+            ConsentMode::NonInteractive => Box::new(NonInteractive::new(
+                self.policy_file.clone(),
+                self.options.yes_to.clone(),
+            )),
         }
     }
 

@@ -258,3 +258,29 @@ fn scoped_file_grants_open_only_their_paths() {
     );
     assert!(!p.path().join("b.txt").exists());
 }
+
+/// A policy file the user named is never silently ignored: one that does not parse, or says a
+/// version this build does not read, stops the host from opening, naming the file and line.
+#[test]
+fn a_bad_policy_file_stops_the_host_with_file_and_line() {
+    let p = Project::new();
+    for (text, says) in [
+        ("schema_version = \"0.1\"\n[[allow]\n", "2:"),
+        (
+            "schema_version = \"9.9\"\n",
+            "unsupported schema_version \"9.9\"",
+        ),
+        (
+            "schema_version = \"0.1\"\n[[allow]]\nagent = \"*\"\ncapability = \"teleport\"\n",
+            "4:",
+        ),
+    ] {
+        let f = p.path().join("policy.toml");
+        std::fs::write(&f, text).unwrap();
+        let mut options = HostOptions::silent();
+        options.policy_file = Some(f);
+        let err = Host::open(p.path(), options).unwrap_err().to_string();
+        assert!(err.contains("policy.toml"), "{err}");
+        assert!(err.contains(says), "{text:?}: {err}");
+    }
+}
