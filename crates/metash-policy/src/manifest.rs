@@ -27,6 +27,12 @@ pub const TOP_FIELDS: &[&str] = &[
     "resources",
     "ui",
 ];
+
+/// The most entries a list field (`capabilities`, `oauth_scopes`, `ui.hints`) may hold. Real
+/// agents declare a handful; thousands would flood the consent prompt and the ledger, so such a
+/// manifest is refused with one clear error instead of one per entry.
+pub const MAX_LIST_ENTRIES: usize = 256;
+
 const REQUIRED: &[&str] = &["schema_version", "name", "version", "entry", "sandbox"];
 const RESOURCE_FIELDS: &[&str] = &["cpu", "mem"];
 const UI_FIELDS: &[&str] = &["hints"];
@@ -308,6 +314,18 @@ impl Parser<'_> {
             );
             return None;
         };
+        if arr.len() > MAX_LIST_ENTRIES {
+            self.push(
+                node,
+                ks,
+                field,
+                format!(
+                    "holds {} entries; a manifest may declare at most {MAX_LIST_ENTRIES}",
+                    arr.len()
+                ),
+            );
+            return None;
+        }
         let mut out = Vec::new();
         let mut ok = true;
         for (i, v) in arr.iter().enumerate() {

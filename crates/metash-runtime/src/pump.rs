@@ -168,3 +168,80 @@ fn reject_host_only(cfg: &PumpCfg, event: &AgentEvent) {
 
 /// The error code of [`reject_host_only`].
 pub const HOST_ONLY: &str = "host_only_event";
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::io::{BufReader, Cursor, Read};
+
+    use super::*;
+    use crate::sink::MemorySink;
+    use crate::stream::Throttle;
+
+    /// `left` bytes of one line with no newline, produced as they are read (the test never holds
+    /// them), then `tail`.
+    struct Endless {
+        left: u64,
+        tail: Cursor<Vec<u8>>,
+    }
+
+    impl Read for Endless {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.left == 0 {
+                return self.tail.read(buf);
+            }
+            let n = usize::try_from(self.left)
+                .unwrap_or(usize::MAX)
+                .min(buf.len());
+            buf[..n].fill(b'x');
+            self.left -= n as u64;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_100_mib_line_is_discarded_and_reported_and_the_next_line_still_arrives() {
+        let sink = Arc::new(MemorySink::new());
+        let cfg = PumpCfg {
+            agent: "a".into(),
+            sink: sink.clone(),
+            max_line: 256 * 1024,
+            replier: Replier::default(),
+        };
+        let after = AgentEvent::Output {
+            agent_id: "a".into(),
+            chunk_id: "1".into(),
+            content_type: "text/plain".into(),
+            data: "after".into(),
+        };
+        let mut tail = b"\n".to_vec();
+        tail.extend(crate::codec::encode(after).unwrap());
+        let reader = BufReader::new(Endless {
+            left: 100 << 20,
+            tail: Cursor::new(tail),
+        });
+        let mut got = Vec::new();
+        pump(
+            reader,
+            &cfg,
+            &mut TokenBucket::new(Throttle::default()),
+            |m| {
+                got.push(m);
+                true
+            },
+        );
+        assert!(matches!(got[0], Msg::Bad), "{got:?}");
+        assert!(
+            matches!(&got[1], Msg::Event(AgentEvent::Output { data, .. }, _, _) if data == "after"),
+            "{got:?}"
+        );
+        assert!(matches!(got[2], Msg::Eof), "{got:?}");
+        let limits = sink.events();
+        let limits: Vec<_> = limits
+            .iter()
+            .filter(|r| r.kind == LogKind::LimitExceeded)
+            .collect();
+        assert_eq!(limits.len(), 1);
+        assert_eq!(limits[0].data["max"], 256 * 1024);
+    }
+}

@@ -176,3 +176,22 @@ fn gc_refuses_nonsense_ages_and_keeps_everything_for_inf() {
     ok(ws, &["gc", "--max-age-days", "inf"]);
     assert!(artifact.exists(), "inf is never too old");
 }
+
+/// A project whose path is not UTF-8 (Linux allows any bytes but `/` and NUL): every store
+/// command works there, and none panics.
+#[test]
+fn a_project_path_that_is_not_utf8_works() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir
+        .path()
+        .join(std::ffi::OsStr::from_bytes(b"proj-\xff\xfe"));
+    std::fs::create_dir(&ws).unwrap();
+    ok(&ws, &["init"]);
+    ok(&ws, &["state", "set", "variables.a", "1"]);
+    assert_eq!(ok(&ws, &["state", "get", "variables.a"]).trim(), "1");
+    ok(&ws, &["status"]);
+    ok(&ws, &["log", "verify"]);
+    ok(&ws, &["log", "export"]);
+    ok(&ws, &["gc"]);
+}

@@ -331,3 +331,26 @@ fn all_errors_come_in_one_pass_in_file_order() {
         ]
     );
 }
+
+/// A manifest declaring 10,000 capabilities (valid or not) is one clear error, not 10,000, and
+/// never a panic or a consent prompt listing them all.
+#[test]
+fn ten_thousand_capabilities_are_one_clear_error() {
+    for entry in ["network:h{i}.example.com", "bogus{i}"] {
+        let list: Vec<String> = (0..10_000)
+            .map(|i| format!("\"{}\"", entry.replace("{i}", &i.to_string())))
+            .collect();
+        let src = seed_with_line(7, &format!("capabilities = [{}]", list.join(", ")));
+        let text = one(&src, 7, 16, Some("capabilities"));
+        assert!(
+            text.contains("holds 10000 entries; a manifest may declare at most 256"),
+            "{text}"
+        );
+    }
+    let at_limit: Vec<String> = (0..256).map(|i| format!("\"network:h{i}.io\"")).collect();
+    let src = seed_with_line(7, &format!("capabilities = [{}]", at_limit.join(", ")));
+    assert_eq!(
+        parse(Path::new(FILE), &src).unwrap().capabilities.len(),
+        256
+    );
+}
