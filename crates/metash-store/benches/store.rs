@@ -1,7 +1,8 @@
 //! `cargo bench -p metash-store`: the store's figures in one run, each against the physical
 //! baseline measured on the same disk in the same run.
 //!
-//! - baseline: write a temp file + fsync + rename (what any durable file update costs)
+//! - baseline: write a temp file + fsync + rename + fsync of the directory (what any durable file
+//!   update costs: the last fsync makes the rename itself survive a power cut)
 //! - update_state ops/s with 1 and with 8 concurrent writers (own handles, one lock)
 //! - event appends/s, single (one fsync each) and batched (100 per fsync)
 //! - state rebuild events/s over a 100,000-event log
@@ -39,6 +40,7 @@ fn baseline(dir: &Path, n: u64) -> f64 {
         f.sync_data().unwrap();
         drop(f);
         std::fs::rename(&tmp, &target).unwrap();
+        std::fs::File::open(dir).unwrap().sync_all().unwrap();
     }
     rate(n, t.elapsed())
 }
@@ -174,7 +176,7 @@ fn main() {
         "metash-store benchmark (disk under {}; medians of {rounds} interleaved rounds, ratios per round)",
         base.display()
     );
-    println!("  baseline temp-write+fsync+rename   {b:>12.0} ops/s   1.00x");
+    println!("  baseline temp+fsync+rename+dirsync {b:>12.0} ops/s   1.00x");
     println!("  update_state, 1 writer             {u1:>12.0} ops/s   {r1:.2}x baseline");
     println!("  update_state, 8 writers            {u8:>12.0} ops/s   {r8:.2}x baseline");
     println!("  event append, single (1 fsync each){a1:>12.0} ev/s    {ra1:.2}x baseline");

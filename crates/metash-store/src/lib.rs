@@ -317,10 +317,11 @@ impl Store {
         let bytes = session::to_bytes(&state)?;
         let path = self.session_path();
         let log_len = self.log.byte_len()?;
-        // The event first (the truth), then the view. If the view cannot be written the event is
-        // taken back, so a failed update never reappears at the next recovery.
+        // The event first (the truth), then the view (no directory fsync: a lost rename leaves
+        // the old view, which the next open refolds from the log). If the view cannot be written
+        // the event is taken back, so a failed update never reappears at the next recovery.
         self.log.append(&tail, &[event])?;
-        if let Err(e) = atomic::write_atomic(&path, &bytes) {
+        if let Err(e) = atomic::write_view(&path, &bytes) {
             self.log.truncate_to(log_len)?;
             return Err(e);
         }
