@@ -95,6 +95,7 @@ pub struct Host {
     journal: Arc<Journal>,
     runtime: OnceLock<metash_runtime::Runtime>,
     harness: OnceLock<metash_harness::Harness>,
+    redactor: OnceLock<metash_policy::Redactor>,
     tokio: OnceLock<tokio::runtime::Runtime>,
 }
 
@@ -133,6 +134,7 @@ impl Host {
             journal,
             runtime: OnceLock::new(),
             harness: OnceLock::new(),
+            redactor: OnceLock::new(),
             tokio: OnceLock::new(),
         })
     }
@@ -366,6 +368,20 @@ impl Host {
         }
     }
 
+    /// The redaction for everything the host shows or sends (see [`crate::redaction`]): the
+    /// project's, plus the values of its roles' key variables and of the keys given to the host.
+    pub fn redactor(&self) -> &metash_policy::Redactor {
+        self.redactor.get_or_init(|| {
+            let env = |k: &str| self.env_var(k);
+            crate::redaction::output_redactor(
+                &self.store,
+                &self.config,
+                &env,
+                self.options.env.values().cloned(),
+            )
+        })
+    }
+
     pub fn store(&self) -> &Store {
         &self.store
     }
@@ -414,7 +430,8 @@ impl Host {
 
     /// seed 000's `log_progress`: the terminal, the log, every attached client.
     pub fn log_progress(&self, message: &str, level: LogLevel) -> Result<u64> {
-        progress::print(self.options.terminal, message, level);
+        let shown = self.redactor().redact_str(message);
+        progress::print(self.options.terminal, &shown, level);
         let recs = self.record(&[NewEvent::new(
             LogKind::Progress,
             None,

@@ -10,6 +10,7 @@ mod host;
 mod journal;
 pub mod pricing;
 pub mod progress;
+pub mod redaction;
 pub mod sandbox;
 pub mod serve;
 mod spawn;

@@ -44,10 +44,24 @@ fn main() -> ExitCode {
     match cmd::run(cli.command, &ctx) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("metash: {err:#}");
+            eprintln!("metash: {}", redacted(&ctx, &format!("{err:#}")));
             Exit::Failure.into()
         }
     }
+}
+
+/// An error message as it may be shown: an error can quote a config line, a header or a
+/// provider's reply, so it goes through the same redaction as every other output. Outside a
+/// project (or before `init`) the token shapes still apply, under a throwaway salt.
+fn redacted(ctx: &cmd::Ctx, message: &str) -> String {
+    let redactor = match metash_store::Store::open(&ctx.workspace) {
+        Ok(store) => {
+            let config = metash_host::config::HostConfig::load(&ctx.workspace).unwrap_or_default();
+            metash_host::redaction::output_redactor(&store, &config, &|k| std::env::var(k).ok(), [])
+        }
+        Err(_) => metash_host::redaction::throwaway(),
+    };
+    redactor.redact_str(message).into_owned()
 }
 
 /// `--help` and `--version` print and succeed; a wrong command line prints clap's message and

@@ -80,9 +80,15 @@ impl McpServer {
         let outcome = rx
             .await
             .map_err(|_| ErrorData::internal_error("the host call panicked", None))?;
+        // What reaches the model is redacted like every other output of the host.
+        let redactor = self.service.host().redactor();
         Ok(match outcome {
-            Ok(value) => CallToolResult::success(vec![ContentBlock::text(text_of(&value))]),
-            Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
+            Ok(value) => CallToolResult::success(vec![ContentBlock::text(
+                redactor.redact_str(&text_of(&value)).into_owned(),
+            )]),
+            Err(e) => CallToolResult::error(vec![ContentBlock::text(
+                redactor.redact_str(&e.to_string()).into_owned(),
+            )]),
         })
     }
 }

@@ -122,13 +122,17 @@ pub fn response(id: Value, result: Result<Value, RpcError>) -> Value {
 /// The output stream, shared by request threads and the notification thread.
 struct Output {
     writer: Mutex<Box<dyn Write + Send>>,
+    /// Every message is redacted on its way out (responses and notifications alike).
+    host: Arc<Host>,
     /// Set when a write failed (the client went away): the reader stops.
     broken: AtomicBool,
 }
 
 impl Output {
     fn send(&self, msg: &Value) {
-        let Ok(mut line) = serde_json::to_vec(msg) else {
+        let mut msg = msg.clone();
+        self.host.redactor().redact_value(&mut msg);
+        let Ok(mut line) = serde_json::to_vec(&msg) else {
             return;
         };
         line.push(b'\n');
@@ -311,6 +315,7 @@ impl RpcServer {
     ) -> io::Result<()> {
         let out = Arc::new(Output {
             writer: Mutex::new(Box::new(output)),
+            host: Arc::clone(self.service.host()),
             broken: AtomicBool::new(false),
         });
         let stop = Arc::new(AtomicBool::new(false));

@@ -212,3 +212,62 @@ async fn mcp_lists_tools_with_schemas_and_serves_them() {
         .expect("the server stops when the client goes")
         .unwrap();
 }
+
+/// A server for `host` on an in-process pipe, past the handshake.
+async fn connected(host: std::sync::Arc<metash_host::Host>) -> McpClient {
+    let (spawner, _release) = FakeSpawner::new();
+    let (client_w, server_r) = tokio::io::duplex(1 << 16);
+    let (server_w, client_r) = tokio::io::duplex(1 << 16);
+    let server = McpServer::new(host, spawner);
+    tokio::spawn(async move {
+        use rmcp::ServiceExt;
+        let running = server.serve((server_r, server_w)).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    let mut c = McpClient {
+        to_server: client_w,
+        lines: BufReader::new(client_r).lines(),
+        next_id: 0,
+    };
+    c.request(
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {},
+               "clientInfo": {"name": "test", "version": "0"}}),
+    )
+    .await;
+    c.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    c
+}
+
+/// What reaches the model through MCP is redacted like every other output: token shapes and
+/// the value of the key variable a role names, in results and in error results alike.
+#[tokio::test]
+async fn mcp_results_are_redacted() {
+    let p = Project::new();
+    p.model_role("writer", "http://127.0.0.1:9");
+    let plain = "plainvalue-no-shape-5678";
+    let host = p.host_with_env(&[("METASH_TEST_KEY", plain)]);
+    let planted = format!("sk-ant-api03-PLANTEDsecret0002 and {plain}");
+    host.update_state(None, "variables.note", json!(planted))
+        .unwrap();
+    let mut c = connected(host).await;
+    let got = c
+        .call_tool("get_state", json!({"key": "variables.note"}))
+        .await;
+    let shown = text(&got);
+    assert!(
+        !shown.contains("PLANTEDsecret0002") && !shown.contains(plain),
+        "{shown}"
+    );
+    assert_eq!(shown.matches("[REDACTED:").count(), 2, "{shown}");
+    let refused = c
+        .call_tool("update_state", json!({"key": "status", "value": planted}))
+        .await;
+    assert_eq!(refused["isError"], true, "{refused}");
+    let shown = text(&refused);
+    assert!(
+        !shown.contains("PLANTEDsecret0002") && !shown.contains(plain),
+        "{shown}"
+    );
+}

@@ -267,6 +267,11 @@ fn state(ctx: &Ctx, cmd: StateCmd) -> Result<ExitCode> {
 fn log(ctx: &Ctx, cmd: LogCmd) -> Result<ExitCode> {
     let json = ctx.json;
     let store = Store::open(&ctx.workspace)?;
+    // What leaves metash is redacted (the log on disk keeps what happened): token shapes, and
+    // the values of the keys the project's roles use.
+    let config = metash_host::config::HostConfig::load(&ctx.workspace).unwrap_or_default();
+    let redactor =
+        metash_host::redaction::output_redactor(&store, &config, &|k| std::env::var(k).ok(), []);
     match cmd {
         LogCmd::Tail { lines } => {
             let mut recs = Vec::new();
@@ -276,7 +281,7 @@ fn log(ctx: &Ctx, cmd: LogCmd) -> Result<ExitCode> {
             })?;
             recs.reverse();
             let mut out = std::io::stdout().lock();
-            for r in recs {
+            for r in recs.iter().map(|r| redactor.redact_record(r)) {
                 if json {
                     writeln!(out, "{}", serde_json::to_string(&r)?)?;
                 } else {
@@ -319,7 +324,7 @@ fn log(ctx: &Ctx, cmd: LogCmd) -> Result<ExitCode> {
                 None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
             };
             store.log().for_each(|r| {
-                let line = serde_json::to_string(&r)
+                let line = serde_json::to_string(&redactor.redact_record(&r))
                     .map_err(|e| metash_store::StoreError::Rejected(e.to_string()))?;
                 writeln!(sink, "{line}").map_err(|e| metash_store::StoreError::io("stdout", e))
             })?;
