@@ -5,7 +5,7 @@
 //! shape (`METASH_TEST_KEY=plainvalue…`) is caught too. The log itself keeps what happened; what
 //! leaves the process is redacted.
 
-use metash_policy::redact::project_redactor;
+use metash_policy::redact::existing_project_redactor;
 use metash_policy::Redactor;
 use metash_store::Store;
 
@@ -13,15 +13,19 @@ use crate::config::HostConfig;
 
 /// The redactor for the project of `store`, knowing the values (looked up with `env`) of every
 /// variable a role of `config` takes its key from, and `extra` values (keys passed to the host).
-/// When the project's salt cannot be read, a fresh random salt is used: output is still
-/// redacted, only markers are not comparable with an export's.
+/// The project's salt is used when it exists, and never created here (showing something must not
+/// write to the project); without one, a fresh random salt is used: output is still redacted,
+/// only its markers are not comparable with an export's.
 pub fn output_redactor(
     store: &Store,
     config: &HostConfig,
     env: &dyn Fn(&str) -> Option<String>,
     extra: impl IntoIterator<Item = String>,
 ) -> Redactor {
-    let base = project_redactor(store).unwrap_or_else(|_| throwaway());
+    let base = existing_project_redactor(store)
+        .ok()
+        .flatten()
+        .unwrap_or_else(throwaway);
     let mut known: Vec<String> = config
         .roles
         .values()

@@ -244,13 +244,29 @@ fn shapes_only() -> Regex {
     Regex::new(&alts.join("|")).expect("the constant shape patterns compile (checked by tests)")
 }
 
+/// The project's redactor if its salt exists, without creating it: for output paths that must
+/// not write to the project (an error message, `log tail`, a server's replies).
+///
+/// # Errors
+/// Store errors reading `.meta/redaction.json`.
+pub fn existing_project_redactor(store: &metash_store::Store) -> Result<Option<Redactor>> {
+    let doc = store.read_doc(SALT_DOC)?;
+    Ok(doc
+        .get("salt")
+        .and_then(Value::as_str)
+        .and_then(|s| hex::decode(s).ok())
+        .map(|salt| Redactor::new(&salt)))
+}
+
+const SALT_DOC: &str = "redaction";
+
 /// The project's redactor: its salt lives in `.meta/redaction.json`, created (with a
 /// `redaction_salt_created` event, never holding the salt) on first use.
 ///
 /// # Errors
 /// Store errors.
 pub fn project_redactor(store: &metash_store::Store) -> Result<Redactor> {
-    const DOC: &str = "redaction";
+    const DOC: &str = SALT_DOC;
     let salt = |doc: &Value| {
         doc.get("salt")
             .and_then(Value::as_str)
