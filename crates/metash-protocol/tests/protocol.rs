@@ -49,23 +49,9 @@ fn unknown_schema_name_is_none() {
 /// Seed 001's runtime snapshot, plus the fields the store adds, round-trips unchanged.
 #[test]
 fn seed_session_example_round_trips() {
-    let seed = json!({
-      "schema_version": 1,
-      "revision": 7,
-      "sessionId": "550e8400-e29b-41d4-a716-446655440000",
-      "status": "executing",
-      "currentPhase": 1,
-      "gapCount": 0,
-      "plan": {
-        "currentTaskIdx": 1,
-        "tasks": [
-          {"id": "01", "title": "Setup Cargo Project", "status": "complete", "dependencies": [], "commits": ["a1b2c3d"]},
-          {"id": "02", "title": "Implement SQLite Schema", "status": "pending", "dependencies": ["01"], "commits": []},
-          {"id": "03", "title": "Build TUI List View", "status": "pending", "dependencies": ["02"]}
-        ]
-      },
-      "variables": {"last_verification_failed": false}
-    });
+    let mut seed: Value = serde_json::from_str(metash_testkit::SEED_SESSION).unwrap();
+    seed["schema_version"] = json!(1);
+    seed["revision"] = json!(7);
     let state: SessionState = serde_json::from_value(seed.clone()).unwrap();
     assert_eq!(state.status, SessionStatus::Executing);
     let plan = state.plan.as_ref().unwrap();
@@ -197,21 +183,7 @@ fn log_kinds_are_one_closed_set_that_still_reads_newer_logs() {
 /// valid session: version 1, revision 0.
 #[test]
 fn seed_session_example_without_version_loads() {
-    let seed = json!({
-      "sessionId": "550e8400-e29b-41d4-a716-446655440000",
-      "status": "executing",
-      "currentPhase": 1,
-      "gapCount": 0,
-      "plan": {
-        "currentTaskIdx": 1,
-        "tasks": [
-          {"id": "01", "title": "Setup Cargo Project", "status": "complete", "dependencies": [], "commits": ["a1b2c3d"]},
-          {"id": "02", "title": "Implement SQLite Schema", "status": "pending", "dependencies": ["01"], "commits": []},
-          {"id": "03", "title": "Build TUI List View", "status": "pending", "dependencies": ["02"]}
-        ]
-      },
-      "variables": {"last_verification_failed": false}
-    });
+    let seed: Value = serde_json::from_str(metash_testkit::SEED_SESSION).unwrap();
     let state: SessionState = serde_json::from_value(seed).unwrap();
     assert_eq!(
         state.schema_version,

@@ -35,3 +35,41 @@ resources.mem = "512Mi"
 
 ui.hints = ["streaming", "diff", "preview"]
 "#;
+
+/// Seed 001's runtime snapshot exactly as the seed prints it (no `schema_version`, no `revision`).
+pub const SEED_SESSION: &str = r#"{
+  "sessionId": "550e8400-e29b-41d4-a716-446655440000",
+  "status": "executing",
+  "currentPhase": 1,
+  "gapCount": 0,
+  "plan": {
+    "currentTaskIdx": 1,
+    "tasks": [
+      {"id": "01", "title": "Setup Cargo Project", "status": "complete", "dependencies": [], "commits": ["a1b2c3d"]},
+      {"id": "02", "title": "Implement SQLite Schema", "status": "pending", "dependencies": ["01"], "commits": []},
+      {"id": "03", "title": "Build TUI List View", "status": "pending", "dependencies": ["02"]}
+    ]
+  },
+  "variables": {"last_verification_failed": false}
+}"#;
+
+/// `src` with each edit applied in turn: `(position, op, byte)` replaces (op 0), inserts (1) or
+/// removes (2) one byte at `position` modulo the length. What property tests feed parsers.
+pub fn mutate(src: &[u8], edits: &[(usize, u8, u8)]) -> Vec<u8> {
+    let mut bytes = src.to_vec();
+    for (pos, op, b) in edits {
+        if bytes.is_empty() {
+            bytes.push(*b);
+            continue;
+        }
+        let i = pos % bytes.len();
+        match op % 3 {
+            0 => bytes[i] = *b,
+            1 => bytes.insert(i, *b),
+            _ => {
+                bytes.remove(i);
+            }
+        }
+    }
+    bytes
+}

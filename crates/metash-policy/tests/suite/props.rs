@@ -10,22 +10,7 @@ use proptest::prelude::*;
 use super::common::SEED;
 
 fn mutate(src: &str, edits: &[(usize, u8, u8)]) -> String {
-    let mut bytes = src.as_bytes().to_vec();
-    for (pos, op, b) in edits {
-        if bytes.is_empty() {
-            bytes.push(*b);
-            continue;
-        }
-        let i = pos % bytes.len();
-        match op % 3 {
-            0 => bytes[i] = *b,
-            1 => bytes.insert(i, *b),
-            _ => {
-                bytes.remove(i);
-            }
-        }
-    }
-    String::from_utf8_lossy(&bytes).into_owned()
+    String::from_utf8_lossy(&metash_testkit::mutate(src.as_bytes(), edits)).into_owned()
 }
 
 proptest! {

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use metash_store::{log, session, Store};
+use metash_testkit::mutate;
 use proptest::prelude::*;
 
 /// A real `session.json` and a real log line (its trailing newline cut), made once.
@@ -26,26 +27,6 @@ fn fixture() -> &'static (Vec<u8>, Vec<u8>) {
             .to_vec();
         (session, line)
     })
-}
-
-/// `src` with each edit applied: replace, insert or remove one byte.
-fn mutate(src: &[u8], edits: &[(usize, u8, u8)]) -> Vec<u8> {
-    let mut bytes = src.to_vec();
-    for (pos, op, b) in edits {
-        if bytes.is_empty() {
-            bytes.push(*b);
-            continue;
-        }
-        let i = pos % bytes.len();
-        match op % 3 {
-            0 => bytes[i] = *b,
-            1 => bytes.insert(i, *b),
-            _ => {
-                bytes.remove(i);
-            }
-        }
-    }
-    bytes
 }
 
 fn edits() -> impl Strategy<Value = Vec<(usize, u8, u8)>> {

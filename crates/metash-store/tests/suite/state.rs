@@ -196,23 +196,8 @@ fn transact_sees_the_state_and_may_write_nothing() {
 #[test]
 fn a_hand_written_seed_session_is_taken_as_it_is() {
     let (dir, _store) = project();
-    let seed = r#"{
-      "sessionId": "550e8400-e29b-41d4-a716-446655440000",
-      "status": "executing",
-      "currentPhase": 1,
-      "gapCount": 0,
-      "plan": {
-        "currentTaskIdx": 1,
-        "tasks": [
-          {"id": "01", "title": "Setup Cargo Project", "status": "complete", "dependencies": [], "commits": ["a1b2c3d"]},
-          {"id": "02", "title": "Implement SQLite Schema", "status": "pending", "dependencies": ["01"], "commits": []},
-          {"id": "03", "title": "Build TUI List View", "status": "pending", "dependencies": ["02"]}
-        ]
-      },
-      "variables": {"last_verification_failed": false}
-    }"#;
     let path = dir.path().join(".meta/session.json");
-    std::fs::write(&path, seed).unwrap();
+    std::fs::write(&path, metash_testkit::SEED_SESSION).unwrap();
     let store = Store::open(dir.path()).unwrap();
     let state = store.state().unwrap();
     assert_eq!(state.session_id, "550e8400-e29b-41d4-a716-446655440000");
