@@ -234,6 +234,38 @@ impl<W: Write> Session<W> {
     ///
     /// # Errors
     /// As [`Session::send`].
+    /// Reads back what is stored under `key` in `scope` (`agent`, the default, `scratchpad` or
+    /// `session`); an empty key reads the whole namespace. `Ok(None)` when nothing is stored;
+    /// an `Err` of kind `PermissionDenied` when the host refuses (no `memory` grant).
+    ///
+    /// # Errors
+    /// The host refused, or closed stdin before answering.
+    pub fn state_get(&mut self, key: &str, scope: Option<&str>) -> io::Result<Option<Value>> {
+        self.send(AgentEvent::StateGet {
+            key: key.to_string(),
+            scope: scope.map(str::to_string),
+        })?;
+        while let Some(event) = self.next_event()? {
+            match event {
+                AgentEvent::StateValue {
+                    key: k,
+                    value,
+                    found,
+                    ..
+                } if k == key => return Ok(found.then_some(value)),
+                AgentEvent::Error { code, message, .. } if code == "state_denied" => {
+                    return Err(io::Error::new(io::ErrorKind::PermissionDenied, message))
+                }
+                AgentEvent::Shutdown { .. } => break,
+                _ => {}
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the host closed stdin before answering the state_get",
+        ))
+    }
+
     pub fn state_update(&mut self, key: &str, value: Value, scope: Option<&str>) -> io::Result<()> {
         self.send(AgentEvent::StateUpdate {
             key: key.to_string(),

@@ -335,19 +335,7 @@ impl Host {
     ) -> Result<()> {
         match scope.unwrap_or("session") {
             "agent" | "memory" | "scratchpad" => {
-                let policy = self.policy()?;
-                let req = CapabilityRequest::parse("memory", format!("state_update {key}"))
-                    .map_err(|e| HostError::Other(e.to_string()))?;
-                if !policy.check(agent, &req)?.is_allow() {
-                    return Err(HostError::InvalidRequest(
-                        "the `memory` capability is not granted".into(),
-                    ));
-                }
-                let kv = if scope == Some("scratchpad") {
-                    self.store.scratchpad()
-                } else {
-                    self.store.kv(agent)?
-                };
+                let kv = self.agent_kv(agent, scope, &format!("state_update {key}"))?;
                 self.journal.flush()?;
                 let recs_seq = kv.set(key, value.clone())?;
                 self.publish_since(recs_seq);
@@ -380,6 +368,67 @@ impl Host {
                 self.options.env.values().cloned(),
             )
         })
+    }
+
+    /// The KV namespace an agent's state event of `scope` works on (its own, or the shared
+    /// scratchpad), once its `memory` capability is authorized.
+    fn agent_kv(
+        &self,
+        agent: &str,
+        scope: Option<&str>,
+        what: &str,
+    ) -> Result<metash_store::Kv<'_>> {
+        let req = CapabilityRequest::parse("memory", what.to_string())
+            .map_err(|e| HostError::Other(e.to_string()))?;
+        // Asked like any capability: a grant, else `--yes-to`, the policy file or the person.
+        let mut prompter = self.prompter();
+        if !self
+            .policy()?
+            .authorize(agent, &req, &mut *prompter)?
+            .is_allowed()
+        {
+            return Err(HostError::InvalidRequest(
+                "the `memory` capability is not granted".into(),
+            ));
+        }
+        Ok(if scope == Some("scratchpad") {
+            self.store.scratchpad()
+        } else {
+            self.store.kv(agent)?
+        })
+    }
+
+    /// An agent's `state_get` (seed 002 §7: agents read back what they stored): `key` in its own
+    /// KV namespace (`agent`, the default) or the `scratchpad` (both need `memory`), or in the
+    /// session's `variables.*`; an empty key reads the whole namespace. `None` when nothing is
+    /// stored there.
+    pub(crate) fn agent_state_get(
+        &self,
+        agent: &str,
+        key: &str,
+        scope: Option<&str>,
+    ) -> Result<Option<Value>> {
+        match scope.unwrap_or("agent") {
+            "agent" | "memory" | "scratchpad" => {
+                let kv = self.agent_kv(agent, scope, &format!("state_get {key}"))?;
+                if key.is_empty() {
+                    return Ok(Some(Value::Object(kv.list()?)));
+                }
+                Ok(kv.get(key)?)
+            }
+            "session" => {
+                let path = if key.is_empty() { "variables" } else { key };
+                if path != "variables" && !path.starts_with("variables.") {
+                    return Err(HostError::InvalidRequest(format!(
+                        "agents may read only `variables.*` of the session, not `{key}`"
+                    )));
+                }
+                Ok(self.store.get(path).ok())
+            }
+            other => Err(HostError::InvalidRequest(format!(
+                "unknown state_get scope `{other}` (agent, scratchpad or session)"
+            ))),
+        }
     }
 
     pub fn store(&self) -> &Store {

@@ -18,6 +18,10 @@
 //! - `try OP PATH [PATH2]`: one filesystem attempt, answered `OK …` or `DENIED …`: `ls` (lists),
 //!   `read`, `write`, `symlink-read` (PATH2 -> PATH, then read PATH2), `hardlink` (PATH to PATH2),
 //!   `rename` (PATH to PATH2)
+//! - `remember KEY JSON`: stores JSON under KEY in its own KV namespace (`state_update`, scope
+//!   `agent`), then reads it back; outputs `got VALUE`, or `denied MESSAGE`
+//! - `recall [SCOPE] KEY`: reads KEY back (`state_get`; an empty KEY is the whole namespace);
+//!   outputs `got VALUE`, `missing` or `denied MESSAGE`
 //! - `claim CAPABILITY`: sends a `consent_grant` of CAPABILITY as if it were the host (it is not
 //!   allowed to), then outputs the host's answer (`error CODE HINT`)
 
@@ -35,6 +39,15 @@ fn host_error<W: Write>(s: &mut Session<W>) -> String {
             format!("error {code} {}", hint.unwrap_or_default())
         }
         other => format!("no error event: {other:?}"),
+    }
+}
+
+/// `state_get` of `key`, as the test reads it.
+fn recall<W: Write>(s: &mut Session<W>, scope: Option<&str>, key: &str) -> String {
+    match s.state_get(key, scope) {
+        Ok(Some(v)) => format!("got {v}"),
+        Ok(None) => "missing".to_string(),
+        Err(e) => format!("denied {e}"),
     }
 }
 
@@ -191,6 +204,21 @@ fn main() {
             }
             "try" => {
                 let text = attempt(arg);
+                s.output("text/plain", &text).map_err(io)
+            }
+            "remember" => {
+                let (key, value) = arg.split_once(' ').unwrap_or((arg, "null"));
+                let value = serde_json::from_str(value).map_err(|e| e.to_string())?;
+                s.state_update(key, value, Some("agent")).map_err(io)?;
+                let text = recall(s, Some("agent"), key);
+                s.output("text/plain", &text).map_err(io)
+            }
+            "recall" => {
+                let (scope, key) = match arg.split_once(' ') {
+                    Some((scope, key)) => (Some(scope), key),
+                    None => (None, arg),
+                };
+                let text = recall(s, scope, key);
                 s.output("text/plain", &text).map_err(io)
             }
             "claim" => {

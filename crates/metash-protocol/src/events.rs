@@ -65,6 +65,24 @@ pub enum AgentEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         scope: Option<String>,
     },
+    /// Agent to host: read back what was stored (seed 002 §7). `key` in the scope (`agent`, the
+    /// default, or `scratchpad`: both need `memory`; `session`: `variables.*` only); an empty
+    /// `key` reads the whole namespace as one object (the list of what is stored). Answered by
+    /// one `state_value`, or an `error` with code `state_denied`.
+    StateGet {
+        key: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scope: Option<String>,
+    },
+    /// Host to agent: the answer to `state_get`; `value` is `null` and `found` false when nothing
+    /// is stored under `key`.
+    StateValue {
+        key: String,
+        value: Value,
+        found: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scope: Option<String>,
+    },
     /// Host to agent, first line of every session: the `start(ctx)` hook's context. Native agents get
     /// it once per process, WASM agents once per invocation (each invocation is a fresh instance).
     Start {
@@ -112,6 +130,7 @@ impl AgentEvent {
         matches!(
             self,
             Self::Input { .. }
+                | Self::StateValue { .. }
                 | Self::ConsentGrant { .. }
                 | Self::ConsentRevoke { .. }
                 | Self::Start { .. }
@@ -130,6 +149,8 @@ impl AgentEvent {
             Self::ConsentRevoke { .. } => "consent_revoke",
             Self::Error { .. } => "error",
             Self::StateUpdate { .. } => "state_update",
+            Self::StateGet { .. } => "state_get",
+            Self::StateValue { .. } => "state_value",
             Self::Start { .. } => "start",
             Self::Done { .. } => "done",
             Self::Checkpoint { .. } => "checkpoint",

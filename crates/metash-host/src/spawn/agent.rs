@@ -11,7 +11,7 @@ use metash_policy::{Authorization, CapabilityRequest, Category, Decision};
 use metash_protocol::{AgentEvent, AgentStatus, CheckpointSignal, ResumeData, SandboxKind};
 use metash_runtime::{AgentSpec, Gate, InvocationStatus, NetworkAccess, PathAccess};
 use metash_store::NewEvent;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::gate::PolicyGate;
 use super::Ran;
@@ -247,6 +247,10 @@ fn invoke(
                 ));
             }
         }
+        AgentEvent::StateGet { key, scope } => {
+            let _ = host.flush_events();
+            replier.send(state_answer(host, agent, key, scope.as_deref()));
+        }
         AgentEvent::Error { code, message, .. } => {
             heard
                 .failure
@@ -255,6 +259,25 @@ fn invoke(
         _ => {}
     })?;
     Ok(outcome)
+}
+
+/// The answer to an agent's `state_get`: the value, or an `error` saying why not.
+fn state_answer(host: &Host, agent: &str, key: &str, scope: Option<&str>) -> AgentEvent {
+    match host.agent_state_get(agent, key, scope) {
+        Ok(value) => AgentEvent::StateValue {
+            key: key.to_string(),
+            found: value.is_some(),
+            value: value.unwrap_or(Value::Null),
+            scope: scope.map(str::to_string),
+        },
+        Err(e) => AgentEvent::Error {
+            code: "state_denied".into(),
+            message: e.to_string(),
+            hint: Some(
+                "declare and be granted `memory` to use the agent and scratchpad scopes".into(),
+            ),
+        },
+    }
 }
 
 /// The spawn's answer from how the invocation ended.

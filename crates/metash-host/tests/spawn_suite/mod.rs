@@ -5,6 +5,7 @@ mod cli_sandbox;
 mod common;
 mod consent;
 mod host_only;
+mod memory;
 mod meta_isolation;
 mod model_role;
 mod native_agent;

@@ -1,0 +1,80 @@
+//! Issue 18 (seed 002 §7): agents read back what they stored. A native agent stores a value in
+//! its own KV namespace and reads it back in the same invocation and in a later spawn; another
+//! agent does not see it (namespaces); the shared scratchpad is shared; the session's variables
+//! can be read, nothing else of the session; without `memory` the read is refused with a reason.
+
+use metash_host::{Host, SpawnRequest, Spawner};
+use metash_protocol::AgentStatus;
+
+use super::common::{native_agent_exe, native_unavailable, Project};
+
+fn ask(host: &Host, agent: &str, message: &str) -> String {
+    let r = host
+        .spawn_agent(&SpawnRequest::new(agent, "", message))
+        .expect("spawn");
+    assert_eq!(r.status, AgentStatus::Success, "{message}: {r:?}");
+    r.data
+}
+
+#[test]
+fn agents_read_back_what_they_stored_in_their_own_namespace() {
+    if let Some(why) = native_unavailable() {
+        metash_testkit::skip("memory read-back", &why);
+        return;
+    }
+    let p = Project::new();
+    p.agent("keeper", "native", &native_agent_exe(), &["memory"]);
+    p.agent("other", "native", &native_agent_exe(), &["memory"]);
+    p.agent("forgetful", "native", &native_agent_exe(), &[]);
+    let host = p.host(&["native", "memory"]);
+
+    assert_eq!(
+        ask(
+            &host,
+            "keeper",
+            r#"remember plan {"step":2,"notes":["a","b"]}"#
+        ),
+        r#"got {"notes":["a","b"],"step":2}"#
+    );
+    // A later spawn (a new process) reads it back; the whole namespace lists it.
+    assert_eq!(
+        ask(&host, "keeper", "recall plan"),
+        r#"got {"notes":["a","b"],"step":2}"#
+    );
+    assert_eq!(
+        ask(&host, "keeper", "recall agent "),
+        r#"got {"plan":{"notes":["a","b"],"step":2}}"#
+    );
+    // Namespaces: another agent's `plan` is not this one.
+    assert_eq!(ask(&host, "other", "recall plan"), "missing");
+
+    // The scratchpad is shared between agents.
+    host.store()
+        .scratchpad()
+        .set("shared", serde_json::json!("hello"))
+        .unwrap();
+    assert_eq!(
+        ask(&host, "other", "recall scratchpad shared"),
+        r#"got "hello""#
+    );
+
+    // The session's variables can be read; the plan cannot.
+    host.update_state(None, "variables.phase_goal", serde_json::json!("ship"))
+        .unwrap();
+    assert_eq!(
+        ask(&host, "other", "recall session variables.phase_goal"),
+        r#"got "ship""#
+    );
+    let refused = ask(&host, "other", "recall session status");
+    assert!(
+        refused.starts_with("denied ") && refused.contains("variables.*"),
+        "{refused}"
+    );
+
+    // Without `memory`: refused, saying why.
+    let refused = ask(&host, "forgetful", "recall plan");
+    assert!(
+        refused.contains("`memory` capability is not granted"),
+        "{refused}"
+    );
+}
