@@ -6,6 +6,8 @@
 //! [host]
 //! default_timeout_seconds = 600
 //! wasm_fuel = 2000000000   # optional: deterministic work bound per WASM invocation
+//! kv_max_keys = 1000       # per agent KV namespace and the scratchpad (the defaults)
+//! kv_max_bytes = 1048576
 //!
 //! [budget]                 # across all spawns of the session
 //! max_tokens = 200000
@@ -47,6 +49,23 @@ pub struct HostSection {
     /// ends the spawn as an error naming the `fuel` limit. Absent: only the timeout applies.
     #[serde(default)]
     pub wasm_fuel: Option<u64>,
+    /// Per KV namespace (each agent's own, and the shared scratchpad): at most this many keys
+    /// (default 1,000) and this many bytes of JSON (default 1 MiB). A write past either is
+    /// refused and the agent told why.
+    #[serde(default)]
+    pub kv_max_keys: Option<usize>,
+    #[serde(default)]
+    pub kv_max_bytes: Option<usize>,
+}
+
+impl HostSection {
+    /// The KV quota of every agent namespace and of the scratchpad.
+    pub fn kv_quota(&self) -> metash_store::KvQuota {
+        metash_store::KvQuota {
+            max_keys: self.kv_max_keys.unwrap_or(1_000),
+            max_bytes: self.kv_max_bytes.unwrap_or(1 << 20),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

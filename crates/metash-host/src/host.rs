@@ -337,7 +337,7 @@ impl Host {
             "agent" | "memory" | "scratchpad" => {
                 let kv = self.agent_kv(agent, scope, &format!("state_update {key}"))?;
                 self.journal.flush()?;
-                let recs_seq = kv.set(key, value.clone())?;
+                let recs_seq = kv.set_within(key, value.clone(), self.config.host.kv_quota())?;
                 self.publish_since(recs_seq);
                 Ok(())
             }

@@ -38,14 +38,23 @@ impl Kv<'_> {
 
     /// Sets `key`; returns the log seq of the write.
     pub fn set(&self, key: &str, value: Value) -> Result<u64> {
-        self.write(key, Some(value))
+        self.write(key, Some(value), None)
+    }
+
+    /// Sets `key` unless the namespace would then exceed `quota` (checked under the store lock,
+    /// so two writers cannot both squeeze in); nothing is written when it would.
+    ///
+    /// # Errors
+    /// [`crate::StoreError::Rejected`] naming the limit, or as [`Kv::set`].
+    pub fn set_within(&self, key: &str, value: Value, quota: Quota) -> Result<u64> {
+        self.write(key, Some(value), Some(quota))
     }
 
     pub fn delete(&self, key: &str) -> Result<u64> {
-        self.write(key, None)
+        self.write(key, None, None)
     }
 
-    fn write(&self, key: &str, value: Option<Value>) -> Result<u64> {
+    fn write(&self, key: &str, value: Option<Value>, quota: Option<Quota>) -> Result<u64> {
         crate::names::check(key, "key")?;
         let ns = self.namespace.clone();
         let rec = self.store.update_json(&self.path, |doc| {
@@ -61,6 +70,9 @@ impl Kv<'_> {
                         m.remove(key);
                     }
                 }
+                if let Some(q) = quota {
+                    q.check(&ns, m)?;
+                }
             }
             Ok(NewEvent::new(
                 LogKind::KvSet,
@@ -69,5 +81,32 @@ impl Kv<'_> {
             ))
         })?;
         Ok(rec.seq)
+    }
+}
+
+/// How much one KV namespace may hold: keys, and bytes of its JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    pub max_keys: usize,
+    pub max_bytes: usize,
+}
+
+impl Quota {
+    fn check(&self, ns: &str, m: &Map<String, Value>) -> Result<()> {
+        if m.len() > self.max_keys {
+            return Err(crate::StoreError::Rejected(format!(
+                "KV namespace `{ns}` would hold {} keys; its quota is {}",
+                m.len(),
+                self.max_keys
+            )));
+        }
+        let bytes = serde_json::to_vec(m).map(|b| b.len()).unwrap_or(usize::MAX);
+        if bytes > self.max_bytes {
+            return Err(crate::StoreError::Rejected(format!(
+                "KV namespace `{ns}` would hold {bytes} bytes; its quota is {}",
+                self.max_bytes
+            )));
+        }
+        Ok(())
     }
 }

@@ -39,7 +39,7 @@ use serde_json::{json, Value};
 pub use artifacts::{Artifacts, GcReport, Retention};
 pub use context::TEMPLATE as CONTEXT_TEMPLATE;
 pub use error::{Result, StoreError};
-pub use kv::Kv;
+pub use kv::{Kv, Quota as KvQuota};
 pub use log::{EventLog, NewEvent, Tail};
 
 use error::IoContext;

@@ -245,6 +245,12 @@ fn invoke(
                     Some(agent),
                     json!({"what": "state_update", "key": key, "reason": e.to_string()}),
                 ));
+                // The agent is told, so it can go on knowing its write did not happen.
+                replier.send(AgentEvent::Error {
+                    code: "state_denied".into(),
+                    message: e.to_string(),
+                    hint: None,
+                });
             }
         }
         AgentEvent::StateGet { key, scope } => {

@@ -78,3 +78,37 @@ fn agents_read_back_what_they_stored_in_their_own_namespace() {
         "{refused}"
     );
 }
+
+#[test]
+fn a_write_past_the_namespace_quota_is_refused_and_the_agent_told() {
+    if let Some(why) = native_unavailable() {
+        metash_testkit::skip("memory quota", &why);
+        return;
+    }
+    let p = Project::new();
+    p.agent("keeper", "native", &native_agent_exe(), &["memory"]);
+    std::fs::write(
+        p.path().join(".meta/config.toml"),
+        "[host]\nkv_max_keys = 2\nkv_max_bytes = 64\n",
+    )
+    .unwrap();
+    let host = p.host(&["native", "memory"]);
+    assert_eq!(ask(&host, "keeper", "remember a 1"), "got 1");
+    let big = format!("remember b \"{}\"", "x".repeat(100));
+    let refused = ask(&host, "keeper", &big);
+    assert!(
+        refused.contains("would hold") && refused.contains("its quota is 64"),
+        "{refused}"
+    );
+    assert_eq!(ask(&host, "keeper", "remember c 3"), "got 3");
+    let refused = ask(&host, "keeper", "remember d 4");
+    assert!(
+        refused.contains("would hold 3 keys; its quota is 2"),
+        "{refused}"
+    );
+    // Nothing of the refused writes was stored.
+    assert_eq!(
+        ask(&host, "keeper", "recall agent "),
+        r#"got {"a":1,"c":3}"#
+    );
+}
