@@ -68,6 +68,31 @@ impl HostSection {
     }
 }
 
+/// `[artifacts]`: how long artifacts agents announce are kept, and how much of them.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArtifactsSection {
+    /// Older ones are removed after each new artifact (default 30; `inf` keeps them).
+    #[serde(default)]
+    pub max_age_days: Option<f64>,
+    /// Then the oldest are removed until the rest fit (default 1024).
+    #[serde(default)]
+    pub max_total_mib: Option<u64>,
+}
+
+impl ArtifactsSection {
+    /// The store's retention policy from this section (defaults where unset; a bad age, which
+    /// [`HostConfig::parse`] refuses, would read as the default).
+    pub fn retention(&self) -> metash_store::Retention {
+        let days = self.max_age_days.filter(|d| *d >= 0.0).unwrap_or(30.0);
+        metash_store::Retention {
+            max_age: std::time::Duration::try_from_secs_f64(days * 86_400.0)
+                .unwrap_or(std::time::Duration::MAX),
+            max_total_bytes: self.max_total_mib.unwrap_or(1024).saturating_mul(1 << 20),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Budget {
@@ -164,6 +189,7 @@ pub struct HostConfig {
     pub roles: BTreeMap<String, Role>,
     /// `[prices."MODEL"]`: what usage costs, on top of the built-in table.
     pub prices: crate::pricing::PriceTable,
+    pub artifacts: ArtifactsSection,
 }
 
 impl HostConfig {
@@ -220,6 +246,8 @@ impl HostConfig {
             roles: BTreeMap<String, Role>,
             #[serde(default)]
             prices: BTreeMap<String, crate::pricing::Price>,
+            #[serde(default)]
+            artifacts: ArtifactsSection,
             #[serde(flatten)]
             _others: toml::Table,
         }
@@ -234,6 +262,16 @@ impl HostConfig {
             price.check().map_err(|why| {
                 HostError::Config(format!("{}: [prices.\"{model}\"]: {why}", path.display()))
             })?;
+        }
+        if let Some(d) = parsed
+            .artifacts
+            .max_age_days
+            .filter(|d| d.is_nan() || *d < 0.0)
+        {
+            return Err(HostError::Config(format!(
+                "{}: [artifacts] max_age_days must be a number of days >= 0, not {d}",
+                path.display()
+            )));
         }
         let bad_timeout = |t: &Option<f64>| t.filter(|t| timeout_from_secs(*t).is_none());
         if let Some(t) = bad_timeout(&parsed.host.default_timeout_seconds) {
@@ -280,6 +318,7 @@ impl HostConfig {
             budget: parsed.budget,
             roles: parsed.roles,
             prices: crate::pricing::PriceTable::new(parsed.prices),
+            artifacts: parsed.artifacts,
         })
     }
 }

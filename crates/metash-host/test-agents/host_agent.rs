@@ -22,6 +22,7 @@
 //!   `agent`), then reads it back; outputs `got VALUE`, or `denied MESSAGE`
 //! - `recall [SCOPE] KEY`: reads KEY back (`state_get`; an empty KEY is the whole namespace);
 //!   outputs `got VALUE`, `missing` or `denied MESSAGE`
+//! - `artifact ID PATH`: announces PATH as artifact ID (an `artifact` event); outputs `sent`
 //! - `claim CAPABILITY`: sends a `consent_grant` of CAPABILITY as if it were the host (it is not
 //!   allowed to), then outputs the host's answer (`error CODE HINT`)
 
@@ -220,6 +221,17 @@ fn main() {
                 };
                 let text = recall(s, scope, key);
                 s.output("text/plain", &text).map_err(io)
+            }
+            "artifact" => {
+                let (id, path) = arg.split_once(' ').unwrap_or((arg, ""));
+                s.send(AgentEvent::Artifact {
+                    id: id.to_string(),
+                    kind: "file".into(),
+                    path: path.to_string(),
+                    preview_hint: None,
+                })
+                .map_err(io)?;
+                s.output("text/plain", "sent").map_err(io)
             }
             "claim" => {
                 s.send(AgentEvent::ConsentGrant {

@@ -30,6 +30,16 @@ impl Default for Retention {
     }
 }
 
+/// One artifact in the store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ArtifactInfo {
+    pub id: String,
+    pub bytes: u64,
+    /// Seconds since the Unix epoch.
+    pub modified_unix: u64,
+    pub path: PathBuf,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct GcReport {
     pub removed: Vec<String>,
@@ -63,15 +73,14 @@ impl Artifacts<'_> {
         Ok(path)
     }
 
-    /// Applies `policy` as of `now`; logs a `gc` event when anything was removed.
-    pub fn gc(&self, policy: Retention, now: SystemTime) -> Result<GcReport> {
-        let _guard = self.store.lock()?;
-        let mut files = Vec::new();
+    /// The artifacts kept, oldest first: (modified, bytes, path). Temp files are not artifacts.
+    fn files(&self) -> Result<Vec<(SystemTime, u64, PathBuf)>> {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(GcReport::default()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(crate::StoreError::io(&self.dir, e)),
         };
+        let mut files = Vec::new();
         for entry in entries {
             let entry = entry.at(&self.dir)?;
             let meta = entry.metadata().at(&entry.path())?;
@@ -82,6 +91,36 @@ impl Artifacts<'_> {
             files.push((modified, meta.len(), entry.path()));
         }
         files.sort();
+        Ok(files)
+    }
+
+    /// The artifacts kept now, oldest first.
+    ///
+    /// # Errors
+    /// The directory cannot be read.
+    pub fn list(&self) -> Result<Vec<ArtifactInfo>> {
+        Ok(self
+            .files()?
+            .into_iter()
+            .map(|(modified, bytes, path)| ArtifactInfo {
+                id: path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                bytes,
+                modified_unix: modified
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0),
+                path,
+            })
+            .collect())
+    }
+
+    /// Applies `policy` as of `now`; logs a `gc` event when anything was removed.
+    pub fn gc(&self, policy: Retention, now: SystemTime) -> Result<GcReport> {
+        let _guard = self.store.lock()?;
+        let files = self.files()?;
         let mut total: u64 = files.iter().map(|f| f.1).sum();
         let mut report = GcReport::default();
         for (modified, len, path) in &files {

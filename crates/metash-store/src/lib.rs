@@ -36,7 +36,7 @@ use metash_protocol::{LogRecord, SessionState};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-pub use artifacts::{Artifacts, GcReport, Retention};
+pub use artifacts::{ArtifactInfo, Artifacts, GcReport, Retention};
 pub use context::TEMPLATE as CONTEXT_TEMPLATE;
 pub use error::{Result, StoreError};
 pub use kv::{Kv, Quota as KvQuota};

@@ -195,3 +195,37 @@ fn a_project_path_that_is_not_utf8_works() {
     ok(&ws, &["log", "export"]);
     ok(&ws, &["gc"]);
 }
+
+#[test]
+fn artifacts_list_show_and_gc_under_the_configured_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    ok(ws, &["init"]);
+    assert_eq!(ok(ws, &["artifacts", "list"]).trim(), "no artifacts");
+    let kept = ws.join(".meta/artifacts");
+    std::fs::create_dir_all(&kept).unwrap();
+    std::fs::write(kept.join("report.md"), "# report\n").unwrap();
+    let list: Value = serde_json::from_str(&ok(ws, &["artifacts", "list", "--json"])).unwrap();
+    assert_eq!(list[0]["id"], "report.md");
+    assert_eq!(list[0]["bytes"], 9);
+    assert!(ok(ws, &["artifacts", "list"]).contains("report.md"));
+    assert_eq!(
+        ok(ws, &["artifacts", "show", "report.md", "--content"]),
+        "# report\n"
+    );
+    assert!(err(ws, &["artifacts", "show", "nope"]).contains("no artifact `nope`"));
+    // The policy comes from config.toml: nothing may be kept.
+    std::fs::write(
+        ws.join(".meta/config.toml"),
+        "[artifacts]\nmax_total_mib = 0\n",
+    )
+    .unwrap();
+    assert!(ok(ws, &["artifacts", "gc"]).contains("removed 1 artifacts"));
+    assert!(!kept.join("report.md").exists());
+    std::fs::write(
+        ws.join(".meta/config.toml"),
+        "[artifacts]\nmax_age_days = nan\n",
+    )
+    .unwrap();
+    assert!(err(ws, &["artifacts", "gc"]).contains("max_age_days must be a number of days"));
+}

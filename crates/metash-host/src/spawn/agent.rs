@@ -230,7 +230,24 @@ fn invoke(
     heard: &mut Heard,
 ) -> Result<metash_runtime::Outcome> {
     let replier = running.replier();
+    let ws = super::artifact::Workspace {
+        agent: agent.to_string(),
+        root: running.spec().workspace.clone(),
+        sandbox: running.spec().manifest.sandbox,
+    };
     let outcome = running.invoke(message, &[], &mut |event: &AgentEvent| match event {
+        AgentEvent::Artifact { id, path, .. } => {
+            if let Some(refusal) = super::artifact::save(host, &ws, id, path) {
+                if let AgentEvent::Error { message, .. } = &refusal {
+                    let _ = host.record_later(NewEvent::new(
+                        LogKind::Denied,
+                        Some(agent),
+                        json!({"what": "artifact", "id": id, "reason": message}),
+                    ));
+                }
+                replier.send(refusal);
+            }
+        }
         AgentEvent::ConsentRequest { .. } => {
             if let Some(req) = CapabilityRequest::from_agent_event(event) {
                 let _ = host.flush_events();

@@ -2,6 +2,7 @@
 //! (runtime or harness), persist a checkpoint before returning it, charge the budget.
 
 mod agent;
+mod artifact;
 pub(crate) mod confine;
 mod gate;
 pub(crate) mod key_proxy;

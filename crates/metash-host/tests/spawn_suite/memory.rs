@@ -112,3 +112,48 @@ fn a_write_past_the_namespace_quota_is_refused_and_the_agent_told() {
         r#"got {"a":1,"c":3}"#
     );
 }
+
+/// An agent's `artifact` is copied into `.meta/artifacts/` (it outlives the worktree); a path
+/// outside the agent's workspace, through a symlink, or into metash's state is refused and logged.
+#[test]
+fn announced_artifacts_are_kept_and_escapes_refused() {
+    if let Some(why) = native_unavailable() {
+        metash_testkit::skip("artifacts", &why);
+        return;
+    }
+    let p = Project::new();
+    p.agent("maker", "native", &native_agent_exe(), &[]);
+    let host = p.host(&["native"]);
+    std::fs::write(p.path().join("report.txt"), "the report").unwrap();
+    assert_eq!(ask(&host, "maker", "artifact report report.txt"), "sent");
+    let kept = p.path().join(".meta/artifacts/report");
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), "the report");
+
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "outside").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret.txt"), p.path().join("link.txt"))
+        .unwrap();
+    let outside_path = outside.path().join("secret.txt");
+    for (id, path) in [
+        ("abs", outside_path.to_str().unwrap()),
+        ("link", "link.txt"),
+        ("state", ".meta/session.json"),
+        ("missing", "nope.txt"),
+    ] {
+        assert_eq!(
+            ask(&host, "maker", &format!("artifact {id} {path}")),
+            "sent"
+        );
+        assert!(
+            !p.path().join(".meta/artifacts").join(id).exists(),
+            "{id} was kept"
+        );
+    }
+    let denied = p.log_data("denied");
+    let ids: Vec<&str> = denied
+        .iter()
+        .filter(|d| d["what"] == "artifact")
+        .filter_map(|d| d["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["abs", "link", "state", "missing"], "{denied:?}");
+}

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
+mod artifacts;
 mod harness;
 pub(crate) mod host;
 pub(crate) mod onboard;

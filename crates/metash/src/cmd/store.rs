@@ -1,4 +1,4 @@
-//! `init`, `state`, `log`, `kv`, `gc`, `schema`: the commands on the `.meta/` store.
+//! `init`, `state`, `log`, `kv`, `artifacts`, `gc`, `schema`: the commands on the `.meta/` store.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -36,6 +36,11 @@ pub enum StoreCommand {
     Kv {
         #[command(subcommand)]
         cmd: KvCmd,
+    },
+    /// The files agents announced: list, show, apply the retention policy.
+    Artifacts {
+        #[command(subcommand)]
+        cmd: super::artifacts::ArtifactsCmd,
     },
     /// Apply the artifact retention policy.
     Gc {
@@ -137,6 +142,7 @@ pub fn run(cmd: StoreCommand, ctx: &Ctx) -> Result<ExitCode> {
         StoreCommand::State { cmd } => state(ctx, cmd),
         StoreCommand::Log { cmd } => log(ctx, cmd),
         StoreCommand::Kv { cmd } => kv(ctx, cmd),
+        StoreCommand::Artifacts { cmd } => super::artifacts::run(ctx, cmd),
         StoreCommand::Gc {
             max_age_days,
             max_total_mib,
