@@ -68,21 +68,26 @@ pub fn run(ctx: &Ctx, cmd: ArtifactsCmd) -> Result<ExitCode> {
         }
         ArtifactsCmd::Gc {} => {
             let policy = HostConfig::load(&ctx.workspace)?.artifacts.retention();
-            let report = artifacts.gc(policy, SystemTime::now())?;
-            if ctx.json {
-                println!("{}", serde_json::to_string(&report)?);
-            } else {
-                println!(
-                    "removed {} artifacts ({} bytes); kept {} ({} bytes)",
-                    report.removed.len(),
-                    report.removed_bytes,
-                    report.kept,
-                    report.kept_bytes
-                );
-            }
+            print_gc(&artifacts.gc(policy, SystemTime::now())?, ctx.json)?;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a collection removed and kept, as text or JSON (`metash gc` prints the same).
+pub(super) fn print_gc(report: &metash_store::GcReport, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(report)?);
+    } else {
+        println!(
+            "removed {} artifacts ({} bytes); kept {} ({} bytes)",
+            report.removed.len(),
+            report.removed_bytes,
+            report.kept,
+            report.kept_bytes
+        );
+    }
+    Ok(())
 }
 
 fn unix_now() -> u64 {

@@ -155,17 +155,7 @@ pub fn run(cmd: StoreCommand, ctx: &Ctx) -> Result<ExitCode> {
                 max_total_bytes: max_total_mib.saturating_mul(1 << 20),
             };
             let report = store.artifacts().gc(policy, SystemTime::now())?;
-            if json {
-                println!("{}", serde_json::to_string(&report)?);
-            } else {
-                println!(
-                    "removed {} artifacts ({} bytes); kept {} ({} bytes)",
-                    report.removed.len(),
-                    report.removed_bytes,
-                    report.kept,
-                    report.kept_bytes
-                );
-            }
+            super::artifacts::print_gc(&report, json)?;
             Ok(ExitCode::SUCCESS)
         }
         StoreCommand::Schema { name, list } => schema(name, list),
