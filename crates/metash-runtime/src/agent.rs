@@ -406,8 +406,7 @@ impl Agent {
                     ShutdownKind::Graceful
                 }
             }
-            Backend::Wasm(w) => self.wasm_shutdown(&w, grace),
-            Backend::None => ShutdownKind::Graceful,
+            _ => ShutdownKind::Graceful,
         };
         self.transition(
             Action::Shutdown,
@@ -415,39 +414,6 @@ impl Agent {
             json!({"how": match kind { ShutdownKind::Graceful => "graceful", ShutdownKind::Forced => "forced" }}),
         )?;
         Ok(kind)
-    }
-
-    /// `shutdown()` for a WASM agent. Each invocation is a fresh instance, so the hook is one
-    /// more short instance that reads `start`, then `shutdown` instead of an input, and may flush
-    /// its state (`state_update`, `artifact`: logged like any event) within the grace period;
-    /// past it the instance is stopped and `agent_killed` logged.
-    fn wasm_shutdown(&self, w: &crate::wasm::WasmAgent, grace: Duration) -> ShutdownKind {
-        let mut spec = self.spec.clone();
-        spec.timeout = grace;
-        let bye = AgentEvent::Shutdown {
-            grace_ms: Some(u64::try_from(grace.as_millis()).unwrap_or(u64::MAX)),
-        };
-        let ran = w.invoke(
-            &spec,
-            &self.sink,
-            &self.start_line,
-            bye,
-            &self.interrupt,
-            &self.replier,
-            &mut |_| {},
-        );
-        match ran {
-            Ok(o) if o.status == InvocationStatus::Timeout => {
-                self.sink.record(
-                    LogKind::AgentKilled,
-                    Some(&self.spec.id),
-                    json!({"reason": "its shutdown() ran past the grace period",
-                           "grace_ms": grace.as_millis() as u64}),
-                );
-                ShutdownKind::Forced
-            }
-            _ => ShutdownKind::Graceful,
-        }
     }
 
     /// The shutdown grace, for callers that want to bound their own waits.

@@ -5,7 +5,6 @@ use std::time::Duration;
 use metash_protocol::LogKind;
 
 use metash_runtime::{InvocationStatus, LifecycleState};
-use metash_testkit::wasm::{agent_msg as msg, wat_agent};
 
 use super::common::*;
 
@@ -185,37 +184,4 @@ fn parallel_first_starts_of_one_module_all_succeed() {
             }
         });
     }
-}
-
-/// A WASM agent gets its `shutdown()` hook too: one more short instance reads `start` and
-/// `shutdown` and may write (here an output line) before it is gone; one that runs past the
-/// grace period is stopped and `agent_killed` logged.
-#[test]
-fn wasm_agents_get_shutdown_before_termination() {
-    let f = Fixture::new();
-    let bye = msg(
-        r#"{"type":"output","agent_id":"w-bye","chunk_id":"1","content_type":"text/plain","data":"bye"}"#,
-    );
-    let mut a = f.start(f.wasm("w-bye", &wat_agent(&[&bye], false), &[], None));
-    run(&mut a, "go");
-    let outputs = |id: &str| {
-        f.events(id, LogKind::AgentEvent)
-            .into_iter()
-            .filter(|e| e.data["type"] == "output")
-            .count()
-    };
-    assert_eq!(outputs("w-bye"), 1);
-    assert_eq!(
-        a.shutdown().unwrap(),
-        metash_runtime::ShutdownKind::Graceful
-    );
-    assert_eq!(outputs("w-bye"), 2, "the shutdown instance ran");
-    assert!(f.events("w-bye", LogKind::AgentKilled).is_empty());
-
-    let mut spec = f.wasm("w-spin", &wat_agent(&[], true), &[], None);
-    spec.shutdown_grace = Duration::from_millis(200);
-    let mut a = f.start(spec);
-    assert_eq!(a.shutdown().unwrap(), metash_runtime::ShutdownKind::Forced);
-    assert_eq!(a.state(), LifecycleState::Terminated);
-    assert_eq!(f.events("w-spin", LogKind::AgentKilled).len(), 1);
 }
