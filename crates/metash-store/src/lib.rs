@@ -99,14 +99,7 @@ impl Store {
             created_at: log::now(),
         };
         store.write_json(&store.meta.join("store.json"), &meta)?;
-        let mut state = SessionState::new(uuid::Uuid::new_v4().to_string());
-        let data = serde_json::to_value(&state).map_err(|e| StoreError::Rejected(e.to_string()))?;
-        let rec = store.log.append(
-            &store.log.tail()?,
-            &[NewEvent::new(LogKind::SessionInit, None, data)],
-        )?;
-        state.revision = rec.first().map(|r| r.seq).unwrap_or(1);
-        session::save(&store.session_path(), &state)?;
+        store.set_base(SessionState::new(uuid::Uuid::new_v4().to_string()))?;
         Ok(store)
     }
 
@@ -482,17 +475,22 @@ impl Store {
             _ => return Ok(()),
         };
         let _guard = self.lock()?;
-        let Ok(mut state) = session::parse(&path, &bytes).and_then(|_| keypath::validate(raw, ""))
-        else {
-            return Ok(());
-        };
+        match session::parse(&path, &bytes).and_then(|_| keypath::validate(raw, "")) {
+            Ok(state) => self.set_base(state),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Under the lock: `state` becomes the session's base, a `session_init` carrying it (so
+    /// `rebuild` starts there) and session.json at that event's revision.
+    fn set_base(&self, mut state: SessionState) -> Result<()> {
         let data = serde_json::to_value(&state).map_err(|e| StoreError::Rejected(e.to_string()))?;
         let rec = self.log.append(
             &self.log.tail()?,
             &[NewEvent::new(LogKind::SessionInit, None, data)],
         )?;
         state.revision = rec.first().map(|r| r.seq).unwrap_or(1);
-        session::save(&path, &state)
+        session::save(&self.session_path(), &state)
     }
 
     /// State events after `revision`, oldest first (what session.json has not folded yet).

@@ -8,6 +8,15 @@ use metash_protocol::AgentStatus;
 
 use super::common::{native_agent_exe, native_unavailable, Project};
 
+/// A project (None, having said why, where native agents cannot run).
+fn native_project(test: &str) -> Option<Project> {
+    if let Some(why) = native_unavailable() {
+        metash_testkit::skip(test, &why);
+        return None;
+    }
+    Some(Project::new())
+}
+
 fn ask(host: &Host, agent: &str, message: &str) -> String {
     let r = host
         .spawn_agent(&SpawnRequest::new(agent, "", message))
@@ -18,11 +27,9 @@ fn ask(host: &Host, agent: &str, message: &str) -> String {
 
 #[test]
 fn agents_read_back_what_they_stored_in_their_own_namespace() {
-    if let Some(why) = native_unavailable() {
-        metash_testkit::skip("memory read-back", &why);
+    let Some(p) = native_project("memory read-back") else {
         return;
-    }
-    let p = Project::new();
+    };
     p.agent("keeper", "native", &native_agent_exe(), &["memory"]);
     p.agent("other", "native", &native_agent_exe(), &["memory"]);
     p.agent("forgetful", "native", &native_agent_exe(), &[]);
@@ -81,11 +88,9 @@ fn agents_read_back_what_they_stored_in_their_own_namespace() {
 
 #[test]
 fn a_write_past_the_namespace_quota_is_refused_and_the_agent_told() {
-    if let Some(why) = native_unavailable() {
-        metash_testkit::skip("memory quota", &why);
+    let Some(p) = native_project("memory quota") else {
         return;
-    }
-    let p = Project::new();
+    };
     p.agent("keeper", "native", &native_agent_exe(), &["memory"]);
     std::fs::write(
         p.path().join(".meta/config.toml"),
@@ -117,11 +122,9 @@ fn a_write_past_the_namespace_quota_is_refused_and_the_agent_told() {
 /// outside the agent's workspace, through a symlink, or into metash's state is refused and logged.
 #[test]
 fn announced_artifacts_are_kept_and_escapes_refused() {
-    if let Some(why) = native_unavailable() {
-        metash_testkit::skip("artifacts", &why);
+    let Some(p) = native_project("artifacts") else {
         return;
-    }
-    let p = Project::new();
+    };
     p.agent("maker", "native", &native_agent_exe(), &[]);
     let host = p.host(&["native"]);
     std::fs::write(p.path().join("report.txt"), "the report").unwrap();
