@@ -77,12 +77,17 @@ impl Journal {
     /// # Errors
     /// The store failed a write that was due; the events stay buffered.
     pub fn push(&self, event: NewEvent) -> Result<()> {
-        self.make_room();
-        let due = {
+        let mut event = Some(event);
+        let due = loop {
             let mut p = self.pending();
-            p.events.push(event);
-            let first = *p.oldest.get_or_insert_with(Instant::now);
-            p.events.len() >= MAX_EVENTS || first.elapsed() >= MAX_AGE
+            // The common case takes the lock once; only a full buffer waits (outside the lock).
+            if p.events.len() < self.held {
+                p.events.extend(event.take());
+                let first = *p.oldest.get_or_insert_with(Instant::now);
+                break p.events.len() >= MAX_EVENTS || first.elapsed() >= MAX_AGE;
+            }
+            drop(p);
+            self.make_room();
         };
         if due {
             self.flush()?;

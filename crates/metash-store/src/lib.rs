@@ -116,12 +116,8 @@ impl Store {
             return Err(StoreError::NotInitialized(workspace.to_path_buf()));
         }
         store.check_context()?;
-        store.adopt_hand_written()?;
-        if let Ok(state) = session::load(&store.session_path()) {
-            if !store.unfolded(state.revision)?.is_empty() {
-                let _guard = store.lock()?;
-                store.load_current()?;
-            }
+        if let Ok(bytes) = std::fs::read(store.session_path()) {
+            store.settle_session(&bytes)?;
         }
         Ok(store)
     }
@@ -460,23 +456,37 @@ impl Store {
         atomic::write_atomic(path, &bytes)
     }
 
-    /// A session.json with no `revision` was not written by metash: someone wrote it by hand, as
-    /// seed 001's example is written. It is taken as it is: logged as the session's new base (a
-    /// `session_init` carrying it, so `rebuild` gives it back) and saved with its version and
-    /// revision. Without this the log's older state would be folded over it. A file that does
-    /// not parse or validate is left alone for the calls that need the state to report.
-    fn adopt_hand_written(&self) -> Result<()> {
+    /// On open, with session.json's `bytes` (read once): a file with no `revision` was not
+    /// written by metash but by hand, as seed 001's example is written, and is taken as it is
+    /// (validated, logged as the session's new base so `rebuild` gives it back, saved with its
+    /// version and revision; otherwise the log's older state would be folded over it). A file
+    /// metash wrote gets any state event a crash left unfolded. A file that does not parse or
+    /// validate is left alone for the calls that need the state to report.
+    fn settle_session(&self, bytes: &[u8]) -> Result<()> {
         let path = self.session_path();
-        let Ok(bytes) = std::fs::read(&path) else {
-            return Ok(());
-        };
-        let raw: Value = match serde_json::from_slice(&bytes) {
-            Ok(Value::Object(m)) if !m.contains_key("revision") => Value::Object(m),
-            _ => return Ok(()),
-        };
-        let _guard = self.lock()?;
-        match session::parse(&path, &bytes).and_then(|_| keypath::validate(raw, "")) {
-            Ok(state) => self.set_base(state),
+        match serde_json::from_slice::<Value>(bytes) {
+            Ok(Value::Object(m)) if !m.contains_key("revision") => {
+                let _guard = self.lock()?;
+                // Read again under the lock: another process may have adopted it meanwhile.
+                let Ok(bytes) = std::fs::read(&path) else {
+                    return Ok(());
+                };
+                let raw = match serde_json::from_slice::<Value>(&bytes) {
+                    Ok(Value::Object(m)) if !m.contains_key("revision") => Value::Object(m),
+                    _ => return Ok(()),
+                };
+                match session::parse(&path, &bytes).and_then(|_| keypath::validate(raw, "")) {
+                    Ok(state) => self.set_base(state),
+                    Err(_) => Ok(()),
+                }
+            }
+            Ok(_) => match session::parse(&path, bytes) {
+                Ok(state) if !self.unfolded(state.revision)?.is_empty() => {
+                    let _guard = self.lock()?;
+                    self.load_current().map(drop)
+                }
+                _ => Ok(()),
+            },
             Err(_) => Ok(()),
         }
     }

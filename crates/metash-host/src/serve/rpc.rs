@@ -129,8 +129,8 @@ struct Output {
 }
 
 impl Output {
-    fn send(&self, msg: &Value) {
-        let mut msg = msg.clone();
+    /// Writes one message, redacted (it is the caller's: redacting it in place costs no copy).
+    fn send(&self, mut msg: Value) {
         self.host.redactor().redact_value(&mut msg);
         let Ok(mut line) = serde_json::to_vec(&msg) else {
             return;
@@ -329,7 +329,7 @@ impl RpcServer {
             }
             match read_line(&mut input, &mut line, self.max_line_bytes) {
                 Ok(Line::Eof) => break Ok(()),
-                Ok(Line::TooLong) => out.send(&response(
+                Ok(Line::TooLong) => out.send(response(
                     Value::Null,
                     Err(RpcError::new(
                         INVALID_REQUEST,
@@ -359,7 +359,7 @@ impl RpcServer {
         let msg: Value = match serde_json::from_slice(line) {
             Ok(v) => v,
             Err(e) => {
-                out.send(&response(
+                out.send(response(
                     Value::Null,
                     Err(RpcError::new(
                         PARSE_ERROR,
@@ -371,7 +371,7 @@ impl RpcServer {
             }
         };
         if matches!(&msg, Value::Array(items) if items.is_empty()) {
-            out.send(&response(
+            out.send(response(
                 Value::Null,
                 Err(RpcError::new(
                     INVALID_REQUEST,
@@ -398,7 +398,7 @@ impl RpcServer {
                     ))
                 });
             if let Some(r) = reply {
-                out.send(&r);
+                out.send(r);
             }
         }));
     }
@@ -412,7 +412,7 @@ impl RpcServer {
         let rx = self.service.host().subscribe();
         std::thread::spawn(move || loop {
             match rx.recv_timeout(Duration::from_millis(20)) {
-                Ok(record) => out.send(&json!({
+                Ok(record) => out.send(json!({
                     "jsonrpc": "2.0",
                     "method": EVENT_METHOD,
                     "params": record,

@@ -264,10 +264,12 @@ fn log(ctx: &Ctx, cmd: LogCmd) -> Result<ExitCode> {
     let json = ctx.json;
     let store = Store::open(&ctx.workspace)?;
     // What leaves metash is redacted (the log on disk keeps what happened): token shapes, and
-    // the values of the keys the project's roles use.
-    let config = metash_host::config::HostConfig::load(&ctx.workspace).unwrap_or_default();
-    let redactor =
-        metash_host::redaction::output_redactor(&store, &config, &|k| std::env::var(k).ok(), []);
+    // the values of the keys the project's roles use. Only the commands that print records
+    // build it (it reads config.toml and the salt).
+    let redactor = || {
+        let config = metash_host::config::HostConfig::load(&ctx.workspace).unwrap_or_default();
+        metash_host::redaction::output_redactor(&store, &config, &|k| std::env::var(k).ok(), [])
+    };
     match cmd {
         LogCmd::Tail { lines } => {
             let mut recs = Vec::new();
@@ -276,6 +278,7 @@ fn log(ctx: &Ctx, cmd: LogCmd) -> Result<ExitCode> {
                 recs.len() < lines
             })?;
             recs.reverse();
+            let redactor = redactor();
             let mut out = std::io::stdout().lock();
             for r in recs.iter().map(|r| redactor.redact_record(r)) {
                 if json {
@@ -319,6 +322,7 @@ fn log(ctx: &Ctx, cmd: LogCmd) -> Result<ExitCode> {
                 )),
                 None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
             };
+            let redactor = redactor();
             store.log().for_each(|r| {
                 let line = serde_json::to_string(&redactor.redact_record(&r))
                     .map_err(|e| metash_store::StoreError::Rejected(e.to_string()))?;
