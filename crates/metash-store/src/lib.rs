@@ -358,6 +358,10 @@ impl Store {
     pub fn rebuild_and_save(&self) -> Result<SessionState> {
         let _guard = self.lock()?;
         self.check_context()?;
+        self.rebuild_and_save_locked()
+    }
+
+    fn rebuild_and_save_locked(&self) -> Result<SessionState> {
         let state = self.rebuild()?;
         let path = self.session_path();
         if let Ok(bytes) = std::fs::read(&path) {
@@ -487,6 +491,15 @@ impl Store {
                 }
                 _ => Ok(()),
             },
+            Err(_) if session::is_torn(bytes) => {
+                let _guard = self.lock()?;
+                match std::fs::read(&path) {
+                    Ok(bytes) if session::is_torn(&bytes) => {
+                        self.rebuild_and_save_locked().map(drop)
+                    }
+                    _ => Ok(()),
+                }
+            }
             Err(_) => Ok(()),
         }
     }

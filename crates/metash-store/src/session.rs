@@ -37,6 +37,14 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<SessionState> {
     Ok(state)
 }
 
+/// Whether `bytes` are what a power cut can leave of a view written without fsync (see
+/// [`crate::atomic::write_view`]): nothing, or blocks of zeros (the new name reached the disk, its
+/// data did not). No JSON document looks like that, so a hand-edited file is never taken for a
+/// torn one: its mistakes are reported with line and column, not repaired.
+pub fn is_torn(bytes: &[u8]) -> bool {
+    bytes.iter().all(u8::is_ascii_whitespace) || bytes.contains(&0)
+}
+
 pub fn to_bytes(state: &SessionState) -> Result<Vec<u8>> {
     let mut out = serde_json::to_vec_pretty(state)
         .map_err(|e| StoreError::Rejected(format!("session is not serialisable: {e}")))?;
