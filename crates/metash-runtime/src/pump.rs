@@ -1,6 +1,6 @@
 //! Reading an agent's stdout: bounded line framing, protocol decoding, logging to the sink, and
-//! the token bucket. Shared by both sandboxes: the native reader thread feeds a bounded channel,
-//! the WASM runner feeds the in-memory pipe's contents straight to the invocation.
+//! the token bucket. Shared by both sandboxes: the native reader thread pumps its pipe into a
+//! bounded channel; the WASM invocation feeds its guest's stdout chunks to a [`Framer`] itself.
 
 use std::io::{BufRead, ErrorKind};
 use std::sync::Arc;
@@ -58,8 +58,7 @@ pub(crate) fn pump<R: BufRead>(
     bucket: &mut TokenBucket,
     mut deliver: impl FnMut(Msg) -> bool,
 ) {
-    let mut line: Vec<u8> = Vec::with_capacity(4096);
-    let mut too_long = false;
+    let mut framer = Framer::default();
     loop {
         let buf = match reader.fill_buf() {
             Ok(b) => b,
@@ -69,50 +68,82 @@ pub(crate) fn pump<R: BufRead>(
         if buf.is_empty() {
             break;
         }
-        let (take, complete) = match buf.iter().position(|&b| b == b'\n') {
-            Some(i) => (i + 1, true),
-            None => (buf.len(), false),
-        };
-        if !too_long {
-            let room = cfg.max_line.saturating_sub(line.len());
-            if take > room + usize::from(complete) {
-                too_long = true;
-                line.clear();
-            } else {
-                line.extend_from_slice(&buf[..take]);
+        let n = buf.len();
+        let go_on = framer.feed(buf, cfg, bucket, &mut deliver);
+        reader.consume(n);
+        if !go_on {
+            return;
+        }
+    }
+    // Best effort: the consumer may already be gone.
+    let _ = deliver(Msg::Eof);
+}
+
+/// Line framing over chunks as they arrive, for a caller that reads the chunks itself (the WASM
+/// invocation reads its guest's stdout on its own thread, with a timeout).
+#[derive(Default)]
+pub(crate) struct Framer {
+    line: Vec<u8>,
+    too_long: bool,
+}
+
+impl Framer {
+    /// Frames `buf`: each complete line becomes one [`Msg`] for `deliver`; a partial line waits
+    /// for the next chunk. Returns false as soon as `deliver` does.
+    pub(crate) fn feed(
+        &mut self,
+        mut buf: &[u8],
+        cfg: &PumpCfg,
+        bucket: &mut TokenBucket,
+        deliver: &mut impl FnMut(Msg) -> bool,
+    ) -> bool {
+        while !buf.is_empty() {
+            let (take, complete) = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (buf.len(), false),
+            };
+            if !self.too_long {
+                let room = cfg.max_line.saturating_sub(self.line.len());
+                if take > room + usize::from(complete) {
+                    self.too_long = true;
+                    self.line.clear();
+                } else {
+                    self.line.extend_from_slice(&buf[..take]);
+                }
+            }
+            buf = &buf[take..];
+            if complete {
+                if let Some(msg) = self.finish_line(cfg, bucket) {
+                    if !deliver(msg) {
+                        return false;
+                    }
+                }
             }
         }
-        reader.consume(take);
-        if !complete {
-            continue;
-        }
-        if too_long {
-            too_long = false;
+        true
+    }
+
+    /// A line's newline arrived: what it says, if anything (blank lines say nothing).
+    fn finish_line(&mut self, cfg: &PumpCfg, bucket: &mut TokenBucket) -> Option<Msg> {
+        if std::mem::take(&mut self.too_long) {
             let msg = format!("line longer than {} bytes discarded", cfg.max_line);
             cfg.sink.record(
                 LogKind::LimitExceeded,
                 Some(&cfg.agent),
                 json!({"limit": "line_bytes", "max": cfg.max_line, "message": msg}),
             );
-            if !deliver(Msg::Bad) {
-                return;
-            }
-            continue;
+            return Some(Msg::Bad);
         }
-        let len = line.len();
-        let text = line.strip_suffix(b"\n").unwrap_or(&line);
-        if text.iter().all(u8::is_ascii_whitespace) {
-            line.clear();
-            continue;
-        }
-        let msg = decode_line(cfg, bucket, text, len);
-        line.clear();
-        if !deliver(msg) {
-            return;
-        }
+        let len = self.line.len();
+        let text = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
+        let msg = if text.iter().all(u8::is_ascii_whitespace) {
+            None
+        } else {
+            Some(decode_line(cfg, bucket, text, len))
+        };
+        self.line.clear();
+        msg
     }
-    // Best effort: the consumer may already be gone.
-    let _ = deliver(Msg::Eof);
 }
 
 /// One complete line: an event (logged once, paced by the token bucket), a host-only event

@@ -1,11 +1,9 @@
 //! One invocation of a WASM agent: the WASI context (stdio, preopens), the guest on a worker
-//! thread, the reader pumping its stdout, the driver watching deadline, interrupt and output cap,
-//! and the status the invocation ends with.
+//! thread, the driver reading its stdout and watching deadline, interrupt and output cap, and the
+//! status the invocation ends with.
 
-use std::io::BufReader;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use metash_protocol::{AgentEvent, LogKind};
@@ -22,7 +20,7 @@ use super::{
 use crate::codec;
 use crate::error::{Result, RuntimeError};
 use crate::invocation::{InvocationStatus, Outcome, Step, Tracker};
-use crate::pump::{pump, Msg, PumpCfg};
+use crate::pump::{Framer, Msg, PumpCfg};
 use crate::reply::Replier;
 use crate::sink::EventSink;
 use crate::spec::{AgentSpec, Category};
@@ -39,6 +37,7 @@ impl Drop for Detach<'_> {
 
 /// What the driver loop watches, for one invocation.
 struct Watch<'a> {
+    pump: PumpCfg,
     spec: &'a AgentSpec,
     sink: &'a Arc<dyn EventSink>,
     interrupt: &'a AtomicBool,
@@ -46,6 +45,17 @@ struct Watch<'a> {
     halt: &'a AtomicBool,
     net_log: &'a net::NetLog,
     deadline: Instant,
+}
+
+/// Where the guest's worker leaves how the guest ended.
+type GuestSlot = Arc<Mutex<Option<GuestEnd>>>;
+
+/// What the agent's output has settled so far.
+#[derive(Default)]
+struct Ended {
+    /// What the agent said (`done`, a checkpoint), first word wins.
+    end: Option<InvocationStatus>,
+    over_cap: bool,
 }
 
 /// How the driver loop ended.
@@ -105,9 +115,9 @@ impl WasmAgent {
             fuel: self.fuel,
         };
         let net_log = net::NetLog::new(&spec.id, sink, self.net.policy());
-        let done_rx = self.start_guest(b, ctl, &net_log)?;
-        let rx = self.start_reader(spec, sink, replier, reader)?;
+        let guest_end = self.start_guest(b, ctl, &net_log)?;
         let watch = Watch {
+            pump: PumpCfg::new(spec, sink, replier),
             spec,
             sink,
             interrupt,
@@ -117,13 +127,17 @@ impl WasmAgent {
             deadline,
         };
         let mut tracker = Tracker::new(spec.output_cap);
-        let (end, over_cap) = match watch.drain(&rx, &mut tracker, on_event) {
+        let (end, over_cap) = match watch.drain(&reader, &mut tracker, on_event) {
             Drained::Abandoned(status) => return Ok(tracker.finish(status)),
             Drained::Eof { end, over_cap } => (end, over_cap),
         };
-        let guest = done_rx
-            .recv()
-            .map_err(|_| RuntimeError::Wasm("the guest worker panicked".into()))?;
+        // Set before the guest's store (and with it its stdout) was dropped, so it is there now
+        // that stdout has closed; missing only when the worker panicked.
+        let guest = guest_end
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .ok_or_else(|| RuntimeError::Wasm("the guest worker panicked".into()))?;
         net_log.finish();
         let stopped = why.load(Ordering::SeqCst);
         let status = self.final_status(spec, sink.as_ref(), guest, stopped, end, over_cap, &stderr);
@@ -176,7 +190,7 @@ impl WasmAgent {
         mut b: WasiCtxBuilder,
         ctl: GuestCtl,
         net_log: &Arc<net::NetLog>,
-    ) -> Result<Receiver<GuestEnd>> {
+    ) -> Result<GuestSlot> {
         let limits = Limits {
             memory: self.memory,
             used: 0,
@@ -220,25 +234,6 @@ impl WasmAgent {
                 })
             }
         }
-    }
-
-    /// The reader thread: framing, version check, log, token bucket, into a bounded channel.
-    fn start_reader(
-        &self,
-        spec: &AgentSpec,
-        sink: &Arc<dyn EventSink>,
-        replier: &Replier,
-        reader: stdout::ChannelReader,
-    ) -> Result<Receiver<Msg>> {
-        let (tx, rx) = mpsc::sync_channel::<Msg>(spec.channel_capacity.max(1));
-        let cfg = PumpCfg::new(spec, sink, replier);
-        let throttle = spec.throttle;
-        self.engine.workers.run(move || {
-            let mut bucket = TokenBucket::new(throttle);
-            let reader = BufReader::with_capacity(16 * 1024, reader);
-            pump(reader, &cfg, &mut bucket, |m| tx.send(m).is_ok());
-        })?;
-        Ok(rx)
     }
 
     /// How the invocation ended, in order of precedence: the output cap, what the agent said,
@@ -318,16 +313,17 @@ impl WasmAgent {
 
     /// Run the guest on a worker: a store with the limiter, the fuel and the epoch callback
     /// (deadline, interrupt, halt), then `run` (instantiate and call the entry point; the exit
-    /// code). The store, and with it the guest's stdout, is dropped before the result is sent, so
-    /// the reader has seen EOF by then.
+    /// code). How it ended goes into the returned slot before the store, and with it the guest's
+    /// stdout, is dropped: the host finds it there once stdout has closed.
     fn spawn_guest<W: Send + 'static>(
         &self,
         state: State<W>,
         ctl: GuestCtl,
         run: impl FnOnce(&mut Store<State<W>>) -> wasmtime::Result<i32> + Send + 'static,
-    ) -> Result<Receiver<GuestEnd>> {
+    ) -> Result<GuestSlot> {
         let engine = self.code_engine.clone();
-        let (done_tx, done_rx) = mpsc::channel();
+        let slot: GuestSlot = Arc::new(Mutex::new(None));
+        let guest_end = Arc::clone(&slot);
         self.engine.workers.run(move || {
             let GuestCtl {
                 deadline,
@@ -372,11 +368,12 @@ impl WasmAgent {
                 denied: store.data().limits.denied,
                 out_of_fuel,
             };
-            // Drop the store (and with it the stdout sender) first: the reader sees EOF.
+            // The end first, then the store (and with it the guest's stdout): the host reads the
+            // end when it sees stdout close, with no second hand-off between the threads.
+            *guest_end.lock().unwrap_or_else(PoisonError::into_inner) = Some(end);
             drop(store);
-            let _ = done_tx.send(end);
         })?;
-        Ok(done_rx)
+        Ok(slot)
     }
 }
 
@@ -386,46 +383,67 @@ impl Watch<'_> {
     /// grace period a guest blocked in a host call is abandoned rather than hanging the host.
     fn drain(
         &self,
-        rx: &Receiver<Msg>,
+        out: &stdout::ChannelReader,
         tracker: &mut Tracker,
         on_event: &mut dyn FnMut(&AgentEvent),
     ) -> Drained {
-        let mut end: Option<InvocationStatus> = None;
-        let mut over_cap = false;
+        let mut ended = Ended::default();
+        let mut framer = Framer::default();
+        let mut bucket = TokenBucket::new(self.spec.throttle);
         let give_up = self.deadline + self.spec.shutdown_grace.max(Duration::from_millis(100));
-        let mut ignored = |_: &AgentEvent| {};
         loop {
             if Instant::now() >= self.deadline || self.interrupt.load(Ordering::SeqCst) {
                 // A guest waiting on stdin gets end of input and so reaches its next epoch check.
                 self.replier.detach();
             }
             if Instant::now() >= give_up {
-                return Drained::Abandoned(self.abandon(end));
+                return Drained::Abandoned(self.abandon(ended.end));
             }
-            let msg = match rx.recv_timeout(Duration::from_millis(20)) {
-                Ok(m) => m,
-                Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => Msg::Eof,
-            };
-            // After the end (or the cap) the rest is drained to EOF but not delivered.
-            let deliver: &mut dyn FnMut(&AgentEvent) = if end.is_some() || over_cap {
-                &mut ignored
-            } else {
-                on_event
-            };
-            match tracker.step(msg, deliver) {
-                Step::Continue => {}
-                Step::End(st) => {
-                    if end.is_none() && !over_cap {
-                        end = Some(st);
-                        self.stop();
-                    }
+            match out.recv_timeout(Duration::from_millis(20)) {
+                stdout::Recv::Data(chunk) => {
+                    framer.feed(&chunk, &self.pump, &mut bucket, &mut |msg| {
+                        self.step(msg, tracker, &mut ended, on_event);
+                        true
+                    });
                 }
-                Step::OverCap => {
-                    over_cap = true;
+                stdout::Recv::Timeout => {}
+                stdout::Recv::Closed => {
+                    self.step(Msg::Eof, tracker, &mut ended, on_event);
+                    return Drained::Eof {
+                        end: ended.end,
+                        over_cap: ended.over_cap,
+                    };
+                }
+            }
+        }
+    }
+
+    /// One message through the tracker: after the end (or the cap) the rest is drained to EOF
+    /// but not delivered.
+    fn step(
+        &self,
+        msg: Msg,
+        tracker: &mut Tracker,
+        ended: &mut Ended,
+        on_event: &mut dyn FnMut(&AgentEvent),
+    ) {
+        let mut ignored = |_: &AgentEvent| {};
+        let deliver: &mut dyn FnMut(&AgentEvent) = if ended.end.is_some() || ended.over_cap {
+            &mut ignored
+        } else {
+            on_event
+        };
+        match tracker.step(msg, deliver) {
+            Step::Continue | Step::Eof => {}
+            Step::End(st) => {
+                if ended.end.is_none() && !ended.over_cap {
+                    ended.end = Some(st);
                     self.stop();
                 }
-                Step::Eof => return Drained::Eof { end, over_cap },
+            }
+            Step::OverCap => {
+                ended.over_cap = true;
+                self.stop();
             }
         }
     }

@@ -1,15 +1,22 @@
-//! The guest's stdout as a bounded channel, so a WASM agent streams live and a slow consumer slows
-//! it down: `check_write` grants nothing while the channel is full and `ready` waits for room, so
+//! The guest's stdout as a bounded queue, so a WASM agent streams live and a slow consumer slows
+//! it down: `check_write` grants nothing while the queue is full and `ready` waits for room, so
 //! the guest's `fd_write` blocks, exactly like a native agent on a full pipe. Host memory per agent
 //! is bounded by `CAPACITY` writes of at most `PERMIT` bytes.
+//!
+//! The host's end is read by the invocation's own thread with a timeout (so the same loop watches
+//! the deadline): no reader thread sits between guest and host. Each hand-off between threads cost
+//! more than instantiating the module, so an invocation now wakes one worker, not two.
 
-use std::io::{self, Read};
+use std::collections::VecDeque;
+use std::io;
 use std::pin::Pin;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::io::AsyncWrite;
-use tokio::sync::mpsc::{self, error::TrySendError, Receiver, Sender};
+use tokio::sync::Notify;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
 
@@ -18,21 +25,67 @@ const CAPACITY: usize = 16;
 /// Largest single write accepted.
 const PERMIT: usize = 64 * 1024;
 
-/// The `StdoutStream` given to the WASI context.
-pub struct ChannelStdout {
-    tx: Sender<Bytes>,
+/// What guest and host share.
+struct Shared {
+    queue: Mutex<Queue>,
+    /// The host waits here for data or for the last writer to go.
+    data: Condvar,
+    /// Writers wait here (asynchronously, inside wasmtime-wasi) for room or for the host to go.
+    room: Notify,
 }
+
+struct Queue {
+    chunks: VecDeque<Bytes>,
+    /// Live writer handles: at zero the guest's stdout is closed (its store was dropped).
+    writers: usize,
+    reader_gone: bool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // A poisoned lock only means a holder panicked; the queue itself is still consistent.
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// One writer handle; the count of live ones is how the host learns the guest's stdout closed.
+struct Writer(Arc<Shared>);
+
+impl Writer {
+    fn new(shared: &Arc<Shared>) -> Self {
+        shared.lock().writers += 1;
+        Self(Arc::clone(shared))
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let mut q = self.0.lock();
+        q.writers = q.writers.saturating_sub(1);
+        if q.writers == 0 {
+            drop(q);
+            self.0.data.notify_all();
+        }
+    }
+}
+
+/// The `StdoutStream` given to the WASI context.
+pub struct ChannelStdout(Writer);
 
 /// A new channel: the stdout half for the guest, the reader half for the host.
 pub fn channel() -> (ChannelStdout, ChannelReader) {
-    let (tx, rx) = mpsc::channel(CAPACITY);
-    (
-        ChannelStdout { tx },
-        ChannelReader {
-            rx,
-            cur: Bytes::new(),
-        },
-    )
+    let shared = Arc::new(Shared {
+        queue: Mutex::new(Queue {
+            chunks: VecDeque::with_capacity(CAPACITY),
+            writers: 0,
+            reader_gone: false,
+        }),
+        data: Condvar::new(),
+        room: Notify::new(),
+    });
+    (ChannelStdout(Writer::new(&shared)), ChannelReader(shared))
 }
 
 impl IsTerminal for ChannelStdout {
@@ -43,9 +96,7 @@ impl IsTerminal for ChannelStdout {
 
 impl StdoutStream for ChannelStdout {
     fn p2_stream(&self) -> Box<dyn OutputStream> {
-        Box::new(ChannelOut {
-            tx: self.tx.clone(),
-        })
+        Box::new(ChannelOut(Writer::new(&self.0 .0)))
     }
 
     fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
@@ -55,25 +106,40 @@ impl StdoutStream for ChannelStdout {
     }
 }
 
-struct ChannelOut {
-    tx: Sender<Bytes>,
-}
+struct ChannelOut(Writer);
 
 #[wasmtime_wasi::async_trait]
 impl Pollable for ChannelOut {
     async fn ready(&mut self) {
-        // Resolves when there is room (the permit is released at once) or the reader is gone.
-        let _ = self.tx.reserve().await;
+        let shared = &self.0 .0;
+        loop {
+            // Registered before the check, so a wake-up between check and await is not lost.
+            let notified = shared.room.notified();
+            {
+                let q = shared.lock();
+                if q.reader_gone || q.chunks.len() < CAPACITY {
+                    return;
+                }
+            }
+            notified.await;
+        }
     }
 }
 
 impl OutputStream for ChannelOut {
     fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
-        match self.tx.try_send(bytes) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Closed(_)) => Err(StreamError::Closed),
-            Err(TrySendError::Full(_)) => Err(StreamError::trap("stdout written past its permit")),
+        let shared = &self.0 .0;
+        let mut q = shared.lock();
+        if q.reader_gone {
+            return Err(StreamError::Closed);
         }
+        if q.chunks.len() >= CAPACITY {
+            return Err(StreamError::trap("stdout written past its permit"));
+        }
+        q.chunks.push_back(bytes);
+        drop(q);
+        shared.data.notify_one();
+        Ok(())
     }
 
     fn flush(&mut self) -> StreamResult<()> {
@@ -81,10 +147,11 @@ impl OutputStream for ChannelOut {
     }
 
     fn check_write(&mut self) -> StreamResult<usize> {
-        if self.tx.is_closed() {
+        let q = self.0 .0.lock();
+        if q.reader_gone {
             return Err(StreamError::Closed);
         }
-        Ok(if self.tx.capacity() > 0 { PERMIT } else { 0 })
+        Ok(if q.chunks.len() < CAPACITY { PERMIT } else { 0 })
     }
 }
 
@@ -106,22 +173,52 @@ impl AsyncWrite for Unsupported {
     }
 }
 
-/// The host's end: a blocking `Read` (use it on a plain thread, never inside a tokio runtime).
-pub struct ChannelReader {
-    rx: Receiver<Bytes>,
-    cur: Bytes,
+/// What one wait on the host's end brought.
+pub enum Recv {
+    Data(Bytes),
+    /// Nothing within the timeout; the guest's stdout is still open.
+    Timeout,
+    /// Every writer is gone and everything written was read.
+    Closed,
 }
 
-impl Read for ChannelReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        while self.cur.is_empty() {
-            match self.rx.blocking_recv() {
-                Some(b) => self.cur = b,
-                None => return Ok(0),
+/// The host's end, read by the invocation's thread.
+pub struct ChannelReader(Arc<Shared>);
+
+impl ChannelReader {
+    /// The next chunk the guest wrote, waiting at most `timeout`.
+    pub fn recv_timeout(&self, timeout: Duration) -> Recv {
+        let until = Instant::now() + timeout;
+        let mut q = self.0.lock();
+        loop {
+            if let Some(chunk) = q.chunks.pop_front() {
+                drop(q);
+                self.0.room.notify_waiters();
+                return Recv::Data(chunk);
             }
+            if q.writers == 0 {
+                return Recv::Closed;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Recv::Timeout;
+            }
+            q = match self.0.data.wait_timeout(q, left) {
+                Ok((q, _)) => q,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
         }
-        let n = buf.len().min(self.cur.len());
-        buf[..n].copy_from_slice(&self.cur.split_to(n));
-        Ok(n)
+    }
+}
+
+impl Drop for ChannelReader {
+    /// The host stopped reading: a guest still writing gets `Closed`, and one waiting for room
+    /// wakes to see it.
+    fn drop(&mut self) {
+        let mut q = self.0.lock();
+        q.reader_gone = true;
+        q.chunks.clear();
+        drop(q);
+        self.0.room.notify_waiters();
     }
 }
