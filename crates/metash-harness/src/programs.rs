@@ -130,11 +130,20 @@ fn canonical(path: PathBuf) -> PathBuf {
     std::fs::canonicalize(&path).unwrap_or(path)
 }
 
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path)
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
+/// Whether `path` is a file this user could run (the mode's execute bits on Unix).
+pub fn is_executable(path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(path)
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    }
+    // Windows marks programs by extension, not by a mode bit.
+    #[cfg(not(unix))]
+    {
+        path.is_file()
+    }
 }
 
 /// `PROGRAM --version`, first line, with stdin null and a 15 s bound (a CLI that tries the network

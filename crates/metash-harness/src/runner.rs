@@ -3,7 +3,6 @@
 //! read line by line), `inherit`, and `pty`. Children get their own process group so a timeout or
 //! cancellation kills the whole tree.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -121,6 +120,7 @@ pub async fn run_piped_confined(
         .kill_on_drop(true);
     // A confined child makes itself a session (and group) leader; setting a group here first
     // would make its setsid fail.
+    #[cfg(unix)]
     if confiner.is_none() {
         cmd.process_group(0);
     }
@@ -171,6 +171,7 @@ pub async fn run_piped_confined(
     })
 }
 
+#[cfg(unix)]
 fn kill_group(pid: Option<u32>) {
     if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
         // SAFETY: kill(2) with a negative pid signals the process group we created for the child.
@@ -179,6 +180,11 @@ fn kill_group(pid: Option<u32>) {
         }
     }
 }
+
+/// Without process groups (Windows) the tree is the job object's to kill, which the native
+/// backend will own (docs/portability.md); `kill_on_drop` still ends the child itself.
+#[cfg(not(unix))]
+fn kill_group(_: Option<u32>) {}
 
 fn spawn_error(spec: &ProcessInvocationSpec, e: std::io::Error) -> HarnessError {
     let prog = spec.argv.first().cloned().unwrap_or_default();
@@ -210,11 +216,27 @@ pub struct PtyProcess {
 ///
 /// # Errors
 /// `Io` when no pty can be opened or the program cannot be spawned.
+#[cfg(not(unix))]
+pub fn spawn_pty(spec: &ProcessInvocationSpec, _rows: u16, _cols: u16) -> Result<PtyProcess> {
+    Err(HarnessError::HarnessFailed(format!(
+        "{}: pty mode needs a Unix pseudo-terminal (ConPTY is not supported yet)",
+        spec.argv.first().cloned().unwrap_or_default()
+    )))
+}
+
+/// Spawns a spec on a new pty of `rows`×`cols`, as the session leader with the pty as its
+/// controlling terminal (what an interactive CLI expects).
+///
+/// # Errors
+/// `Io` when no pty can be opened or the program cannot be spawned.
+#[cfg(unix)]
 pub fn spawn_pty(spec: &ProcessInvocationSpec, rows: u16, cols: u16) -> Result<PtyProcess> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::os::unix::process::CommandExt;
     let mut master: libc::c_int = -1;
     let mut slave: libc::c_int = -1;
-    let ws = libc::winsize {
+    // `mut` and `null_mut`: macOS declares these pointers mutable, Linux const.
+    let mut ws = libc::winsize {
         ws_row: rows,
         ws_col: cols,
         ws_xpixel: 0,
@@ -226,8 +248,8 @@ pub fn spawn_pty(spec: &ProcessInvocationSpec, rows: u16, cols: u16) -> Result<P
             &mut master,
             &mut slave,
             std::ptr::null_mut(),
-            std::ptr::null(),
-            &ws,
+            std::ptr::null_mut(),
+            std::ptr::addr_of_mut!(ws),
         )
     };
     if rc != 0 {

@@ -472,7 +472,6 @@ fn apply_files(wt: &Path, data: &str) -> std::result::Result<(), String> {
 /// would otherwise carry the write into `.meta/` or out of the project.
 fn write_no_follow(wt: &Path, rel: &Path, content: &str) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let mut at = wt.to_path_buf();
     let mut parts = rel.components().peekable();
     while let Some(part) = parts.next() {
@@ -499,12 +498,12 @@ fn write_no_follow(wt: &Path, rel: &Path, content: &str) -> std::io::Result<()> 
             Err(e) => return Err(e),
         }
     }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&at)?;
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create(true).truncate(true);
+    // The last component too: a link created between the check above and this open.
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut o, libc::O_NOFOLLOW);
+    let mut f = o.open(&at)?;
     f.write_all(content.as_bytes())
 }
 

@@ -4,8 +4,6 @@
 //! behind the orchestrator's back. When the repository has no identity configured, commits are made
 //! as `metash <metash@localhost>`.
 
-use std::os::fd::RawFd;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -96,20 +94,30 @@ impl Git {
     /// process is killed while git runs, git finishes its work on its own, and the next run must
     /// not start before it has (it would find a worktree half removed, a merge half written).
     /// Holding the lock's open file keeps the next run waiting exactly that long.
+    #[cfg(unix)]
     pub fn handing_down(&self, lock: &metash_store::lock::LockGuard) -> HandDown<'_> {
         use std::os::fd::AsRawFd;
         self.hand_down(Some(lock.as_raw_fd()));
         HandDown(self)
     }
 
-    fn hand_down(&self, fd: Option<RawFd>) {
+    /// Elsewhere the run lock is not handed down (no fd inheritance through `pre_exec`).
+    #[cfg(not(unix))]
+    pub fn handing_down(&self, _lock: &metash_store::lock::LockGuard) -> HandDown<'_> {
+        HandDown(self)
+    }
+
+    fn hand_down(&self, fd: Option<i32>) {
         self.run_lock.store(fd.unwrap_or(-1), Ordering::SeqCst);
     }
 
     fn output_once(&self, dir: &Path, args: &[&str]) -> Result<Output> {
         let mut cmd = Command::new("git");
+        #[cfg(unix)]
         let lock = self.run_lock.load(Ordering::SeqCst);
+        #[cfg(unix)]
         if lock >= 0 {
+            use std::os::unix::process::CommandExt;
             // SAFETY: only fcntl(2), async-signal-safe, between fork and exec.
             unsafe {
                 cmd.pre_exec(move || {

@@ -52,6 +52,7 @@ impl PumpCfg {
 /// Read lines from `reader` until EOF or until `deliver` returns false. Lines longer than
 /// `max_line` are discarded up to their newline and reported (never buffered whole), so host
 /// memory per agent stays within `max_line` times the channel capacity.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // only the Linux native reader pumps a pipe
 pub(crate) fn pump<R: BufRead>(
     mut reader: R,
     cfg: &PumpCfg,

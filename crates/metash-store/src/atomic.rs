@@ -64,6 +64,7 @@ fn replace(path: &Path, bytes: &[u8], sync: Sync) -> Result<()> {
             .create_new(true)
             .open(&tmp)
             .at(&tmp)?;
+        #[cfg(target_os = "linux")]
         if sync == Sync::None {
             // Blocks reserved up front: ext4 then has no delayed allocation to force when the
             // rename replaces the old file (`auto_da_alloc`), which made the rename as slow as an

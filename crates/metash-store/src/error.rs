@@ -66,7 +66,7 @@ impl StoreError {
     /// Wraps an I/O error with the path it concerns, singling out a full disk.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         let path = path.into();
-        if source.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()) {
+        if source.kind() == std::io::ErrorKind::StorageFull {
             return Self::DiskFull { path };
         }
         Self::Io { path, source }

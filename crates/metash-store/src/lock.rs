@@ -1,4 +1,5 @@
-//! The store lock: `flock(2)` on `.meta/lock`, with a timeout.
+//! The store lock: an exclusive file lock on `.meta/lock` (`flock(2)` on Unix, `LockFileEx` on
+//! Windows, through std's `File::lock`), with a timeout.
 //!
 //! flock is released by the kernel when its holder dies, so a crashed writer never leaves a stale
 //! lock behind. Linux has no timed flock, so a contended acquisition waits in a helper thread doing
@@ -7,12 +8,9 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-use rustix::fs::{flock, FlockOperation};
 
 use crate::error::{IoContext, Result, StoreError};
 
@@ -22,6 +20,7 @@ pub struct LockGuard {
     file: File,
 }
 
+#[cfg(unix)]
 impl std::os::fd::AsRawFd for LockGuard {
     /// The locked file: a child process given this fd (without close-on-exec) holds the lock with
     /// the holder, so if the holder is killed, the lock stays taken until that child exits too.
@@ -32,7 +31,7 @@ impl std::os::fd::AsRawFd for LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        let _ = flock(&self.file, FlockOperation::Unlock);
+        let _ = self.file.unlock();
     }
 }
 
@@ -44,12 +43,10 @@ pub fn acquire(path: &Path, timeout: Duration) -> Result<LockGuard> {
     let start = Instant::now();
     loop {
         let file = open(path)?;
-        let file = match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+        let file = match file.try_lock() {
             Ok(()) => file,
-            Err(e) if e != rustix::io::Errno::WOULDBLOCK => {
-                return Err(StoreError::io(path, e.into()));
-            }
-            Err(_) => {
+            Err(std::fs::TryLockError::Error(e)) => return Err(StoreError::io(path, e)),
+            Err(std::fs::TryLockError::WouldBlock) => {
                 let left = timeout.saturating_sub(start.elapsed());
                 match wait_in_thread(file, left) {
                     Some(f) => f,
@@ -85,7 +82,7 @@ fn open(path: &Path) -> Result<File> {
 fn wait_in_thread(file: File, timeout: Duration) -> Option<File> {
     let (tx, rx) = mpsc::sync_channel(1);
     std::thread::spawn(move || {
-        if flock(&file, FlockOperation::LockExclusive).is_ok() {
+        if file.lock().is_ok() {
             let _ = tx.send(file);
         }
     });
@@ -99,15 +96,27 @@ fn same_inode(path: &Path, file: &File) -> Result<bool> {
         Err(e) => return Err(StoreError::io(path, e)),
     };
     let ours = file.metadata().at(path)?;
-    Ok(on_disk.ino() == ours.ino() && on_disk.dev() == ours.dev())
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        Ok(on_disk.ino() == ours.ino() && on_disk.dev() == ours.dev())
+    }
+    // Windows does not let an open file be replaced or unlinked under its holder.
+    #[cfg(not(unix))]
+    {
+        let _ = (on_disk, ours);
+        Ok(true)
+    }
 }
 
 /// The pid padded to a fixed width and written in place: the file never changes length, so
 /// taking the lock frees and allocates no blocks (a truncate per lock cost as much as an fsync).
 fn write_pid(file: &mut File) {
-    use std::os::unix::fs::FileExt;
     let pid = format!("{:<10}\n", std::process::id());
-    let _ = file.write_all_at(pid.as_bytes(), 0);
+    #[cfg(unix)]
+    let _ = std::os::unix::fs::FileExt::write_all_at(file, pid.as_bytes(), 0);
+    #[cfg(windows)]
+    let _ = std::os::windows::fs::FileExt::seek_write(file, pid.as_bytes(), 0);
 }
 
 fn timeout_error(path: &Path, start: Instant) -> StoreError {

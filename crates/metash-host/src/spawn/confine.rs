@@ -203,11 +203,7 @@ fn git_paths(cwd: &Path) -> Vec<PathAccess> {
 
 /// `program` as an absolute path: as given when it has a slash, else the first match on `path`.
 fn resolve(program: &Path, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let executable = |p: &Path| {
-        p.metadata()
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
+    let executable = |p: &Path| metash_harness::programs::is_executable(p);
     if program.components().count() > 1 || program.is_absolute() {
         return executable(program).then(|| std::path::absolute(program).ok())?;
     }

@@ -1,10 +1,6 @@
 //! What this machine's kernel offers the native sandbox, asked the way the sandbox itself asks, so
 //! `metash doctor` reports what a spawn would really get (not what a config file claims).
 
-use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::process::{Command, Stdio};
-
 use serde::Serialize;
 
 /// Which cgroup hierarchy the quotas would use.
@@ -33,11 +29,26 @@ pub struct HostSupport {
     pub user_namespaces: Result<(), String>,
 }
 
-/// Asks the kernel. Cheap (one short-lived child for the namespace check).
+/// Asks the kernel. Cheap (one short-lived child for the namespace check). Off Linux, says that
+/// none of it is there.
+#[cfg(not(target_os = "linux"))]
 pub fn probe() -> HostSupport {
-    let (cgroups, root) = if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+    let no = || Err(format!("not available on {}", std::env::consts::OS));
+    HostSupport {
+        landlock_abi: 0,
+        seccomp_user_notif: no(),
+        cgroups: Cgroups::None,
+        cgroups_writable: false,
+        user_namespaces: no(),
+    }
+}
+
+/// Asks the kernel. Cheap (one short-lived child for the namespace check).
+#[cfg(target_os = "linux")]
+pub fn probe() -> HostSupport {
+    let (cgroups, root) = if std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
         (Cgroups::V2, "/sys/fs/cgroup")
-    } else if Path::new("/sys/fs/cgroup/memory").is_dir() {
+    } else if std::path::Path::new("/sys/fs/cgroup/memory").is_dir() {
         (Cgroups::V1, "/sys/fs/cgroup/memory")
     } else {
         (Cgroups::None, "/sys/fs/cgroup")
@@ -51,6 +62,7 @@ pub fn probe() -> HostSupport {
     }
 }
 
+#[cfg(target_os = "linux")]
 fn writable(dir: &str) -> bool {
     let Ok(c) = std::ffi::CString::new(dir) else {
         return false;
@@ -61,7 +73,10 @@ fn writable(dir: &str) -> bool {
 
 /// Starts `/bin/true` in a new user and mount namespace: the spawn fails if the kernel (or a
 /// sysctl such as `kernel.unprivileged_userns_clone=0`) refuses.
+#[cfg(target_os = "linux")]
 fn user_namespaces() -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
     let mut cmd = Command::new("/bin/true");
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -104,11 +104,12 @@ impl CacheKey {
         }
         let dir = path.parent().unwrap_or(Path::new("."));
         {
-            use std::os::unix::fs::DirBuilderExt;
-            fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
+            let mut b = fs::DirBuilder::new();
+            b.recursive(true);
+            // Elsewhere the user's profile directory is already private to the user.
+            #[cfg(unix)]
+            std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+            b.create(dir)
                 .map_err(io_err(format!("creating {}", dir.display())))?;
         }
         let key = Self::random()?;
@@ -123,12 +124,11 @@ impl CacheKey {
         ));
         let written = (|| {
             use std::io::Write;
-            use std::os::unix::fs::OpenOptionsExt;
-            let mut f = fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)?;
+            let mut o = fs::OpenOptions::new();
+            o.write(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+            let mut f = o.open(&tmp)?;
             f.write_all(&key.0)?;
             f.sync_all()
         })();

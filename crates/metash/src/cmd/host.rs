@@ -225,10 +225,13 @@ fn sandbox(
     Ok(match status.code() {
         Some(c) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
         // Killed by a signal: the shell's convention.
+        #[cfg(unix)]
         None => {
             use std::os::unix::process::ExitStatusExt;
             ExitCode::from(128u8.saturating_add(status.signal().unwrap_or(0) as u8))
         }
+        #[cfg(not(unix))]
+        None => ExitCode::from(1),
     })
 }
 

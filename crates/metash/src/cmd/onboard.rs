@@ -345,9 +345,15 @@ fn hierarchy(c: Cgroups) -> &'static str {
     }
 }
 
+#[cfg(unix)]
 fn is_root() -> bool {
     // SAFETY: geteuid(2) cannot fail and has no preconditions.
     unsafe { libc::geteuid() == 0 }
+}
+
+#[cfg(not(unix))]
+fn is_root() -> bool {
+    false
 }
 
 /// The project's configured roles, checked as `metash run` checks them before spending anything.

@@ -1,0 +1,238 @@
+//! The Linux confinement of a program that does not speak the agent protocol (see
+//! [`super::confine`] for what is confined and why): Landlock, seccomp, no capabilities, no new
+//! privileges, its own session, cgroup or rlimit quotas, `.meta/` masked.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::confine::ConfineSpec;
+use super::isolate;
+use super::sandbox::Quota;
+use crate::error::Result;
+use crate::spec::{NetworkAccess, PathAccess};
+
+/// Besides the loader's files (see `isolate`), what interpreters and shells read to start: the
+/// process's own `/proc` entries (Landlock's ptrace scoping keeps other processes' environment and
+/// memory unreadable), the resolver and user database (no `shadow`), git's system config.
+const CLI_SYSTEM_RO: &[&str] = &[
+    "/proc",
+    "/etc/hosts",
+    "/etc/resolv.conf",
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/gitconfig",
+    "/etc/inputrc",
+    "/etc/bash.bashrc",
+    "/etc/profile",
+    "/etc/profile.d",
+    "/etc/environment",
+    "/etc/mime.types",
+    "/etc/ssl/openssl.cnf",
+    "/etc/terminfo",
+    "/etc/alternatives",
+    "/usr/share/terminfo",
+];
+
+/// Terminals, for `metash sandbox` and `metash attach` (a pty the caller opened is inherited).
+const TTY_RW: &[&str] = &["/dev/tty", "/dev/pts", "/dev/ptmx"];
+
+/// A prepared confinement. Keep it alive until the child has been reaped: it owns the ruleset fd
+/// and the cgroup (whatever is left in it is killed when it drops).
+pub struct Confinement {
+    plan: Arc<isolate::ChildPlan>,
+    _proxy: Option<super::ConnectProxy>,
+    _landlock: OwnedFd,
+    quota: Quota,
+    env: Vec<(String, String)>,
+    /// What was applied, for the log.
+    pub report: Value,
+}
+
+impl std::fmt::Debug for Confinement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Confinement")
+            .field("report", &self.report)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the program may see besides its working directory, canonical: its own install, the
+/// system's read-only files, the terminal, the spec's paths. Paths that do not exist are skipped
+/// (and reported).
+fn resolve_paths(spec: &ConfineSpec) -> (Vec<PathAccess>, Vec<String>) {
+    let ro = |p: &Path| PathAccess {
+        path: p.to_path_buf(),
+        write: false,
+    };
+    let wanted = spec
+        .program_dirs
+        .iter()
+        .map(|d| ro(d))
+        .chain(CLI_SYSTEM_RO.iter().map(|p| ro(Path::new(p))))
+        .chain(TTY_RW.iter().map(|p| PathAccess {
+            path: PathBuf::from(p),
+            write: true,
+        }))
+        .chain(spec.paths.iter().cloned());
+    let (mut paths, mut skipped) = (Vec::new(), Vec::new());
+    for p in wanted {
+        match p.path.canonicalize() {
+            Ok(path) => paths.push(PathAccess {
+                path,
+                write: p.write,
+            }),
+            Err(_) => skipped.push(p.path.display().to_string()),
+        }
+    }
+    (paths, skipped)
+}
+
+/// What the child applies before exec: Landlock, seccomp, the cgroup, rlimits, the mask; no
+/// exec gate (the CLI's commands are its own business inside the sandbox).
+fn child_plan(
+    landlock_fd: std::os::fd::RawFd,
+    seccomp: Vec<libc::sock_filter>,
+    quota: &mut Quota,
+    mask: Option<super::mask::Mask>,
+) -> isolate::ChildPlan {
+    isolate::ChildPlan {
+        landlock_fd,
+        seccomp,
+        cgroup_procs: quota
+            .cgroup
+            .as_ref()
+            .map(super::cgroup::AgentCgroup::procs_fds)
+            .unwrap_or_default(),
+        rlimits: std::mem::take(&mut quota.rlimits),
+        // SAFETY: getpid has no preconditions.
+        parent_pid: unsafe { libc::getpid() },
+        drop_caps: true,
+        exec_gate: None,
+        mask,
+    }
+}
+
+/// The allowlist proxy, when the spec names hosts beyond metash's own ports.
+fn start_proxy(
+    spec: &ConfineSpec,
+    sink: &Arc<dyn crate::sink::EventSink>,
+) -> Result<Option<super::ConnectProxy>> {
+    if spec.fence.allowlist.is_empty() {
+        return Ok(None);
+    }
+    super::ConnectProxy::start(super::ProxyCfg {
+        agent: spec.name.clone(),
+        allowlist: spec.fence.allowlist.clone(),
+        sink: Arc::clone(sink),
+        gate: crate::spec::Gate(None),
+        replier: crate::reply::Replier::default(),
+    })
+    .map(Some)
+    .map_err(crate::error::io_err("starting the allowlist proxy"))
+}
+
+impl Confinement {
+    /// Prepares every restriction for `spec`.
+    ///
+    /// # Errors
+    /// [`crate::RuntimeError::SandboxSetup`] when a restriction is unavailable (fail closed: the
+    /// caller must not run the program), or a quantity does not parse.
+    pub fn prepare(spec: &ConfineSpec, sink: &Arc<dyn crate::sink::EventSink>) -> Result<Self> {
+        let workspace = isolate::canonical(&spec.workspace)?;
+        let program = isolate::canonical(&spec.program)?;
+        let (paths, skipped) = resolve_paths(spec);
+        let refs: Vec<&PathAccess> = paths.iter().collect();
+        let mut env = spec.env.clone();
+        let mut connect_ports = spec.fence.connect_ports.clone();
+        let proxy = start_proxy(spec, sink)?;
+        if let Some(p) = &proxy {
+            env.extend(super::proxy_env(p.port()));
+            for k in ["NO_PROXY", "no_proxy"] {
+                env.push((k.to_string(), "127.0.0.1,::1".to_string()));
+            }
+            connect_ports.push(p.port());
+        }
+        let network = NetworkAccess::Allowlist(Vec::new());
+        let (ll_fd, abi) = isolate::landlock_ruleset(&isolate::LandlockPlan {
+            workspace: &workspace,
+            read: true,
+            write: true,
+            paths: &refs,
+            entry: &program,
+            network: &network,
+            connect_ports: &connect_ports,
+        })?;
+        let mut granted: Vec<PathBuf> = vec![workspace.clone()];
+        granted.extend(paths.iter().map(|p| p.path.clone()));
+        let mask = super::mask::plan(&spec.fence.hidden, &granted)?;
+        let hidden_report = mask.as_ref().map(super::mask::Mask::report);
+        let mut quota = Quota::apply(
+            &format!("cli-{}", spec.name),
+            spec.fence.mem.as_deref(),
+            spec.fence.cpu.as_deref(),
+            spec.fence.max_pids,
+            spec.fence.timeout,
+        )?;
+        // A coding CLI runs its commands on a pty in a session of their own (Codex's unified exec):
+        // allowed when the cgroup holds the whole tree (it is killed as one when the confinement
+        // drops); without a cgroup, the process group is the only handle, so it must not be left.
+        let new_sessions = quota.cgroup.is_some();
+        let seccomp = isolate::seccomp_program(&network, new_sessions)?;
+        let plan = child_plan(ll_fd.as_raw_fd(), seccomp, &mut quota, mask);
+        let report = json!({
+            "sandbox": "native",
+            "program": program,
+            "workspace": workspace,
+            "landlock_abi": abi,
+            "seccomp": true,
+            "new_sessions": if new_sessions { "allowed (the cgroup holds the tree)" } else { "denied (no cgroup)" },
+            "no_new_privs": true,
+            "capabilities_dropped": true,
+            "network": {"tcp_connect_ports": connect_ports, "allowlist": spec.fence.allowlist,
+                        "proxy_port": proxy.as_ref().map(super::ConnectProxy::port),
+                        "listen": false, "unix_sockets": false},
+            "paths": paths.iter().map(|p| json!({"path": p.path, "write": p.write})).collect::<Vec<_>>(),
+            "skipped_paths": skipped,
+            "env": env.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+            "limits": {"memory_bytes": quota.memory, "cpu_millis": quota.cpu, "pids": quota.pids},
+            "state_hidden": hidden_report,
+        });
+        Ok(Self {
+            plan: Arc::new(plan),
+            _proxy: proxy,
+            _landlock: ll_fd,
+            quota,
+            env,
+            report,
+        })
+    }
+
+    /// Makes `cmd` run confined: its environment replaced by the spec's, and the restrictions
+    /// applied in the child before exec (it also becomes a session and process-group leader, so
+    /// the caller must not set a process group itself).
+    pub fn apply(&self, cmd: &mut Command) {
+        cmd.env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let plan = Arc::clone(&self.plan);
+        // SAFETY: `apply` makes only async-signal-safe syscalls on data prepared in the parent.
+        unsafe {
+            cmd.pre_exec(move || plan.apply());
+        }
+    }
+
+    /// Quotas the kernel reports as hit so far (cgroups only).
+    pub fn limits_hit(&self) -> Vec<&'static str> {
+        self.quota
+            .cgroup
+            .as_ref()
+            .map(super::cgroup::AgentCgroup::limits_hit)
+            .unwrap_or_default()
+    }
+}
