@@ -28,7 +28,7 @@ pub use host::{
     CheckpointSignal, LogLevel, ModelHint, ResponseMetadata, ResumeData, SpawnOptions,
     MAX_TIMEOUT_SECONDS,
 };
-pub use log::{LogKind, LogRecord};
+pub use log::{LogKind, LogRecord, LOG_SCHEMA_VERSION};
 pub use manifest::{Manifest, SandboxKind, MANIFEST_SCHEMA_VERSIONS};
 pub use session::{
     PendingCheckpoint, Plan, SessionState, SessionStatus, Task, TaskStatus, SESSION_SCHEMA_VERSION,

@@ -170,12 +170,23 @@ impl JsonSchema for LogKind {
     }
 }
 
+/// The log record format this build writes and reads.
+pub const LOG_SCHEMA_VERSION: u32 = 1;
+
+fn first_log_version() -> u32 {
+    1
+}
+
 /// One line of the event log. `hash` is the SHA-256 of the line's bytes before `,"hash":…` and
 /// `prev` is the previous record's hash, so editing or dropping any record breaks the chain at that
 /// record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LogRecord {
+    /// The record format's version. Lines written before records carried it have the same
+    /// format and read as 1; a newer version is refused, naming the file and the record.
+    #[serde(default = "first_log_version")]
+    pub schema_version: u32,
     /// Gapless, starting at 1.
     pub seq: u64,
     /// RFC 3339 UTC timestamp with microseconds.

@@ -42,6 +42,16 @@ pub enum StoreError {
     InvalidValue { key: String, reason: String },
     #[error("invalid name `{name}`: {reason}")]
     InvalidName { name: String, reason: String },
+    #[error(
+        "{path}: {what} has schema_version {found}, newer than this build reads ({supported}); \
+         upgrade metash to read it (nothing was changed)"
+    )]
+    NewerVersion {
+        path: PathBuf,
+        what: String,
+        found: String,
+        supported: String,
+    },
     #[error("event log {path} is broken at seq {seq}: {reason}")]
     BrokenLog {
         path: PathBuf,

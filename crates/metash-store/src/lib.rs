@@ -18,6 +18,7 @@
 pub mod artifacts;
 pub mod atomic;
 mod context;
+pub mod envelope;
 mod error;
 pub mod keypath;
 mod kv;
@@ -98,7 +99,7 @@ impl Store {
             context_sha256: context::sha256_hex(context.as_bytes()),
             created_at: log::now(),
         };
-        store.write_json(&store.meta.join("store.json"), &meta)?;
+        store.write_raw_json(&store.meta.join("store.json"), &meta)?;
         store.set_base(SessionState::new(uuid::Uuid::new_v4().to_string()))?;
         Ok(store)
     }
@@ -159,14 +160,23 @@ impl Store {
     }
 
     fn check_context(&self) -> Result<()> {
-        let meta: StoreMeta = serde_json::from_value(
-            self.read_json(&self.meta.join("store.json"))?,
-        )
-        .map_err(|e| StoreError::BadFile {
-            path: self.meta.join("store.json"),
-            line: 1,
-            message: e.to_string(),
-        })?;
+        let store_json = self.meta.join("store.json");
+        let meta: StoreMeta =
+            serde_json::from_value(self.read_raw_json(&store_json)?.unwrap_or(Value::Null))
+                .map_err(|e| StoreError::BadFile {
+                    path: store_json.clone(),
+                    line: 1,
+                    message: e.to_string(),
+                })?;
+        // store.json versions itself (and the layout of `.meta/`) with `store_version`.
+        if meta.store_version != STORE_VERSION {
+            return Err(StoreError::NewerVersion {
+                path: store_json,
+                what: "the store".into(),
+                found: meta.store_version.to_string(),
+                supported: STORE_VERSION.to_string(),
+            });
+        }
         let path = self.context_path();
         let bytes = std::fs::read(&path).at(&path)?;
         let found = context::sha256_hex(&bytes);
@@ -441,19 +451,83 @@ impl Store {
         Ok(rec)
     }
 
+    /// `metash migrate` for `.meta/`: wraps every document written before documents were
+    /// versioned (`.meta/*.json` other than store.json and session.json, and `.meta/kv/*.json`)
+    /// in its envelope, under the lock; with `check`, only reports. Returns the documents that
+    /// were (or would be) upgraded. session.json is versioned when the store opens; log records
+    /// are never rewritten (each hash chains the next) and read as version 1.
+    ///
+    /// # Errors
+    /// A document that does not parse or is newer than this build (nothing is written then).
+    pub fn migrate_docs(&self, check: bool) -> Result<Vec<PathBuf>> {
+        let _guard = self.lock()?;
+        let mut legacy = Vec::new();
+        for dir in [self.meta.clone(), self.meta.join("kv")] {
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(StoreError::io(&dir, e)),
+            };
+            let mut paths: Vec<PathBuf> = entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "json") && p.is_file())
+                .filter(|p| {
+                    !p.file_name()
+                        .is_some_and(|n| n == "store.json" || n == "session.json")
+                })
+                .collect();
+            paths.sort();
+            for path in paths {
+                if let Some(envelope::Doc::Unversioned(data)) = self.read_doc_at(&path)? {
+                    legacy.push((path, data));
+                }
+            }
+        }
+        if !check {
+            for (path, data) in &legacy {
+                self.write_json(path, data)?;
+            }
+        }
+        Ok(legacy.into_iter().map(|(p, _)| p).collect())
+    }
+
+    /// A versioned document's data (`null` when absent): see [`envelope`].
     pub(crate) fn read_json(&self, path: &Path) -> Result<Value> {
+        Ok(self
+            .read_doc_at(path)?
+            .map(envelope::Doc::data)
+            .unwrap_or(Value::Null))
+    }
+
+    fn read_doc_at(&self, path: &Path) -> Result<Option<envelope::Doc>> {
+        self.read_raw_json(path)?
+            .map(|v| envelope::open(path, v))
+            .transpose()
+    }
+
+    fn read_raw_json(&self, path: &Path) -> Result<Option<Value>> {
         match std::fs::read(path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| StoreError::BadFile {
-                path: path.to_path_buf(),
-                line: e.line(),
-                message: e.to_string(),
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Value::Null),
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|e| StoreError::BadFile {
+                        path: path.to_path_buf(),
+                        line: e.line(),
+                        message: e.to_string(),
+                    })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(StoreError::io(path, e)),
         }
     }
 
-    fn write_json<T: Serialize>(&self, path: &Path, value: &T) -> Result<()> {
+    /// Writes `data` in its versioned envelope.
+    fn write_json(&self, path: &Path, data: &Value) -> Result<()> {
+        self.write_raw_json(path, &envelope::seal(data))
+    }
+
+    fn write_raw_json<T: Serialize>(&self, path: &Path, value: &T) -> Result<()> {
         let mut bytes =
             serde_json::to_vec_pretty(value).map_err(|e| StoreError::Rejected(e.to_string()))?;
         bytes.push(b'\n');

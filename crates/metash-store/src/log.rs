@@ -9,7 +9,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use metash_protocol::{LogKind, LogRecord};
+use metash_protocol::{LogKind, LogRecord, LOG_SCHEMA_VERSION};
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -58,6 +58,7 @@ impl Tail {
 
 #[derive(Serialize)]
 struct Body<'a> {
+    schema_version: u32,
     seq: u64,
     ts: &'a str,
     kind: &'a str,
@@ -70,6 +71,7 @@ struct Body<'a> {
 /// Serialises one record as its line (with `\n`), computing its hash.
 fn encode(seq: u64, ts: &str, ev: &NewEvent, prev: &str) -> Result<(Vec<u8>, String)> {
     let body = serde_json::to_vec(&Body {
+        schema_version: LOG_SCHEMA_VERSION,
         seq,
         ts,
         kind: ev.kind.as_str(),
@@ -87,26 +89,63 @@ fn encode(seq: u64, ts: &str, ev: &NewEvent, prev: &str) -> Result<(Vec<u8>, Str
     Ok((line, hash))
 }
 
+/// Why a line is not a record this build can use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Undecodable {
+    /// A newer metash wrote it.
+    Newer { found: u32 },
+    /// Not a record, or not the record its hash says.
+    Broken(String),
+}
+
+impl Undecodable {
+    fn at(self, path: &Path, seq: u64) -> StoreError {
+        match self {
+            Self::Newer { found } => StoreError::NewerVersion {
+                path: path.to_path_buf(),
+                what: match seq {
+                    0 => "a log record".to_string(),
+                    n => format!("log record {n}"),
+                },
+                found: found.to_string(),
+                supported: LOG_SCHEMA_VERSION.to_string(),
+            },
+            Self::Broken(reason) => StoreError::BrokenLog {
+                path: path.to_path_buf(),
+                seq,
+                reason,
+            },
+        }
+    }
+}
+
 /// Checks one line's own hash and returns the parsed record.
-pub fn decode(line: &[u8]) -> std::result::Result<LogRecord, String> {
-    let record: LogRecord =
-        serde_json::from_slice(line).map_err(|e| format!("not a log record: {e}"))?;
+pub fn decode(line: &[u8]) -> std::result::Result<LogRecord, Undecodable> {
+    let record: LogRecord = serde_json::from_slice(line)
+        .map_err(|e| Undecodable::Broken(format!("not a log record: {e}")))?;
+    if record.schema_version != LOG_SCHEMA_VERSION {
+        return Err(Undecodable::Newer {
+            found: record.schema_version,
+        });
+    }
     if line.len() < HASH_SUFFIX_LEN || !line.ends_with(b"\"}") {
-        return Err("line does not end with its hash".into());
+        return Err(Undecodable::Broken(
+            "line does not end with its hash".into(),
+        ));
     }
     let cut = line.len() - HASH_SUFFIX_LEN;
     if &line[cut..cut + 9] != b",\"hash\":\"" {
-        return Err("hash is not the last field".into());
+        return Err(Undecodable::Broken("hash is not the last field".into()));
     }
     let mut hasher = Sha256::new();
     hasher.update(&line[..cut]);
     hasher.update(b"}");
     let computed = hex::encode(hasher.finalize());
     if computed != record.hash {
-        return Err(format!(
+        return Err(Undecodable::Broken(format!(
             "hash mismatch (stored {}, computed {computed})",
             record.hash
-        ));
+        )));
     }
     Ok(record)
 }
@@ -138,6 +177,7 @@ impl EventLog {
             let (line, hash) = encode(seq, &ts, ev, &prev)?;
             buf.extend_from_slice(&line);
             out.push(LogRecord {
+                schema_version: LOG_SCHEMA_VERSION,
                 seq,
                 ts: ts.clone(),
                 kind: ev.kind.clone(),
@@ -233,11 +273,7 @@ impl EventLog {
                 .filter(|l| !l.is_empty())
                 .rev()
             {
-                let rec = decode(line).map_err(|reason| StoreError::BrokenLog {
-                    path: self.path.clone(),
-                    seq: 0,
-                    reason,
-                })?;
+                let rec = decode(line).map_err(|e| e.at(&self.path, 0))?;
                 if !visit(rec) {
                     return Ok(());
                 }
@@ -286,7 +322,7 @@ impl EventLog {
                 seq: expect.seq + 1,
                 reason,
             };
-            let rec = decode(&line).map_err(broken)?;
+            let rec = decode(&line).map_err(|e| e.at(&self.path, expect.seq + 1))?;
             if rec.seq != expect.seq + 1 {
                 return Err(broken(format!(
                     "seq {} where {} was expected (gap or reorder)",

@@ -111,3 +111,46 @@ fn gc_removes_by_age_then_oldest_first_by_size() {
         .count();
     assert_eq!(gc, 1);
 }
+
+/// Documents written before documents were versioned (bare data) are read as they are, wrapped
+/// at their next write or by `migrate_docs`; a newer one is refused and left alone.
+#[test]
+fn unversioned_documents_are_read_migrated_and_newer_ones_refused() {
+    let (dir, store) = project();
+    let meta = dir.path().join(".meta");
+    std::fs::create_dir_all(meta.join("kv")).unwrap();
+    std::fs::write(meta.join("kv/old.json"), r#"{"k": 1}"#).unwrap();
+    std::fs::write(meta.join("budget.json"), r#"{"spent": 3}"#).unwrap();
+    assert_eq!(store.kv("old").unwrap().get("k").unwrap(), Some(json!(1)));
+    assert_eq!(store.read_doc("budget").unwrap(), json!({"spent": 3}));
+
+    let would = store.migrate_docs(true).unwrap();
+    assert_eq!(
+        would,
+        vec![meta.join("budget.json"), meta.join("kv/old.json")]
+    );
+    assert_eq!(
+        std::fs::read_to_string(meta.join("kv/old.json")).unwrap(),
+        r#"{"k": 1}"#
+    );
+    assert_eq!(store.migrate_docs(false).unwrap(), would);
+    let on_disk: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(meta.join("kv/old.json")).unwrap()).unwrap();
+    assert_eq!(on_disk, json!({"schema_version": 1, "data": {"k": 1}}));
+    assert!(store.migrate_docs(true).unwrap().is_empty());
+    assert_eq!(store.kv("old").unwrap().get("k").unwrap(), Some(json!(1)));
+
+    let newer = r#"{"schema_version": 9, "data": {"k": 2}}"#;
+    std::fs::write(meta.join("kv/new.json"), newer).unwrap();
+    let err = store.kv("new").unwrap().set("k", json!(3)).unwrap_err();
+    assert!(
+        matches!(err, StoreError::NewerVersion { ref found, .. } if found == "9"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("kv/new.json"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(meta.join("kv/new.json")).unwrap(),
+        newer
+    );
+    assert!(store.migrate_docs(false).is_err());
+}

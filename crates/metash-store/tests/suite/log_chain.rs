@@ -133,3 +133,41 @@ fn rebuild_ignores_other_events_and_matches_the_file() {
     assert_eq!(store.rebuild().unwrap(), state);
     assert_eq!(store.rebuild_until(2).unwrap().current_phase, 1);
 }
+
+/// Every record carries its format's version; one written by a newer metash (its hash intact) is
+/// refused with the file and the record named, and the log is left as it was.
+#[test]
+fn a_record_from_a_newer_metash_is_refused_by_name() {
+    use sha2::{Digest, Sha256};
+    let (dir, store) = project();
+    store
+        .append(LogKind::Progress, None, json!({"m": 1}))
+        .unwrap();
+    let path = dir.path().join(".meta/events.jsonl");
+    let all = lines(&path);
+    assert!(
+        all.iter().all(|l| l.starts_with("{\"schema_version\":1,")),
+        "{all:?}"
+    );
+    // The last record re-made as version 2, hash recomputed so only the version is wrong.
+    let last = all.last().unwrap();
+    let body = &last[..last.find(",\"hash\":\"").unwrap()];
+    let body = body.replacen("\"schema_version\":1,", "\"schema_version\":2,", 1);
+    let hash = hex::encode(Sha256::digest(format!("{body}}}").as_bytes()));
+    let mut text: Vec<String> = all[..all.len() - 1].to_vec();
+    text.push(format!("{body},\"hash\":\"{hash}\"}}"));
+    let bytes = format!("{}\n", text.join("\n"));
+    std::fs::write(&path, &bytes).unwrap();
+    let err = store.log().read_all().unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, StoreError::NewerVersion { ref found, .. } if found == "2"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("events.jsonl") && msg.contains("log record"),
+        "{msg}"
+    );
+    assert!(store.append(LogKind::Progress, None, json!({})).is_err());
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), bytes);
+}
