@@ -3,6 +3,8 @@
 //! as a table first.
 //!
 //! ```toml
+//! schema_version = 1     # the file's format; absent in files written before it was versioned
+//!
 //! [host]
 //! default_timeout_seconds = 600
 //! wasm_fuel = 2000000000   # optional: deterministic work bound per WASM invocation
@@ -192,6 +194,41 @@ pub struct HostConfig {
     pub artifacts: ArtifactsSection,
 }
 
+/// The config.toml format this build reads (`schema_version`; a file without one is read as 1,
+/// and `metash migrate` writes the key).
+pub const CONFIG_SCHEMA_VERSION: i64 = 1;
+
+/// What is wrong with a `schema_version` other than this build's: its line and why. Shared with
+/// every other reader of the file (the orchestrator's section), so all of them refuse it alike.
+pub fn version_problem(found: Option<i64>, text: &str) -> Option<(usize, String)> {
+    let v = found.filter(|v| *v != CONFIG_SCHEMA_VERSION)?;
+    let line = text
+        .lines()
+        .position(|l| l.trim_start().starts_with("schema_version"))
+        .map_or(1, |i| i + 1);
+    let why = if v > CONFIG_SCHEMA_VERSION {
+        "a newer metash wrote it; upgrade metash to read it"
+    } else {
+        "versions start at 1"
+    };
+    Some((
+        line,
+        format!(
+            "schema_version {v} is not supported (this build reads {CONFIG_SCHEMA_VERSION}): {why}"
+        ),
+    ))
+}
+
+fn check_version(found: Option<i64>, text: &str, path: &Path) -> Result<()> {
+    match version_problem(found, text) {
+        Some((line, why)) => Err(HostError::Config(format!(
+            "{}:{line}: {why}",
+            path.display()
+        ))),
+        None => Ok(()),
+    }
+}
+
 impl HostConfig {
     /// Declares every CLI role to `policy` as an agent that may ask for `native` (the consent
     /// to run it is still asked and recorded like any agent's).
@@ -238,6 +275,7 @@ impl HostConfig {
         /// The whole file, typed where it is the host's; other sections pass through unread.
         #[derive(Deserialize)]
         struct HostFile {
+            schema_version: Option<i64>,
             #[serde(default)]
             host: HostSection,
             #[serde(default)]
@@ -258,6 +296,7 @@ impl HostConfig {
                 .unwrap_or(1);
             HostError::Config(format!("{}:{line}: {}", path.display(), e.message()))
         })?;
+        check_version(parsed.schema_version, text, path)?;
         for (model, price) in &parsed.prices {
             price.check().map_err(|why| {
                 HostError::Config(format!("{}: [prices.\"{model}\"]: {why}", path.display()))
@@ -391,6 +430,25 @@ mod tests {
     fn the_example_parses() {
         let c = HostConfig::parse(EXAMPLE, Path::new("config.toml")).unwrap();
         assert_eq!(c.roles["writer"].timeout_seconds, Some(900.0));
+        let versioned = format!("schema_version = 1\n{EXAMPLE}");
+        assert_eq!(
+            HostConfig::parse(&versioned, Path::new("config.toml")).unwrap(),
+            c
+        );
+    }
+
+    #[test]
+    fn a_version_this_build_does_not_read_names_file_and_line() {
+        let p = Path::new("/w/.meta/config.toml");
+        for (text, words) in [
+            ("# c\nschema_version = 2\n", "newer metash"),
+            ("# c\nschema_version = 0\n", "start at 1"),
+            ("# c\nschema_version = \"1\"\n", "expected i64"),
+        ] {
+            let err = HostConfig::parse(text, p).unwrap_err().to_string();
+            assert!(err.contains("config.toml:2"), "{text:?}: {err}");
+            assert!(err.contains(words), "{text:?}: {err}");
+        }
     }
 
     proptest::proptest! {

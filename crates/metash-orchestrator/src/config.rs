@@ -86,6 +86,19 @@ impl OrchestratorConfig {
                 .unwrap_or(1);
             bad(format!("line {line}: {}", e.message()))
         })?;
+        let version = match table.get("schema_version") {
+            None => None,
+            Some(toml::Value::Integer(v)) => Some(*v),
+            Some(other) => {
+                return Err(bad(format!(
+                    "schema_version must be an integer, not {}",
+                    other.type_str()
+                )))
+            }
+        };
+        if let Some((line, why)) = metash_host::config::version_problem(version, text) {
+            return Err(bad(format!("line {line}: {why}")));
+        }
         let Some(section) = table.get("orchestrator") else {
             return Ok(Self::default());
         };

@@ -39,6 +39,27 @@ pub fn target_version() -> &'static str {
 /// # Errors
 /// The TOML syntax error, located, when `src` does not parse.
 pub fn migrate(path: &Path, src: &str) -> Result<Migration, Diagnostics> {
+    let version = target_version();
+    add_version_key(
+        path,
+        src,
+        &format!("schema_version = \"{version}\""),
+        &format!("added `schema_version = \"{version}\"` (the manifest predates versioning)"),
+    )
+}
+
+/// Adds the top-level line `added` (`schema_version = …`) to a TOML file that has no
+/// `schema_version`, keeping everything else byte for byte; no change when it has one. Shared by
+/// manifests and `config.toml`.
+///
+/// # Errors
+/// The TOML syntax error, located, when `src` does not parse.
+pub fn add_version_key(
+    path: &Path,
+    src: &str,
+    added: &str,
+    description: &str,
+) -> Result<Migration, Diagnostics> {
     let doc = toml_edit::Document::parse(src).map_err(|e| {
         let (line, column) = line_col(src, e.span().map(|r| r.start).unwrap_or(0));
         Diagnostics(vec![Diagnostic {
@@ -58,7 +79,7 @@ pub fn migrate(path: &Path, src: &str) -> Result<Migration, Diagnostics> {
         });
     }
     let eol = if src.contains("\r\n") { "\r\n" } else { "\n" };
-    let added = format!("schema_version = \"{}\"", target_version());
+    let added = added.to_string();
     let offset = insertion_offset(src);
     let mut output = String::with_capacity(src.len() + added.len() + 2);
     output.push_str(&src[..offset]);
@@ -83,10 +104,7 @@ pub fn migrate(path: &Path, src: &str) -> Result<Migration, Diagnostics> {
         path: path.to_path_buf(),
         changes: vec![Change {
             line,
-            description: format!(
-                "added `schema_version = \"{}\"` (the manifest predates versioning)",
-                target_version()
-            ),
+            description: description.to_string(),
             added,
         }],
         output,

@@ -229,3 +229,56 @@ fn artifacts_list_show_and_gc_under_the_configured_policy() {
     .unwrap();
     assert!(err(ws, &["artifacts", "gc"]).contains("max_age_days must be a number of days"));
 }
+
+/// `metash migrate`: files from before versioning get their version and nothing else changes;
+/// `--check` reports and writes nothing; a newer file is refused by file and line, untouched.
+#[test]
+fn migrate_versions_old_files_and_refuses_newer_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    ok(ws, &["init"]);
+    let config = ws.join(".meta/config.toml");
+    let old_config = "# my settings\n\n# the budget I can afford\n[budget]\nmax_tokens = 1000\n";
+    std::fs::write(&config, old_config).unwrap();
+    std::fs::create_dir_all(ws.join(".meta/kv")).unwrap();
+    std::fs::write(ws.join(".meta/kv/writer.json"), r#"{"note": "kept"}"#).unwrap();
+
+    let out = metash(ws, &["migrate", "--check"]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("would upgrade") && said.contains("config.toml"),
+        "{said}"
+    );
+    assert!(said.contains("kv/writer.json"), "{said}");
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), old_config);
+
+    ok(ws, &["migrate"]);
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        "# my settings\n\nschema_version = 1\n# the budget I can afford\n[budget]\nmax_tokens = 1000\n"
+    );
+    let kv: Value =
+        serde_json::from_slice(&std::fs::read(ws.join(".meta/kv/writer.json")).unwrap()).unwrap();
+    assert_eq!(
+        kv,
+        serde_json::json!({"schema_version": 1, "data": {"note": "kept"}})
+    );
+    assert_eq!(
+        ok(ws, &["kv", "get", "note", "--agent", "writer"]).trim(),
+        "kept"
+    );
+    assert!(ok(ws, &["migrate"]).contains("up to date"));
+    assert!(metash(ws, &["migrate", "--check"]).status.success());
+
+    let newer = "# from the future\nschema_version = 7\n";
+    std::fs::write(&config, newer).unwrap();
+    let e = err(ws, &["migrate"]);
+    assert!(
+        e.contains("config.toml:2") && e.contains("schema_version 7"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), newer);
+    // Every command that reads the config stops the same way.
+    assert!(err(ws, &["run"]).contains("config.toml:2"), "run");
+}

@@ -8,6 +8,7 @@ use clap::Subcommand;
 mod artifacts;
 mod harness;
 pub(crate) mod host;
+mod migrate;
 pub(crate) mod onboard;
 mod orchestrator;
 mod policy;

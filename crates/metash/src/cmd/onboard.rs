@@ -100,8 +100,10 @@ pub fn roles_toml(agent: AgentChoice, base_url: Option<&str>, model: Option<&str
         "# Written by `metash init --agent {}`. `metash doctor` checks it; edit freely.\n\
          # Each role runs under metash's sandbox; its first run asks for native consent\n\
          # (or pass --yes-to native). The key stays in metash: the agent never sees it.\n\n\
+         schema_version = {}\n\n\
          [orchestrator]\nplanner = \"planner\"\nexecutor = \"executor\"\nverifier = \"verifier\"\n",
-        agent.name()
+        agent.name(),
+        metash_host::config::CONFIG_SCHEMA_VERSION
     );
     for role in ["planner", "executor", "verifier"] {
         out.push_str(&format!(

@@ -1,4 +1,5 @@
-//! `init`, `state`, `log`, `kv`, `artifacts`, `gc`, `schema`: the commands on the `.meta/` store.
+//! `init`, `state`, `log`, `kv`, `artifacts`, `gc`, `migrate`, `schema`: the commands on the
+//! `.meta/` store.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -50,6 +51,13 @@ pub enum StoreCommand {
         /// Then remove the oldest until the rest fit in this many MiB.
         #[arg(long, default_value_t = 1024)]
         max_total_mib: u64,
+    },
+    /// Upgrade files written before they carried a version (config.toml, store documents),
+    /// keeping everything else; manifests: `metash agents migrate`.
+    Migrate {
+        /// Only report what would change (exit 1 if anything would).
+        #[arg(long)]
+        check: bool,
     },
     /// Print the JSON Schema of a metash type (`--list` for the names).
     Schema {
@@ -143,6 +151,7 @@ pub fn run(cmd: StoreCommand, ctx: &Ctx) -> Result<ExitCode> {
         StoreCommand::Log { cmd } => log(ctx, cmd),
         StoreCommand::Kv { cmd } => kv(ctx, cmd),
         StoreCommand::Artifacts { cmd } => super::artifacts::run(ctx, cmd),
+        StoreCommand::Migrate { check } => super::migrate::run(ctx, check),
         StoreCommand::Gc {
             max_age_days,
             max_total_mib,
