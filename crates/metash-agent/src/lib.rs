@@ -226,7 +226,23 @@ impl<W: Write> Session<W> {
                 )?;
                 continue;
             }
+            self.track_grants(&msg.event);
             return Ok(Some(msg.event));
+        }
+    }
+
+    /// Keeps [`Session::granted`] current: a `consent_revoke` (the user revoked it, or it
+    /// expired) takes the capability away at once, so the agent's next check picks its fallback
+    /// instead of meeting a refusal; a `consent_grant` adds one.
+    fn track_grants(&mut self, event: &AgentEvent) {
+        match event {
+            AgentEvent::ConsentRevoke { capability, .. } => {
+                self.ctx.capabilities.retain(|c| c != capability);
+            }
+            AgentEvent::ConsentGrant { capability, .. } if !self.granted(capability) => {
+                self.ctx.capabilities.push(capability.clone());
+            }
+            _ => {}
         }
     }
 

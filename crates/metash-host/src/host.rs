@@ -125,6 +125,7 @@ impl Host {
             .transpose()?;
         let bus = Arc::new(Bus::default());
         let journal = Arc::new(Journal::new(store.clone(), Arc::clone(&bus)));
+        Journal::keep_flushing(&journal);
         Ok(Self {
             store,
             options,

@@ -2,7 +2,8 @@
 //! fsync each would cost more than running a cached WASM agent. They are buffered and written
 //! together (one append, one fsync) when 64 are waiting, when the oldest is 50 ms old, before any
 //! write that must be immediate (state updates, checkpoints, so the log keeps its order), and at
-//! the end of every spawn. Subscribers see events only after they are durable.
+//! the end of every spawn; a background tick writes a batch that has waited 50 ms with nothing
+//! after it. Subscribers see events only after they are durable.
 //!
 //! Nothing is dropped silently. A write that fails (the store's lock held too long, a full disk)
 //! keeps the batch for the next attempt. When [`Journal::HELD`] events are waiting, the agent
@@ -64,6 +65,27 @@ impl Journal {
             held: held.max(MAX_EVENTS),
             give_up,
         }
+    }
+
+    /// Writes a batch once its oldest event is [`MAX_AGE`] old even when no further event comes
+    /// (an agent that said something and then waits must be seen by `metash log tail`, the UI
+    /// and other processes now, not at the end of its spawn). The thread holds only a weak
+    /// reference and ends once the journal is gone.
+    pub fn keep_flushing(journal: &Arc<Self>) {
+        let weak = Arc::downgrade(journal);
+        let _ = std::thread::Builder::new()
+            .name("metash-journal".into())
+            .spawn(move || loop {
+                std::thread::sleep(MAX_AGE / 2);
+                let Some(j) = weak.upgrade() else {
+                    return;
+                };
+                let due = j.pending().oldest.is_some_and(|o| o.elapsed() >= MAX_AGE);
+                if due {
+                    // A failed write keeps the batch; the next push or tick tries again.
+                    let _ = j.flush();
+                }
+            });
     }
 
     /// A poisoned lock still holds good events: a panic elsewhere must not lose them.

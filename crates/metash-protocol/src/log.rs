@@ -69,6 +69,9 @@ log_kinds! {
     ConsentGrant => "consent_grant",
     /// A revocation, by the host only: `{capability, revoked: [{capability, expires_at}], source}`.
     ConsentRevoke => "consent_revoke",
+    /// A running agent was told at once that a grant ended: `{capability, expires_at, why:
+    /// revoked|expired}` (the `consent_revoke` event on its stdin).
+    ConsentRevokeSent => "consent_revoke_sent",
     /// A refusal sent to the agent: `{code, message, hint, capability, sensitive}`.
     Error => "error",
     /// An action the host mediated: `{capability, detail}`.

@@ -230,6 +230,9 @@ fn invoke(
     heard: &mut Heard,
 ) -> Result<metash_runtime::Outcome> {
     let replier = running.replier();
+    // Grants that end while it runs are pushed to it at once (stopped when this returns).
+    let _revocations =
+        super::revocations::RevocationWatch::start(host.store().clone(), agent, replier.clone());
     let ws = super::artifact::Workspace {
         agent: agent.to_string(),
         root: running.spec().workspace.clone(),

@@ -8,6 +8,7 @@ mod gate;
 pub(crate) mod key_proxy;
 mod model;
 pub(crate) mod permission;
+mod revocations;
 mod tool_events;
 mod usage_tap;
 

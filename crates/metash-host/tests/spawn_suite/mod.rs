@@ -11,4 +11,5 @@ mod model_role;
 mod native_agent;
 mod progress;
 mod provider;
+mod revocation;
 mod wasm_agent;

@@ -153,52 +153,7 @@ pub fn text(events: &[AgentEvent]) -> String {
         .join("|")
 }
 
-/// Build `metash-agent`'s example `name` (release) with the cargo running the tests, for
-/// `target` or the host. `Err(why)` only when the target is not installed (the caller prints
-/// `SKIP`); a build that fails is a test failure.
-pub fn build_example(name: &str, target: Option<&str>) -> Result<PathBuf, String> {
-    let sysroot = std::process::Command::new("rustc")
-        .args(["--print", "sysroot"])
-        .output()
-        .map_err(|e| format!("rustc not runnable: {e}"))?;
-    let sysroot = String::from_utf8_lossy(&sysroot.stdout).trim().to_string();
-    if let Some(t) = target {
-        if !PathBuf::from(&sysroot).join("lib/rustlib").join(t).exists() {
-            return Err(format!(
-                "the {t} target is not installed (rustup target add {t}, or scripts/setup)"
-            ));
-        }
-    }
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let target_dir = std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| root.join("target"));
-    let mut cmd = std::process::Command::new(env!("CARGO"));
-    cmd.current_dir(&root).args([
-        "build",
-        "-q",
-        "-p",
-        "metash-agent",
-        "--example",
-        name,
-        "--release",
-    ]);
-    if let Some(t) = target {
-        cmd.args(["--target", t]);
-    }
-    let status = cmd
-        .env("CARGO_TARGET_DIR", &target_dir)
-        .status()
-        .expect("cargo runs");
-    assert!(
-        status.success(),
-        "cargo build of the {name} example failed: {status}"
-    );
-    Ok(match target {
-        Some(t) => target_dir.join(format!("{t}/release/examples/{name}.wasm")),
-        None => target_dir.join(format!("release/examples/{name}")),
-    })
-}
+pub use metash_testkit::build_example;
 
 /// Why native tests cannot run here, if they cannot.
 pub fn native_unavailable() -> Option<String> {

@@ -1,0 +1,38 @@
+//! An agent that keeps working when a grant is taken away (seed 002: "revocation must not
+//! silently break functionality"). The prompt names a capability; the agent says `waiting`, then
+//! listens to the host until that capability is revoked (or expires), and answers with what it
+//! will do instead. Builds natively and for `wasm32-wasip1`; the host's tests run both.
+
+use metash_protocol::AgentEvent;
+
+fn main() {
+    let result = metash_agent::run(|session, input| {
+        let capability = input.prompt.trim().to_string();
+        let io = |e: std::io::Error| e.to_string();
+        session.output("text/plain", "waiting\n").map_err(io)?;
+        let told = loop {
+            match session.recv().map_err(io)? {
+                Some(AgentEvent::ConsentRevoke {
+                    capability: c,
+                    expires_at,
+                }) if c == capability => break expires_at,
+                Some(_) => {}
+                None => return Err("the host ended the input before revoking".into()),
+            }
+        };
+        let still = if session.granted(&capability) {
+            "still granted"
+        } else {
+            "no longer granted"
+        };
+        let reply = format!(
+            "revoked {capability} (expires_at {}); {still}; falling back to cached data",
+            told.unwrap_or_else(|| "-".into())
+        );
+        session.output("text/plain", &reply).map_err(io)
+    });
+    if let Err(e) = result {
+        eprintln!("revocable agent: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,165 @@
+//! Live revocation (seed 002 §2): while an agent runs, its grants are watched, and each one that
+//! ends (revoked by any process, `metash consent revoke` included, or expired) is pushed to the
+//! agent at once as a `consent_revoke` event, so it can switch to its fallback before its next
+//! use is refused ("revocation must not silently break functionality").
+//!
+//! What the sandbox checks per use refuses the next use (proxied connections, process starts
+//! through the exec gate, KV and state through the host); what the sandbox fixed at start
+//! (Landlock paths, a WASM agent's preopens) holds until the spawn ends: the event tells the
+//! agent to stop using it, and the next spawn does not get it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use metash_policy::consent;
+use metash_protocol::{AgentEvent, LogKind};
+use metash_runtime::Replier;
+use metash_store::Store;
+use serde_json::json;
+
+/// How often the grants are read: the most a revocation waits before the agent hears of it.
+const POLL: Duration = Duration::from_millis(100);
+
+/// The agent's grants at one moment: live ones (capability → expiry) and the revocations seen.
+#[derive(Default)]
+struct Seen {
+    live: BTreeMap<String, String>,
+    revoked: BTreeSet<(String, String)>,
+}
+
+impl Seen {
+    /// `None` when the grants cannot be read now (the next poll tries again).
+    fn read(store: &Store, agent: &str) -> Option<Self> {
+        let grants = consent::load_for(store, agent).ok()?;
+        let now = chrono::Utc::now();
+        let mut seen = Self::default();
+        for g in grants {
+            let cap = g.capability.to_string();
+            match &g.revoked_at {
+                Some(at) => {
+                    seen.revoked.insert((cap, at.clone()));
+                }
+                None if g.active_at(now) => {
+                    let e = seen.live.entry(cap).or_default();
+                    if *e < g.expires_at {
+                        *e = g.expires_at;
+                    }
+                }
+                None => {}
+            }
+        }
+        Some(seen)
+    }
+}
+
+/// Watches one agent's grants while it runs; stops when dropped.
+pub(crate) struct RevocationWatch {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl RevocationWatch {
+    pub(crate) fn start(store: Store, agent: &str, replier: Replier) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let agent = agent.to_string();
+        let thread = std::thread::Builder::new()
+            .name("metash-revocations".into())
+            .spawn(move || {
+                let mut before = Seen::read(&store, &agent).unwrap_or_default();
+                while !stopped.load(Ordering::SeqCst) {
+                    std::thread::sleep(POLL);
+                    let Some(now) = Seen::read(&store, &agent) else {
+                        continue;
+                    };
+                    for (capability, expires_at, why) in ended(&before, &now) {
+                        replier.send(AgentEvent::ConsentRevoke {
+                            capability: capability.clone(),
+                            expires_at: Some(expires_at.clone()),
+                        });
+                        let _ = store.append(
+                            LogKind::ConsentRevokeSent,
+                            Some(&agent),
+                            json!({"capability": capability, "expires_at": expires_at, "why": why}),
+                        );
+                    }
+                    before = now;
+                }
+            })
+            .ok();
+        Self { stop, thread }
+    }
+}
+
+impl Drop for RevocationWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What ended between two readings, each once: a live grant that is gone (revoked, or expired
+/// when no new revocation names it), and a new revocation of a capability that was not a live
+/// grant of its own (a narrow scope revoked under a broader grant).
+fn ended(before: &Seen, now: &Seen) -> Vec<(String, String, &'static str)> {
+    let fresh: BTreeSet<&String> = now
+        .revoked
+        .difference(&before.revoked)
+        .map(|(cap, _)| cap)
+        .collect();
+    let mut out = Vec::new();
+    for (cap, expires_at) in &before.live {
+        if !now.live.contains_key(cap) {
+            let why = if fresh.contains(cap) {
+                "revoked"
+            } else {
+                "expired"
+            };
+            out.push((cap.clone(), expires_at.clone(), why));
+        }
+    }
+    for cap in fresh {
+        if !before.live.contains_key(cap) {
+            out.push((cap.clone(), String::new(), "revoked"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(live: &[(&str, &str)], revoked: &[(&str, &str)]) -> Seen {
+        Seen {
+            live: live
+                .iter()
+                .map(|(c, e)| (c.to_string(), e.to_string()))
+                .collect(),
+            revoked: revoked
+                .iter()
+                .map(|(c, a)| (c.to_string(), a.to_string()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn each_end_is_reported_once_with_its_reason() {
+        let before = seen(&[("network:a", "t9"), ("memory", "t5")], &[]);
+        let now = seen(&[], &[("network:a", "t2"), ("network:b", "t2")]);
+        assert_eq!(
+            ended(&before, &now),
+            vec![
+                ("memory".to_string(), "t5".to_string(), "expired"),
+                ("network:a".to_string(), "t9".to_string(), "revoked"),
+                ("network:b".to_string(), String::new(), "revoked"),
+            ]
+        );
+        assert!(ended(&now, &now).is_empty());
+    }
+}
