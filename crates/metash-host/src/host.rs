@@ -97,6 +97,8 @@ pub struct Host {
     harness: OnceLock<metash_harness::Harness>,
     redactor: OnceLock<metash_policy::Redactor>,
     tokio: OnceLock<tokio::runtime::Runtime>,
+    /// The agents this host is running now (suspend and resume reach them directly).
+    running: crate::control::Running,
 }
 
 impl std::fmt::Debug for Host {
@@ -137,6 +139,7 @@ impl Host {
             harness: OnceLock::new(),
             redactor: OnceLock::new(),
             tokio: OnceLock::new(),
+            running: crate::control::Running::default(),
         })
     }
 
@@ -438,6 +441,32 @@ impl Host {
 
     pub fn workspace(&self) -> PathBuf {
         self.store.workspace().to_path_buf()
+    }
+
+    pub(crate) fn running(&self) -> &crate::control::Running {
+        &self.running
+    }
+
+    /// Suspends (`Want::Suspended`) or resumes (`Want::Active`) `agent`: at once when this host
+    /// runs it, else as a request for the process that does (see [`crate::control`]).
+    ///
+    /// # Errors
+    /// The request could not be recorded.
+    pub fn control_agent(
+        &self,
+        agent: &str,
+        want: crate::control::Want,
+    ) -> Result<crate::control::Applied> {
+        if let Some(pauser) = self.running.get(agent) {
+            let changed = crate::control::apply(&pauser, want);
+            self.flush_events()?;
+            return Ok(crate::control::Applied::Here { changed });
+        }
+        self.journal.flush()?;
+        let rec = crate::control::request(&self.store, agent, want)?;
+        let seq = rec.seq;
+        self.bus.publish(&[rec]);
+        Ok(crate::control::Applied::Requested { seq })
     }
 
     /// Every event the host makes durable from now on, for an attached client.

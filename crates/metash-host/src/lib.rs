@@ -5,6 +5,7 @@ pub mod budget;
 mod bus;
 pub mod checkpoint;
 pub mod config;
+pub mod control;
 mod error;
 mod host;
 mod journal;

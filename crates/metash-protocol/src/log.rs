@@ -84,6 +84,9 @@ log_kinds! {
     AgentStarted => "agent_started",
     AgentActive => "agent_active",
     AgentSuspended => "agent_suspended",
+    /// Someone asked for an agent to be suspended or resumed (`{want: suspended|active}`): the
+    /// process that runs it applies it (`agent_suspended` / `agent_resumed`).
+    AgentControl => "agent_control",
     AgentResumed => "agent_resumed",
     AgentTerminated => "agent_terminated",
     AgentInvoked => "agent_invoked",

@@ -89,6 +89,7 @@ impl Runtime {
             state: LifecycleState::Registered,
             backend: Backend::None,
             interrupt: Arc::new(AtomicBool::new(false)),
+            paused: Arc::new(AtomicBool::new(false)),
             start_line: Vec::new(),
             replier: Replier::default(),
         })
@@ -112,6 +113,74 @@ impl Interrupter {
     }
 }
 
+/// Pauses a running agent from another thread, mid-invocation (`metash agent suspend`, the
+/// host's JSON-RPC `suspendAgent`): a native agent's process group gets SIGSTOP (SIGCONT to go
+/// on); a WASM guest blocks at its next epoch check (within 5 ms) until resumed. State in memory,
+/// files and pipes stays as it was. The spawn's deadline keeps running while paused: it is the
+/// caller's wall-clock bound (seed 000), and a paused agent past it is stopped like any other.
+#[derive(Clone)]
+pub struct Pauser {
+    agent: String,
+    paused: Arc<AtomicBool>,
+    /// The native agent's process group, when it runs natively.
+    pgid: Option<i32>,
+    sink: Arc<dyn EventSink>,
+}
+
+impl Pauser {
+    /// Pauses the agent; false when it already was.
+    pub fn pause(&self) -> bool {
+        if self.paused.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        let how = self.signal(true);
+        self.sink.record(
+            LogKind::AgentSuspended,
+            Some(&self.agent),
+            json!({"how": how, "during": "invocation", "from": "active", "to": "suspended"}),
+        );
+        true
+    }
+
+    /// Lets it go on; false when it was not paused.
+    pub fn resume(&self) -> bool {
+        if !self.paused.swap(false, Ordering::SeqCst) {
+            return false;
+        }
+        self.signal(false);
+        self.sink.record(
+            LogKind::AgentResumed,
+            Some(&self.agent),
+            json!({"during": "invocation", "from": "suspended", "to": "active"}),
+        );
+        true
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+
+    #[cfg(unix)]
+    fn signal(&self, stop: bool) -> &'static str {
+        match self.pgid {
+            Some(pgid) => {
+                let sig = if stop { libc::SIGSTOP } else { libc::SIGCONT };
+                // SAFETY: kill(2) on the process group of our own child.
+                unsafe {
+                    libc::kill(-pgid, sig);
+                }
+                "SIGSTOP to the process group"
+            }
+            None => "the WASM guest waits at its next epoch check",
+        }
+    }
+
+    #[cfg(not(unix))]
+    fn signal(&self, _stop: bool) -> &'static str {
+        "the WASM guest waits at its next epoch check"
+    }
+}
+
 /// One agent and its lifecycle.
 pub struct Agent {
     spec: AgentSpec,
@@ -120,6 +189,8 @@ pub struct Agent {
     state: LifecycleState,
     backend: Backend,
     interrupt: Arc<AtomicBool>,
+    /// Set while a [`Pauser`] holds the agent.
+    paused: Arc<AtomicBool>,
     start_line: Vec<u8>,
     replier: Replier,
 }
@@ -162,6 +233,17 @@ impl Agent {
 
     pub fn interrupter(&self) -> Interrupter {
         Interrupter(Arc::clone(&self.interrupt))
+    }
+
+    /// Pauses and resumes the agent from another thread while it runs (see [`Pauser`]). Take it
+    /// after `start`, so a native agent's process group is known.
+    pub fn pauser(&self) -> Pauser {
+        Pauser {
+            agent: self.spec.id.clone(),
+            paused: Arc::clone(&self.paused),
+            pgid: self.pid(),
+            sink: Arc::clone(&self.sink),
+        }
     }
 
     fn transition(&mut self, action: Action, kind: LogKind, data: Value) -> Result<()> {
@@ -311,7 +393,10 @@ impl Agent {
                 &self.sink,
                 &self.start_line,
                 input,
-                &self.interrupt,
+                &super::wasm::Stops {
+                    interrupt: Arc::clone(&self.interrupt),
+                    paused: Arc::clone(&self.paused),
+                },
                 &self.replier,
                 on_event,
             )?,

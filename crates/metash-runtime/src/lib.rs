@@ -39,7 +39,7 @@ pub mod spec;
 pub mod stream;
 pub mod wasm;
 
-pub use agent::{Agent, Interrupter, Runtime, RuntimeConfig, ShutdownKind};
+pub use agent::{Agent, Interrupter, Pauser, Runtime, RuntimeConfig, ShutdownKind};
 pub use error::{Result, RuntimeError};
 pub use invocation::{InvocationStatus, Outcome};
 pub use lifecycle::{Action, LifecycleState};

@@ -376,3 +376,30 @@ fn ledger_view_and_export_redact_planted_secrets() {
         "[]"
     );
 }
+
+/// `metash agent suspend` of an agent nothing runs: no one answers, the request is withdrawn (it
+/// would otherwise freeze the agent's next run) and the command fails saying why.
+#[test]
+fn suspending_an_agent_nothing_runs_fails_and_leaves_no_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    let init = std::process::Command::new(env!("CARGO_BIN_EXE_metash"))
+        .arg("-C")
+        .arg(ws)
+        .arg("init")
+        .output()
+        .unwrap();
+    assert!(init.status.success());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_metash"))
+        .arg("-C")
+        .arg(ws)
+        .args(["agent", "suspend", "idle", "--wait-ms", "300"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is `idle` running?") && err.contains("withdrawn"), "{err}");
+    let control = std::fs::read_to_string(ws.join(".meta/control.json")).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&control).unwrap();
+    assert_eq!(doc["data"], serde_json::json!({}), "{control}");
+}

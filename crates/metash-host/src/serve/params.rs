@@ -89,6 +89,15 @@ pub struct AnswerCheckpointParams {
     pub answer: String,
 }
 
+/// Names a running agent (`suspendAgent`, `resumeAgent`).
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentParams {
+    /// The agent's id, as spawned.
+    #[serde(deserialize_with = "non_empty")]
+    pub agent: String,
+}
+
 /// A string that must hold something: an empty agent name or key path is a caller's mistake.
 fn non_empty<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
     let s = String::deserialize(d)?;
@@ -145,6 +154,10 @@ impl Params for GetStateParams {
 
 impl Params for LogProgressParams {
     const NAMES: &'static [&'static str] = &["message", "level"];
+}
+
+impl Params for AgentParams {
+    const NAMES: &'static [&'static str] = &["agent"];
 }
 
 impl Params for AnswerCheckpointParams {

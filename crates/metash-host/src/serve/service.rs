@@ -8,8 +8,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::params::{
-    decode, AnswerCheckpointParams, GetStateParams, LogProgressParams, ParamError, Params,
-    SpawnAgentParams, UpdateStateParams,
+    decode, AgentParams, AnswerCheckpointParams, GetStateParams, LogProgressParams, ParamError,
+    Params, SpawnAgentParams, UpdateStateParams,
 };
 use crate::{Host, HostError, SpawnRequest, Spawner};
 
@@ -91,6 +91,19 @@ impl Service {
         )
     }
 
+    /// Suspends or resumes a running agent: `{agent, want, applied: here|requested, changed?,
+    /// seq?}` (`requested`: another process runs it and applies the request within 100 ms).
+    pub fn control_agent(&self, p: AgentParams, want: crate::control::Want) -> CallResult {
+        Ok(match self.host.control_agent(&p.agent, want)? {
+            crate::control::Applied::Here { changed } => {
+                json!({"agent": p.agent, "want": want.as_str(), "applied": "here", "changed": changed})
+            }
+            crate::control::Applied::Requested { seq } => {
+                json!({"agent": p.agent, "want": want.as_str(), "applied": "requested", "seq": seq})
+            }
+        })
+    }
+
     /// The pending checkpoint, or `null`.
     pub fn pending_checkpoint(&self) -> CallResult {
         to_json(&self.host.pending_checkpoint()?)
@@ -106,6 +119,12 @@ impl Service {
             "logProgress" => parse(params).and_then(|p| self.log_progress(p)),
             "answerCheckpoint" => parse(params).and_then(|p| self.answer_checkpoint(p)),
             "pendingCheckpoint" => no_params(params).and_then(|()| self.pending_checkpoint()),
+            "suspendAgent" => {
+                parse(params).and_then(|p| self.control_agent(p, crate::control::Want::Suspended))
+            }
+            "resumeAgent" => {
+                parse(params).and_then(|p| self.control_agent(p, crate::control::Want::Active))
+            }
             _ => return None,
         })
     }
@@ -119,6 +138,8 @@ pub const METHODS: &[&str] = &[
     "logProgress",
     "answerCheckpoint",
     "pendingCheckpoint",
+    "suspendAgent",
+    "resumeAgent",
 ];
 
 /// The parameter names of a method in positional order.
@@ -130,6 +151,7 @@ pub fn positional_names(method: &str) -> Option<&'static [&'static str]> {
         "logProgress" => LogProgressParams::NAMES,
         "answerCheckpoint" => AnswerCheckpointParams::NAMES,
         "pendingCheckpoint" => &[],
+        "suspendAgent" | "resumeAgent" => AgentParams::NAMES,
         _ => return None,
     })
 }

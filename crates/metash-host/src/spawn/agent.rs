@@ -230,9 +230,15 @@ fn invoke(
     heard: &mut Heard,
 ) -> Result<metash_runtime::Outcome> {
     let replier = running.replier();
-    // Grants that end while it runs are pushed to it at once (stopped when this returns).
-    let _revocations =
-        super::revocations::RevocationWatch::start(host.store().clone(), agent, replier.clone());
+    // Grants that end while it runs are pushed to it at once, and suspend/resume requests from
+    // other processes applied (both stop when this returns); this process can pause it directly.
+    let _watch = super::watch::RunWatch::start(
+        host.store().clone(),
+        agent,
+        replier.clone(),
+        running.pauser(),
+    );
+    let _entered = host.running().enter(agent, running.pauser());
     let ws = super::artifact::Workspace {
         agent: agent.to_string(),
         root: running.spec().workspace.clone(),

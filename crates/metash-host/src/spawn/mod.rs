@@ -8,9 +8,9 @@ mod gate;
 pub(crate) mod key_proxy;
 mod model;
 pub(crate) mod permission;
-mod revocations;
 mod tool_events;
 mod usage_tap;
+mod watch;
 
 use std::time::{Duration, Instant};
 

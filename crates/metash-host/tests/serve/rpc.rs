@@ -592,3 +592,34 @@ pub fn run_python_client(
     assert!(out.status.success(), "the Python client failed:\n{report}");
     report
 }
+
+/// `suspendAgent` / `resumeAgent`: an agent this server does not run gets a request for the
+/// process that does (applied there; see `spawn_suite/suspend.rs`), recorded in the log; bad
+/// parameters are refused by name.
+#[test]
+fn suspend_and_resume_are_methods() {
+    let p = Project::new();
+    let (mut rpc, _release) = fake_rpc(&p);
+    let r = rpc.ok("suspendAgent", json!({"agent": "far-away"}));
+    assert_eq!(r["applied"], "requested", "{r}");
+    assert_eq!(r["want"], "suspended");
+    let ev = rpc
+        .event(|e| e["kind"] == "agent_control" && e["agent"] == "far-away")
+        .expect("the request is an event");
+    assert_eq!(ev["data"]["want"], "suspended");
+    let r = rpc.ok("resumeAgent", json!(["far-away"]));
+    assert_eq!(
+        (r["applied"].as_str(), r["want"].as_str()),
+        (Some("requested"), Some("active"))
+    );
+    for params in [
+        json!({}),
+        json!({"agent": ""}),
+        json!({"agent": "a", "x": 1}),
+    ] {
+        let reply = rpc.call("suspendAgent", params.clone());
+        assert_eq!(reply["error"]["code"], -32602, "{params}: {reply}");
+    }
+    let (result, _) = rpc.close();
+    result.unwrap();
+}

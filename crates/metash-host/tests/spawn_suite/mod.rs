@@ -12,4 +12,5 @@ mod native_agent;
 mod progress;
 mod provider;
 mod revocation;
+mod suspend;
 mod wasm_agent;

@@ -14,8 +14,8 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
 use super::{
-    net, stdin, stdout, GuestCtl, GuestEnd, Limits, Pre, State, WasmAgent, GUEST_WORKSPACE, P2,
-    STOP_HALT, STOP_INTERRUPT, STOP_NONE, STOP_TIMEOUT,
+    net, stdin, stdout, GuestCtl, GuestEnd, Limits, Pre, State, Stops, WasmAgent, GUEST_WORKSPACE,
+    P2, STOP_HALT, STOP_INTERRUPT, STOP_NONE, STOP_TIMEOUT,
 };
 use crate::codec;
 use crate::error::{Result, RuntimeError};
@@ -85,7 +85,7 @@ impl WasmAgent {
         sink: &Arc<dyn EventSink>,
         start_line: &[u8],
         input: AgentEvent,
-        interrupt: &Arc<AtomicBool>,
+        stops: &Stops,
         replier: &Replier,
         on_event: &mut dyn FnMut(&AgentEvent),
     ) -> Result<Outcome> {
@@ -110,7 +110,8 @@ impl WasmAgent {
         let ctl = GuestCtl {
             deadline,
             why: Arc::clone(&why),
-            interrupt: Arc::clone(interrupt),
+            interrupt: Arc::clone(&stops.interrupt),
+            paused: Arc::clone(&stops.paused),
             halt: Arc::clone(&halt),
             fuel: self.fuel,
         };
@@ -120,7 +121,7 @@ impl WasmAgent {
             pump: PumpCfg::new(spec, sink, replier),
             spec,
             sink,
-            interrupt,
+            interrupt: &stops.interrupt,
             replier,
             halt: &halt,
             net_log: &net_log,
@@ -329,6 +330,7 @@ impl WasmAgent {
                 deadline,
                 why,
                 interrupt,
+                paused,
                 halt,
                 fuel,
             } = ctl;
@@ -340,6 +342,14 @@ impl WasmAgent {
             };
             store.set_epoch_deadline(1);
             store.epoch_deadline_callback(move |_| {
+                // Paused: the guest waits here, its memory as it was, until resumed (or stopped).
+                while paused.load(Ordering::SeqCst)
+                    && !interrupt.load(Ordering::SeqCst)
+                    && !halt.load(Ordering::SeqCst)
+                    && Instant::now() < deadline
+                {
+                    std::thread::sleep(super::TICK);
+                }
                 if interrupt.load(Ordering::SeqCst) {
                     why.store(STOP_INTERRUPT, Ordering::SeqCst);
                     return Err(wasmtime::Error::msg("interrupted by host"));

@@ -286,11 +286,19 @@ const STOP_TIMEOUT: u8 = 1;
 const STOP_INTERRUPT: u8 = 2;
 const STOP_HALT: u8 = 3;
 
+/// What stops or holds a running guest from another thread: the agent's interrupt and its
+/// pause (see [`crate::Pauser`]).
+pub struct Stops {
+    pub interrupt: Arc<AtomicBool>,
+    pub paused: Arc<AtomicBool>,
+}
+
 /// What the guest thread needs to stop itself, shared with the invocation's driver.
 struct GuestCtl {
     deadline: Instant,
     why: Arc<AtomicU8>,
     interrupt: Arc<AtomicBool>,
+    paused: Arc<AtomicBool>,
     halt: Arc<AtomicBool>,
     fuel: Option<u64>,
 }

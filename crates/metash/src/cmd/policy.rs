@@ -24,7 +24,8 @@ use super::Ctx;
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
-    /// Agents: their manifests, validation and migration.
+    /// Agents: their manifests, validation and migration; suspending and resuming a running one.
+    #[command(visible_alias = "agent")]
     Agents {
         #[command(subcommand)]
         cmd: AgentsCmd,
@@ -55,6 +56,23 @@ pub enum AgentsCmd {
     Validate {
         /// A manifest file or agent directory (default: every agent found).
         path: Option<PathBuf>,
+    },
+    /// Pauses a running agent (native: SIGSTOP to its process group; WASM: at its next epoch
+    /// check), from any terminal; its state stays as it was.
+    Suspend {
+        /// The agent's id.
+        id: String,
+        /// How long to wait for the process running it to answer.
+        #[arg(long, default_value_t = 5000)]
+        wait_ms: u64,
+    },
+    /// Lets a suspended agent go on.
+    Resume {
+        /// The agent's id.
+        id: String,
+        /// How long to wait for the process running it to answer.
+        #[arg(long, default_value_t = 5000)]
+        wait_ms: u64,
     },
     /// Upgrades manifests without `schema_version` to the current schema, keeping comments.
     Migrate {
@@ -258,6 +276,12 @@ fn agents(cmd: AgentsCmd, ctx: &Ctx) -> Result<ExitCode> {
         AgentsCmd::Show { id } => agents_show(ctx, &id, json),
         AgentsCmd::Validate { path } => validate(ctx, path, json),
         AgentsCmd::Migrate { path, check } => migrate_cmd(ctx, path, check, json),
+        AgentsCmd::Suspend { id, wait_ms } => {
+            super::control::run(ctx, &id, metash_host::control::Want::Suspended, wait_ms)
+        }
+        AgentsCmd::Resume { id, wait_ms } => {
+            super::control::run(ctx, &id, metash_host::control::Want::Active, wait_ms)
+        }
     }
 }
 

@@ -1,3 +1,6 @@
+//! What a running agent is told or made to do by other processes, polled every 100 ms while it
+//! runs: the end of its grants, and suspend/resume requests (see [`crate::control`]).
+//!
 //! Live revocation (seed 002 §2): while an agent runs, its grants are watched, and each one that
 //! ends (revoked by any process, `metash consent revoke` included, or expired) is pushed to the
 //! agent at once as a `consent_revoke` event, so it can switch to its fallback before its next
@@ -16,9 +19,11 @@ use std::time::Duration;
 
 use metash_policy::consent;
 use metash_protocol::{AgentEvent, LogKind};
-use metash_runtime::Replier;
+use metash_runtime::{Pauser, Replier};
 use metash_store::Store;
 use serde_json::json;
+
+use crate::control;
 
 /// How often the grants are read: the most a revocation waits before the agent hears of it.
 const POLL: Duration = Duration::from_millis(100);
@@ -55,14 +60,14 @@ impl Seen {
     }
 }
 
-/// Watches one agent's grants while it runs; stops when dropped.
-pub(crate) struct RevocationWatch {
+/// Watches one agent's grants and control requests while it runs; stops when dropped.
+pub(crate) struct RunWatch {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
-impl RevocationWatch {
-    pub(crate) fn start(store: Store, agent: &str, replier: Replier) -> Self {
+impl RunWatch {
+    pub(crate) fn start(store: Store, agent: &str, replier: Replier, pauser: Pauser) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = Arc::clone(&stop);
         let agent = agent.to_string();
@@ -70,8 +75,20 @@ impl RevocationWatch {
             .name("metash-revocations".into())
             .spawn(move || {
                 let mut before = Seen::read(&store, &agent).unwrap_or_default();
+                // Only requests made after the agent started are for it.
+                let mut obeyed = store.log().tail().map(|t| t.seq).unwrap_or(u64::MAX);
                 while !stopped.load(Ordering::SeqCst) {
                     std::thread::sleep(POLL);
+                    if let Some((want, seq)) = control::pending(&store, &agent, obeyed) {
+                        let changed = control::apply(&pauser, want);
+                        obeyed = seq;
+                        // The answer the requester waits for (it names the request).
+                        let _ = store.append(
+                            LogKind::AgentControl,
+                            Some(&agent),
+                            json!({"want": want.as_str(), "request": seq, "changed": changed}),
+                        );
+                    }
                     let Some(now) = Seen::read(&store, &agent) else {
                         continue;
                     };
@@ -94,7 +111,7 @@ impl RevocationWatch {
     }
 }
 
-impl Drop for RevocationWatch {
+impl Drop for RunWatch {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.thread.take() {

@@ -1,0 +1,169 @@
+//! Suspended is reachable mid-run (seed 002 §3, issue 18): from another process through the store
+//! (what `metash agents suspend` does) or from this host directly (JSON-RPC `suspendAgent`). A
+//! native agent's whole process group stops and goes on; a WASM guest stops making progress and
+//! goes on; the spawn's deadline still ends both.
+
+use std::time::{Duration, Instant};
+
+use metash_host::control::{self, Applied, Want};
+use metash_host::{SpawnRequest, Spawner};
+use metash_protocol::{AgentStatus, SpawnOptions};
+
+use super::common::*;
+
+/// The state letter of `pid` in `/proc/PID/stat` (`T` stopped, `S` sleeping...).
+fn state(pid: i32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit(')')
+        .next()
+        .and_then(|r| r.trim_start().chars().next())
+        .unwrap_or('?')
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let until = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < until {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// Asks through the store, as another process would, and waits for the running host's answer.
+fn ask(ws: &std::path::Path, agent: &str, want: Want) -> bool {
+    let store = metash_store::Store::open(ws).unwrap();
+    let seq = control::request(&store, agent, want).unwrap().seq;
+    let mut answer = None;
+    wait_for("the running host's answer", || {
+        answer = control::answer(&store, agent, seq);
+        answer.is_some()
+    });
+    answer.unwrap()
+}
+
+#[test]
+fn a_native_agent_is_suspended_and_resumed_from_another_process() {
+    if let Some(why) = native_unavailable() {
+        metash_testkit::skip("native suspend", &why);
+        return;
+    }
+    let p = Project::new();
+    p.agent(
+        "sus-n",
+        "native",
+        &native_agent_exe(),
+        &["process.spawn:sleep"],
+    );
+    // The grandchild is a process start: allowed here, so that there is a group to stop.
+    let host = p.host(&["native", "process.spawn:sleep"]);
+    let ws = p.path().to_path_buf();
+    std::thread::scope(|s| {
+        let run = s.spawn(|| {
+            let mut req = SpawnRequest::new("sus-n", "", "hang 57");
+            req.options = SpawnOptions {
+                timeout_seconds: Some(8.0),
+                ..SpawnOptions::default()
+            };
+            host.spawn_agent(&req).unwrap()
+        });
+        // The agent's grandchild, in the agent's process group.
+        let mut pid = 0;
+        wait_for("the agent's grandchild", || {
+            pid = metash_testkit::procs::live_processes("sleep 300.57")
+                .first()
+                .copied()
+                .unwrap_or(0);
+            pid != 0
+        });
+        assert!(ask(&ws, "sus-n", Want::Suspended));
+        wait_for("the group to stop", || state(pid) == 'T');
+        assert!(!ask(&ws, "sus-n", Want::Suspended), "already suspended");
+        assert!(ask(&ws, "sus-n", Want::Active));
+        wait_for("the group to go on", || state(pid) != 'T');
+        let r = run.join().unwrap();
+        assert_eq!(r.status, AgentStatus::Timeout, "{r:?}");
+    });
+    let kinds = p.log_kinds();
+    let suspended = kinds.iter().position(|k| k == "agent_suspended").unwrap();
+    let resumed = kinds.iter().position(|k| k == "agent_resumed").unwrap();
+    assert!(suspended < resumed, "{kinds:?}");
+    // A request made when nothing runs the agent does not freeze its next run.
+    let store = metash_store::Store::open(p.path()).unwrap();
+    control::request(&store, "sus-n", Want::Suspended).unwrap();
+    let r = host
+        .spawn_agent(&SpawnRequest::new("sus-n", "", "echo free"))
+        .unwrap();
+    assert_eq!((r.status, r.data.as_str()), (AgentStatus::Success, "free"));
+}
+
+/// A guest that writes `tick` forever, spinning between lines.
+fn ticker() -> String {
+    let line = metash_testkit::wasm::agent_msg(
+        r#"{"type":"output","agent_id":"sus-w","chunk_id":"t","content_type":"text/plain","data":"tick"}"#,
+    ) + "\n";
+    let escaped: String = line.bytes().map(|b| format!("\\{b:02x}")).collect();
+    format!(
+        r#"(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 64) "{escaped}")
+  (func (export "_start") (local $i i32)
+    (i32.store (i32.const 0) (i32.const 64))
+    (i32.store (i32.const 4) (i32.const {len}))
+    (loop $forever
+      (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))
+      (local.set $i (i32.const 0))
+      (loop $spin
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br_if $spin (i32.lt_u (local.get $i) (i32.const 3000000))))
+      (br $forever))))"#,
+        len = line.len()
+    )
+}
+
+#[test]
+fn a_wasm_agent_is_suspended_and_resumed_by_its_host() {
+    let p = Project::new();
+    let wat = p.path().join("ticker.wat");
+    std::fs::write(&wat, ticker()).unwrap();
+    p.agent("sus-w", "wasm", &wat, &[]);
+    let host = p.host(&[]);
+    let ticks = || {
+        p.records()
+            .iter()
+            .filter(|r| r.kind == "agent_event" && r.data["data"] == "tick")
+            .count()
+    };
+    std::thread::scope(|s| {
+        let run = s.spawn(|| {
+            let mut req = SpawnRequest::new("sus-w", "", "go");
+            req.options = SpawnOptions {
+                timeout_seconds: Some(6.0),
+                ..SpawnOptions::default()
+            };
+            host.spawn_agent(&req).unwrap()
+        });
+        wait_for("ticks", || ticks() > 3);
+        let applied = host.control_agent("sus-w", Want::Suspended).unwrap();
+        assert_eq!(applied, Applied::Here { changed: true });
+        // In flight at most one tick more, then nothing.
+        std::thread::sleep(Duration::from_millis(300));
+        let held = ticks();
+        std::thread::sleep(Duration::from_millis(700));
+        assert_eq!(ticks(), held, "a suspended guest kept running");
+        assert_eq!(
+            host.control_agent("sus-w", Want::Active).unwrap(),
+            Applied::Here { changed: true }
+        );
+        wait_for("ticks after resume", || ticks() > held + 2);
+        let r = run.join().unwrap();
+        assert_eq!(r.status, AgentStatus::Timeout, "{r:?}");
+    });
+    // Nothing runs it now: the host leaves a request for whoever does.
+    assert!(matches!(
+        host.control_agent("sus-w", Want::Suspended).unwrap(),
+        Applied::Requested { .. }
+    ));
+}
