@@ -12,6 +12,7 @@
 //! Errors carry stable wire codes ([`HarnessError::code`]).
 
 pub mod api;
+pub mod attachments;
 pub mod confine;
 mod error;
 pub mod events;

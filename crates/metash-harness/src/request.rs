@@ -193,6 +193,10 @@ pub struct RunTurnNonInteractiveRequest {
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     pub prompt: String,
+    /// Files that go with the prompt (seed 003): relative to `cwd` or absolute; images to the
+    /// API frontends, text to every frontend (see [`crate::attachments`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<String>,
     /// System prompt, endpoint, permissions, isolated home... (as for invocation specs).
     #[serde(default)]
     pub options: HarnessOptions,
@@ -231,6 +235,7 @@ impl RunTurnNonInteractiveRequest {
             cwd: cwd.into(),
             env: BTreeMap::new(),
             prompt: prompt.into(),
+            attachments: Vec::new(),
             options: HarnessOptions::default(),
             max_tokens: None,
             tools: Vec::new(),

@@ -398,7 +398,10 @@ fn suspending_an_agent_nothing_runs_fails_and_leaves_no_request() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("is `idle` running?") && err.contains("withdrawn"), "{err}");
+    assert!(
+        err.contains("is `idle` running?") && err.contains("withdrawn"),
+        "{err}"
+    );
     let control = std::fs::read_to_string(ws.join(".meta/control.json")).unwrap();
     let doc: serde_json::Value = serde_json::from_str(&control).unwrap();
     assert_eq!(doc["data"], serde_json::json!({}), "{control}");

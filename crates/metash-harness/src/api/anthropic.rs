@@ -3,6 +3,7 @@
 //! `signature_delta`), `content_block_stop`, `message_delta` (stop reason, usage), `message_stop`,
 //! `ping`, and in-stream `error`.
 
+use crate::attachments::Attachment;
 use metash_protocol::{HarnessEvent, ToolCall, Usage};
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{json, Value};
@@ -21,11 +22,12 @@ const DEFAULT_MAX_TOKENS: u32 = 4096;
 
 /// This turn's user message: tool results first (the API requires them right after the
 /// assistant's tool_use), then the prompt.
-pub fn user_message(prompt: &str, tool_results: &[ToolResultInput]) -> Value {
+pub fn user_message(prompt: &str, tool_results: &[ToolResultInput], files: &[Attachment]) -> Value {
     let mut content: Vec<Value> = tool_results
         .iter()
         .map(|r| json!({"type": "tool_result", "tool_use_id": r.id, "content": r.output, "is_error": r.is_error}))
         .collect();
+    content.extend(files.iter().map(Attachment::anthropic_block));
     content.push(json!({"type": "text", "text": prompt}));
     json!({"role": "user", "content": content})
 }

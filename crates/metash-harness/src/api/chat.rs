@@ -2,6 +2,7 @@
 //! served by Ollama, vLLM and llama.cpp: content deltas, tool call deltas by index, finish reason,
 //! and the usage chunk `stream_options.include_usage` asks for.
 
+use crate::attachments::Attachment;
 use metash_protocol::{HarnessEvent, ToolCall, Usage};
 use serde_json::{json, Value};
 
@@ -14,12 +15,22 @@ use crate::error::{HarnessError, Result};
 pub const DEFAULT_BASE_URL: &str = "http://127.0.0.1:11434/v1";
 pub const DEFAULT_KEY_ENV: &str = "OPENAI_API_KEY";
 
-pub fn user_messages(prompt: &str, tool_results: &[ToolResultInput]) -> Vec<Value> {
+pub fn user_messages(
+    prompt: &str,
+    tool_results: &[ToolResultInput],
+    files: &[Attachment],
+) -> Vec<Value> {
     let mut msgs: Vec<Value> = tool_results
         .iter()
         .map(|r| json!({"role": "tool", "tool_call_id": r.id, "content": r.output}))
         .collect();
-    msgs.push(json!({"role": "user", "content": prompt}));
+    if files.is_empty() {
+        msgs.push(json!({"role": "user", "content": prompt}));
+    } else {
+        let mut parts: Vec<Value> = files.iter().map(Attachment::chat_part).collect();
+        parts.push(json!({"type": "text", "text": prompt}));
+        msgs.push(json!({"role": "user", "content": parts}));
+    }
     msgs
 }
 

@@ -4,6 +4,7 @@
 //! `response.failed` and `error`. Requests use `store: false` and carry the whole transcript, so a
 //! continuation never depends on state kept at the provider.
 
+use crate::attachments::Attachment;
 use metash_protocol::{HarnessEvent, ToolCall, Usage};
 use reqwest::header::HeaderMap;
 use serde_json::{json, Value};
@@ -20,12 +21,18 @@ pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 pub const DEFAULT_KEY_ENV: &str = "OPENAI_API_KEY";
 
 /// This turn's input items: tool outputs first, then the user message.
-pub fn user_items(prompt: &str, tool_results: &[ToolResultInput]) -> Vec<Value> {
+pub fn user_items(
+    prompt: &str,
+    tool_results: &[ToolResultInput],
+    files: &[Attachment],
+) -> Vec<Value> {
     let mut items: Vec<Value> = tool_results
         .iter()
         .map(|r| json!({"type": "function_call_output", "call_id": r.id, "output": r.output}))
         .collect();
-    items.push(json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}));
+    let mut content: Vec<Value> = files.iter().map(Attachment::responses_part).collect();
+    content.push(json!({"type": "input_text", "text": prompt}));
+    items.push(json!({"type": "message", "role": "user", "content": content}));
     items
 }
 

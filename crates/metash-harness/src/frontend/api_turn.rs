@@ -10,6 +10,7 @@ use super::{FrontendInfo, Turn};
 use crate::api::http::StreamLimits;
 use crate::api::transcript::{self, Transcript, TRANSCRIPT_VERSION};
 use crate::api::{self, anthropic, chat, openai, ApiCall, ApiOutput, OnEvent, ToolResultInput};
+use crate::attachments::Attachment;
 use crate::error::{HarnessError, Result};
 use crate::request::{env_value, RunTurnNonInteractiveRequest};
 
@@ -26,11 +27,16 @@ pub(crate) enum Wire {
 
 impl Wire {
     /// This turn's input as the provider's native messages.
-    fn user_input(self, prompt: &str, tool_results: &[ToolResultInput]) -> Vec<Value> {
+    fn user_input(
+        self,
+        prompt: &str,
+        tool_results: &[ToolResultInput],
+        files: &[Attachment],
+    ) -> Vec<Value> {
         match self {
-            Self::Anthropic => vec![anthropic::user_message(prompt, tool_results)],
-            Self::Responses => openai::user_items(prompt, tool_results),
-            Self::Chat => chat::user_messages(prompt, tool_results),
+            Self::Anthropic => vec![anthropic::user_message(prompt, tool_results, files)],
+            Self::Responses => openai::user_items(prompt, tool_results, files),
+            Self::Chat => chat::user_messages(prompt, tool_results, files),
         }
     }
 
@@ -125,6 +131,8 @@ pub(super) async fn run(info: &FrontendInfo, wire: Wire, turn: Turn<'_, '_>) -> 
         api_key,
         model,
     } = target(info, req)?;
+    // Checked before the transcript is touched or a request made.
+    let files = crate::attachments::load(&req.cwd, &req.attachments)?;
     let (mut t, resumed) = open_transcript(req, &model)?;
     em.emit(HarnessEvent::TurnStarted {
         frontend: req.frontend,
@@ -134,7 +142,7 @@ pub(super) async fn run(info: &FrontendInfo, wire: Wire, turn: Turn<'_, '_>) -> 
         em.observe_key(&t.key);
     }
     t.messages
-        .extend(wire.user_input(&req.prompt, &req.tool_results));
+        .extend(wire.user_input(&req.prompt, &req.tool_results, &files));
     let system = system_prompt(req);
     let call = ApiCall {
         base_url: &base_url,

@@ -33,7 +33,12 @@ pub async fn run_process_turn<F: Frontend + ?Sized>(
     let mut parser = frontend
         .parser()
         .ok_or_else(|| not_a_process(frontend.info().id))?;
-    let inv = req.invocation_request();
+    let mut inv = req.invocation_request();
+    if !req.attachments.is_empty() {
+        // Checked before anything is materialized or started; the CLIs' prompts are text.
+        let files = crate::attachments::load(&req.cwd, &req.attachments)?;
+        inv.prompt = Some(crate::attachments::inline_into_prompt(&req.prompt, &files)?);
+    }
     let m = frontend.materialize(&inv)?;
     if let Some(key) = req.continuation.as_ref().and_then(|c| c.key.as_deref()) {
         frontend.check_resumable(req, &m, key)?;

@@ -412,3 +412,62 @@ async fn api_keys_are_refused_across_providers_and_frontends() {
     assert_eq!(err.code(), HarnessErrorCode::ContinuationNotFound);
     assert_eq!(server.count(), 0, "no request was sent");
 }
+
+/// Seed 003's `attachments`: a text file and a PNG reach each API wire in its own shape (text
+/// wrapped with its path, the image base64 as the provider takes it), before the prompt; a file
+/// that is neither is refused naming it, and no request is made.
+#[tokio::test]
+async fn attachments_reach_each_wire_and_bad_ones_are_refused_before_any_request() {
+    const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+    for (frontend, reply) in [
+        (HarnessFrontend::AnthropicApi, anthropic_text("seen")),
+        (HarnessFrontend::OpenaiResponses, responses_text("seen")),
+        (HarnessFrontend::OpenaiChat, chat_text("seen")),
+    ] {
+        let server = MockServer::start(move |_| reply.clone()).await;
+        let c = Client::new(&server, frontend);
+        std::fs::write(c.asp().join("notes.md"), "remember the milk").unwrap();
+        std::fs::write(c.asp().join("shot.png"), PNG).unwrap();
+        let mut req = c.request(None, "what do you see?");
+        req.attachments = vec!["notes.md".into(), "shot.png".into()];
+        let (r, _) = c.run(&req).await;
+        assert!(r.result.success, "{frontend:?}: {:?}", r.result);
+        let body = server.posts()[0].json();
+        let (parts, text_key, image) = match frontend {
+            HarnessFrontend::AnthropicApi => (
+                body["messages"][0]["content"].clone(),
+                "text",
+                body["messages"][0]["content"][1]["source"]["data"].clone(),
+            ),
+            HarnessFrontend::OpenaiResponses => (
+                body["input"][0]["content"].clone(),
+                "text",
+                body["input"][0]["content"][1]["image_url"].clone(),
+            ),
+            _ => (
+                body["messages"][0]["content"].clone(),
+                "text",
+                body["messages"][0]["content"][1]["image_url"]["url"].clone(),
+            ),
+        };
+        assert_eq!(
+            parts[0][text_key], "<attachment path=\"notes.md\">\nremember the milk\n</attachment>",
+            "{frontend:?}: {body}"
+        );
+        assert!(
+            image.as_str().is_some_and(|d| d.contains("iVBORw0KGgo")),
+            "{frontend:?}: {body}"
+        );
+        assert_eq!(parts[2][text_key], "what do you see?", "{frontend:?}");
+
+        std::fs::write(c.asp().join("blob.bin"), [0xff, 0xfe, 0x00]).unwrap();
+        req.attachments = vec!["blob.bin".into()];
+        let err =
+            c.h.run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {})
+                .await
+                .expect_err("refused");
+        assert_eq!(err.code(), HarnessErrorCode::InvalidRequest);
+        assert!(err.to_string().contains("blob.bin"), "{err}");
+        assert_eq!(server.posts().len(), 1, "{frontend:?}: a request was made");
+    }
+}

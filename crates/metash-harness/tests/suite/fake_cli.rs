@@ -128,3 +128,41 @@ echo '{"type":"turn.completed","usage":{"input_tokens":3,"cached_input_tokens":0
     assert_eq!(r.result.final_output.as_deref(), Some("fine"));
     assert_eq!(r.continuation.unwrap().key.as_deref(), Some("t-1"));
 }
+
+/// Attachments with a CLI frontend: text ones reach the CLI's prompt wrapped with their path,
+/// before the prompt; an image is refused (the CLIs' prompts are text) before the CLI starts.
+#[tokio::test]
+async fn text_attachments_join_a_cli_prompt_and_images_are_refused_before_it_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let seen = dir.path().join("prompt.txt");
+    let (h, mut req) = stand_in(
+        dir.path(),
+        HarnessFrontend::AgentSdk,
+        &format!(
+            r#"for a; do last="$a"; done; printf '%s' "$last" > '{}'
+echo '{{"type":"result","subtype":"success","is_error":false,"result":"ok","session_id":"s1"}}'"#,
+            seen.display()
+        ),
+    );
+    std::fs::write(dir.path().join("notes.md"), "remember the milk").unwrap();
+    req.attachments = vec!["notes.md".into()];
+    let r = h
+        .run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {})
+        .await
+        .unwrap();
+    assert!(r.result.success, "{:?}", r.result);
+    assert_eq!(
+        std::fs::read_to_string(&seen).unwrap(),
+        "<attachment path=\"notes.md\">\nremember the milk\n</attachment>\n\nhi"
+    );
+    std::fs::remove_file(&seen).unwrap();
+    std::fs::write(dir.path().join("shot.png"), b"\x89PNG\r\n\x1a\n\0\0").unwrap();
+    req.attachments = vec!["shot.png".into()];
+    let err = h
+        .run_turn_non_interactive(&req, &CancellationToken::new(), &mut |_| {})
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), HarnessErrorCode::InvalidRequest);
+    assert!(err.to_string().contains("shot.png"), "{err}");
+    assert!(!seen.exists(), "the CLI ran");
+}

@@ -154,6 +154,10 @@ pub struct TurnArgs {
     /// Bound on the whole turn.
     #[arg(long)]
     timeout_secs: Option<u64>,
+    /// A file that goes with the prompt (repeatable): an image (API frontends) or UTF-8 text,
+    /// relative to the turn's cwd.
+    #[arg(long = "attach", value_name = "FILE")]
+    attachments: Vec<String>,
     /// Stream every event as a JSON line to stderr.
     #[arg(long)]
     events: bool,
@@ -368,6 +372,7 @@ fn turn(programs: Programs, workspace: &Path, a: TurnArgs, json: bool) -> anyhow
     req.options = c.options;
     req.max_tokens = a.max_tokens;
     req.timeout_ms = a.timeout_secs.map(|s| s.saturating_mul(1000));
+    req.attachments = a.attachments;
     let harness = Harness::new(programs)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
