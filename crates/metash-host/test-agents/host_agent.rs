@@ -22,6 +22,7 @@
 //!   `agent`), then reads it back; outputs `got VALUE`, or `denied MESSAGE`
 //! - `recall [SCOPE] KEY`: reads KEY back (`state_get`; an empty KEY is the whole namespace);
 //!   outputs `got VALUE`, `missing` or `denied MESSAGE`
+//! - `refs`: outputs the `context_refs` of its input, joined by `,`
 //! - `artifact ID PATH`: announces PATH as artifact ID (an `artifact` event); outputs `sent`
 //! - `claim CAPABILITY`: sends a `consent_grant` of CAPABILITY as if it were the host (it is not
 //!   allowed to), then outputs the host's answer (`error CODE HINT`)
@@ -125,6 +126,9 @@ fn main() {
         let io = |e: std::io::Error| e.to_string();
         match cmd {
             "echo" => s.output("text/plain", arg).map_err(io),
+            "refs" => s
+                .output("text/plain", &input.context_refs.join(","))
+                .map_err(io),
             "config" => {
                 let cfg = s.context().config.to_string();
                 s.output("application/json", &cfg).map_err(io)

@@ -393,6 +393,7 @@ impl<'a> Orchestrator<'a> {
                 model_hint: self.config.model_hint,
                 timeout_seconds: self.config.timeout_seconds,
                 max_tokens: self.config.max_tokens,
+                ..SpawnOptions::default()
             },
             workdir,
             task_id: focus.task.map(str::to_string),

@@ -44,6 +44,11 @@ pub struct SpawnOptions {
     pub timeout_seconds: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
+    /// What the agent should look at (seed 002's `input.context_refs`; not in seed 000):
+    /// `file:PATH`, `artifact:ID`, `kv:KEY`, `scratchpad:KEY`. The host checks each resolves
+    /// before the agent starts and refuses the spawn naming one that does not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub context_refs: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -45,6 +45,15 @@ pub(crate) fn run(
             return Ok(refused);
         }
     }
+    let refs = match super::context_refs::resolve(
+        host,
+        &agent.id,
+        &workspace,
+        &req.options.context_refs,
+    ) {
+        Ok(r) => r,
+        Err(e) => return Ok(Ran::error(format!("`{}` was not started: {e}", agent.id))),
+    };
     let grants = Grants::decide(host, &gate, agent, &workspace)?;
     let mut spec = AgentSpec::new(
         agent.id.clone(),
@@ -76,6 +85,7 @@ pub(crate) fn run(
         &mut running,
         &agent.id,
         &req.user_message,
+        &refs,
         &mut heard,
     );
     if running.state() != metash_runtime::LifecycleState::Terminated {
@@ -227,6 +237,7 @@ fn invoke(
     running: &mut metash_runtime::Agent,
     agent: &str,
     message: &str,
+    refs: &[String],
     heard: &mut Heard,
 ) -> Result<metash_runtime::Outcome> {
     let replier = running.replier();
@@ -244,7 +255,7 @@ fn invoke(
         root: running.spec().workspace.clone(),
         sandbox: running.spec().manifest.sandbox,
     };
-    let outcome = running.invoke(message, &[], &mut |event: &AgentEvent| match event {
+    let outcome = running.invoke(message, refs, &mut |event: &AgentEvent| match event {
         AgentEvent::Artifact { id, path, .. } => {
             if let Some(refusal) = super::artifact::save(host, &ws, id, path) {
                 if let AgentEvent::Error { message, .. } = &refusal {
@@ -281,7 +292,7 @@ fn invoke(
         }
         AgentEvent::StateGet { key, scope } => {
             let _ = host.flush_events();
-            replier.send(state_answer(host, agent, key, scope.as_deref()));
+            replier.send(state_answer(host, agent, refs, key, scope.as_deref()));
         }
         AgentEvent::Error { code, message, .. } => {
             heard
@@ -293,9 +304,20 @@ fn invoke(
     Ok(outcome)
 }
 
-/// The answer to an agent's `state_get`: the value, or an `error` saying why not.
-fn state_answer(host: &Host, agent: &str, key: &str, scope: Option<&str>) -> AgentEvent {
-    match host.agent_state_get(agent, key, scope) {
+/// The answer to an agent's `state_get`: the value, or an `error` saying why not. Scope
+/// `artifact` reads an artifact this spawn was given in its `context_refs`.
+fn state_answer(
+    host: &Host,
+    agent: &str,
+    refs: &[String],
+    key: &str,
+    scope: Option<&str>,
+) -> AgentEvent {
+    let value = match scope {
+        Some("artifact") => super::context_refs::artifact_value(host, refs, key).map(Some),
+        _ => host.agent_state_get(agent, key, scope),
+    };
+    match value {
         Ok(value) => AgentEvent::StateValue {
             key: key.to_string(),
             found: value.is_some(),

@@ -4,6 +4,7 @@
 mod agent;
 mod artifact;
 pub(crate) mod confine;
+mod context_refs;
 mod gate;
 pub(crate) mod key_proxy;
 mod model;

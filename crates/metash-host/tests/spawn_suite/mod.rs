@@ -4,6 +4,7 @@ mod cli_key;
 mod cli_sandbox;
 mod common;
 mod consent;
+mod context_refs;
 mod host_only;
 mod memory;
 mod meta_isolation;

@@ -97,6 +97,10 @@ pub enum HostCommand {
         /// Where the agent works (default: the project).
         #[arg(long)]
         workdir: Option<PathBuf>,
+        /// What the agent should look at (repeatable): `file:PATH`, `artifact:ID`, `kv:KEY`,
+        /// `scratchpad:KEY`; each must exist, or nothing runs.
+        #[arg(long = "context-ref", value_name = "REF")]
+        context_refs: Vec<String>,
         /// Wait for the answer to a checkpoint on stdin even when it is not a terminal.
         #[arg(long)]
         wait_for_answer: bool,
@@ -148,6 +152,7 @@ pub fn run(cmd: HostCommand, ctx: &Ctx) -> Result<ExitCode> {
             timeout,
             max_tokens,
             workdir,
+            context_refs,
             wait_for_answer,
             host,
         } => {
@@ -160,6 +165,7 @@ pub fn run(cmd: HostCommand, ctx: &Ctx) -> Result<ExitCode> {
                 }),
                 timeout_seconds: timeout,
                 max_tokens,
+                context_refs,
             };
             req.workdir = workdir;
             let response = h.spawn_agent(&req)?;
