@@ -26,7 +26,8 @@ pub fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Materializ
     materialize_with(builtin(req.frontend), req)
 }
 
-/// Builds argv/env/cwd from the request and what [`materialize`] returned. Writes nothing.
+/// Builds argv/env/cwd from the request and what [`materialize`] returned. Writes nothing but
+/// the record of the built spec in `artifactDir`, when the request names one.
 ///
 /// # Errors
 /// As [`materialize`]'s validation; `InvalidRequest` when a headless run has no prompt.

@@ -77,8 +77,10 @@ pub struct HarnessOptions {
     pub trust_cwd: bool,
 }
 
-/// Seed 003 section 3.3's request (the `spec: SpaceSpec` is the caller's business; what the
-/// harness needs from it comes through [`HarnessOptions`]).
+/// Seed 003 section 3.3's request. `spec` (the seed's `SpaceSpec`) is agent-spaces' description
+/// of a space; metash does not compose spaces, so it takes any JSON object, materializes it for
+/// the harness process (`ASP_SPACE_SPEC`) and reads nothing from it: what metash itself needs
+/// comes through [`HarnessOptions`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BuildProcessInvocationSpecRequest {
@@ -103,8 +105,13 @@ pub struct BuildProcessInvocationSpecRequest {
     pub prompt: Option<String>,
     #[serde(default)]
     pub options: HarnessOptions,
+    /// Absolute; when given, the built spec is recorded there (`invocation.json`) and the
+    /// harness process gets it as `ASP_ARTIFACT_DIR` for what it emits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub artifact_dir: Option<PathBuf>,
+    /// The seed's `SpaceSpec`: a JSON object, materialized as `space.json` (see above).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<serde_json::Value>,
 }
 
 impl BuildProcessInvocationSpecRequest {
@@ -128,6 +135,7 @@ impl BuildProcessInvocationSpecRequest {
             prompt: None,
             options: HarnessOptions::default(),
             artifact_dir: None,
+            spec: None,
         }
     }
 
@@ -193,6 +201,9 @@ pub struct RunTurnNonInteractiveRequest {
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     pub prompt: String,
+    /// The seed's `SpaceSpec`, delivered to CLI-driven frontends as for invocation specs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<serde_json::Value>,
     /// Files that go with the prompt (seed 003): relative to `cwd` or absolute; images to the
     /// API frontends, text to every frontend (see [`crate::attachments`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -235,6 +246,7 @@ impl RunTurnNonInteractiveRequest {
             cwd: cwd.into(),
             env: BTreeMap::new(),
             prompt: prompt.into(),
+            spec: None,
             attachments: Vec::new(),
             options: HarnessOptions::default(),
             max_tokens: None,
@@ -262,6 +274,7 @@ impl RunTurnNonInteractiveRequest {
             prompt: Some(self.prompt.clone()),
             options: self.options.clone(),
             artifact_dir: None,
+            spec: self.spec.clone(),
         }
     }
 }

@@ -39,7 +39,7 @@ pub async fn run_process_turn<F: Frontend + ?Sized>(
         let files = crate::attachments::load(&req.cwd, &req.attachments)?;
         inv.prompt = Some(crate::attachments::inline_into_prompt(&req.prompt, &files)?);
     }
-    let m = frontend.materialize(&inv)?;
+    let m = super::spec::materialize_with(frontend, &inv)?;
     if let Some(key) = req.continuation.as_ref().and_then(|c| c.key.as_deref()) {
         frontend.check_resumable(req, &m, key)?;
     }

@@ -54,7 +54,47 @@ pub fn materialize_with<F: Frontend + ?Sized>(
     req: &BuildProcessInvocationSpecRequest,
 ) -> Result<Materialized> {
     validate(frontend, req)?;
-    frontend.materialize(req)
+    let space = space_json(req)?;
+    if let Some(dir) = &req.artifact_dir {
+        if !dir.is_absolute() {
+            return Err(HarnessError::InvalidRequest(format!(
+                "artifactDir must be absolute, not {}",
+                dir.display()
+            )));
+        }
+    }
+    let mut m = frontend.materialize(req)?;
+    if let Some(bytes) = space {
+        let path = req
+            .asp_home
+            .join("spaces")
+            .join(crate::request::safe_name(&req.cp_session_id))
+            .join("space.json");
+        crate::fsutil::write_atomic(&path, &bytes)?;
+        m.env
+            .insert("ASP_SPACE_SPEC".into(), path.to_string_lossy().into_owned());
+    }
+    if let Some(dir) = &req.artifact_dir {
+        crate::fsutil::ensure_dir(dir)?;
+        m.env.insert(
+            "ASP_ARTIFACT_DIR".into(),
+            dir.to_string_lossy().into_owned(),
+        );
+    }
+    Ok(m)
+}
+
+/// The request's `SpaceSpec` as it is materialized; refused unless it is a JSON object.
+fn space_json(req: &BuildProcessInvocationSpecRequest) -> Result<Option<Vec<u8>>> {
+    match &req.spec {
+        None => Ok(None),
+        Some(v @ serde_json::Value::Object(_)) => serde_json::to_vec_pretty(v)
+            .map(Some)
+            .map_err(|e| HarnessError::InvalidRequest(format!("spec: {e}"))),
+        Some(other) => Err(HarnessError::InvalidRequest(format!(
+            "spec (SpaceSpec) must be a JSON object, not {other}"
+        ))),
+    }
 }
 
 /// [`crate::build_invocation`] by a given frontend.
@@ -86,7 +126,7 @@ pub fn build_invocation_with<F: Frontend + ?Sized>(
     env.retain(|k, _| !is_terminal_var(k));
     let cwd = req.cwd.to_string_lossy().into_owned();
     let display = display_command(&cwd, &env, &argv);
-    Ok(BuildProcessInvocationSpecResponse {
+    let response = BuildProcessInvocationSpecResponse {
         spec: ProcessInvocationSpec {
             provider: req.frontend.provider(),
             frontend: req.frontend,
@@ -99,7 +139,14 @@ pub fn build_invocation_with<F: Frontend + ?Sized>(
             display_command: Some(display),
         },
         warnings,
-    })
+    };
+    if let Some(dir) = &req.artifact_dir {
+        // What CP spawned, next to what it emits: the record a UI or a person reads back.
+        let bytes = serde_json::to_vec_pretty(&response)
+            .map_err(|e| HarnessError::InvalidRequest(e.to_string()))?;
+        crate::fsutil::write_atomic(&dir.join("invocation.json"), &bytes)?;
+    }
+    Ok(response)
 }
 
 /// The continuation the spec carries: the request's, or the session id fixed up front

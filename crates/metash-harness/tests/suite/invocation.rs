@@ -489,3 +489,51 @@ fn a_pi_key_resumes_only_its_own_session_file() {
         assert_eq!(find(partial), None, "{partial}");
     }
 }
+
+/// Seed 003's `spec: SpaceSpec` and `artifactDir`: the spec is materialized for the harness
+/// (`space.json`, `ASP_SPACE_SPEC`), the built spec recorded in the artifact directory
+/// (`invocation.json`, `ASP_ARTIFACT_DIR`); a spec that is not an object, or a relative
+/// artifact directory, is refused before anything is written.
+#[test]
+fn space_specs_and_artifact_dirs_reach_the_harness_process() {
+    let asp = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    for frontend in [HarnessFrontend::ClaudeCode, HarnessFrontend::CodexCli] {
+        let mut r = req(frontend, asp.path(), Headless, None);
+        r.cp_session_id = "cp/7".into();
+        r.spec = Some(json!({"name": "docs", "plugins": ["lint"]}));
+        r.artifact_dir = Some(out.path().join(frontend.as_str()));
+        let resp = build_process_invocation_spec(&r, &programs()).unwrap();
+        let env = &resp.spec.env;
+        let space = PathBuf::from(&env["ASP_SPACE_SPEC"]);
+        assert!(space.starts_with(asp.path()), "{}", space.display());
+        let written: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&space).unwrap()).unwrap();
+        assert_eq!(written, r.spec.clone().unwrap());
+        let dir = r.artifact_dir.clone().unwrap();
+        assert_eq!(env["ASP_ARTIFACT_DIR"], dir.to_string_lossy());
+        let recorded: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("invocation.json")).unwrap()).unwrap();
+        assert_eq!(recorded["spec"]["argv"], json!(resp.spec.argv));
+        assert_eq!(
+            recorded["spec"]["env"]["ASP_SPACE_SPEC"],
+            env["ASP_SPACE_SPEC"]
+        );
+    }
+    let fresh = tempfile::tempdir().unwrap();
+    for (spec, dir, why) in [
+        (Some(json!(["not", "an", "object"])), None, "JSON object"),
+        (None, Some(PathBuf::from("rel/out")), "absolute"),
+    ] {
+        let mut r = req(HarnessFrontend::ClaudeCode, fresh.path(), Headless, None);
+        r.spec = spec;
+        r.artifact_dir = dir;
+        let err = build_process_invocation_spec(&r, &programs()).unwrap_err();
+        assert!(err.to_string().contains(why), "{err}");
+    }
+    assert_eq!(
+        std::fs::read_dir(fresh.path()).unwrap().count(),
+        0,
+        "written before the refusal"
+    );
+}

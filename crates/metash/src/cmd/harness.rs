@@ -142,6 +142,14 @@ pub struct InvocationArgs {
     /// Claude: fix the new conversation's id up front.
     #[arg(long)]
     session_id: Option<String>,
+    /// Where the built spec is recorded (`invocation.json`) and the harness may emit logs
+    /// (`ASP_ARTIFACT_DIR`); absolute.
+    #[arg(long)]
+    artifact_dir: Option<PathBuf>,
+    /// A JSON file holding the space's `SpaceSpec` (an object), materialized for the harness
+    /// (`ASP_SPACE_SPEC`).
+    #[arg(long, value_name = "FILE")]
+    space_spec: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -330,6 +338,15 @@ fn invocation(
     };
     let mut options = c.options;
     options.session_id = a.session_id;
+    let spec = a
+        .space_spec
+        .as_deref()
+        .map(|f| -> anyhow::Result<serde_json::Value> {
+            let text =
+                std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+            serde_json::from_str(&text).with_context(|| format!("{}: not JSON", f.display()))
+        })
+        .transpose()?;
     let req = BuildProcessInvocationSpecRequest {
         cp_session_id: a.common.cp_session_id.clone(),
         asp_home: c.asp_home,
@@ -343,7 +360,8 @@ fn invocation(
         env: c.env,
         prompt: a.common.prompt.clone(),
         options,
-        artifact_dir: None,
+        artifact_dir: a.artifact_dir,
+        spec,
     };
     match metash_harness::build_process_invocation_spec(&req, programs) {
         Ok(resp) => {
