@@ -38,7 +38,7 @@ fn errors_name_the_field() {
     );
     assert_eq!(
         spawn_error(json!({"agent_name": "a", "user_message": "x", "options": {"budget": 1}})),
-        "`options.budget` is not a known parameter (expected one of: model_hint, timeout_seconds, max_tokens)"
+        "`options.budget` is not a known parameter (expected one of: model_hint, timeout_seconds, max_tokens, context_refs)"
     );
     assert_eq!(
         spawn_error(json!({"agent_name": " ", "user_message": "x"})),
