@@ -304,15 +304,44 @@ where
     run_with(stdin.lock(), io::stdout().lock(), handler)
 }
 
+/// [`run`] with seed 002's `shutdown()` hook: `on_shutdown` runs when the host sends `shutdown`
+/// (flush state with `state_update` there). A WASM agent gets it only when its manifest says
+/// `hooks = ["shutdown"]`: the host then runs the module once more just for it.
+///
+/// # Errors
+/// Reading stdin or writing stdout failed.
+pub fn run_with_shutdown<F, G>(handler: F, on_shutdown: G) -> io::Result<()>
+where
+    F: FnMut(&mut Session<io::StdoutLock<'static>>, Input) -> Result<(), String>,
+    G: FnMut(&mut Session<io::StdoutLock<'static>>) -> Result<(), String>,
+{
+    let stdin = io::stdin();
+    run_hooks(stdin.lock(), io::stdout().lock(), handler, on_shutdown)
+}
+
 /// [`run`] over any reader and writer (tests drive it with buffers).
 ///
 /// # Errors
 /// Reading or writing failed.
-pub fn run_with<R, W, F>(input: R, out: W, mut handler: F) -> io::Result<()>
+pub fn run_with<R, W, F>(input: R, out: W, handler: F) -> io::Result<()>
 where
     R: BufRead + 'static,
     W: Write,
     F: FnMut(&mut Session<W>, Input) -> Result<(), String>,
+{
+    run_hooks(input, out, handler, |_| Ok(()))
+}
+
+/// The loop behind [`run_with`] and [`run_with_shutdown`].
+///
+/// # Errors
+/// Reading or writing failed.
+pub fn run_hooks<R, W, F, G>(input: R, out: W, mut handler: F, mut on_shutdown: G) -> io::Result<()>
+where
+    R: BufRead + 'static,
+    W: Write,
+    F: FnMut(&mut Session<W>, Input) -> Result<(), String>,
+    G: FnMut(&mut Session<W>) -> Result<(), String>,
 {
     let mut session = Session {
         ctx: Context::default(),
@@ -366,7 +395,12 @@ where
                     })?;
                 }
             }
-            AgentEvent::Shutdown { .. } => break,
+            AgentEvent::Shutdown { .. } => {
+                if let Err(e) = on_shutdown(&mut session) {
+                    session.error("shutdown_failed", &e)?;
+                }
+                break;
+            }
             // Answers that came after their request was given up, notices: nothing to do.
             _ => {}
         }

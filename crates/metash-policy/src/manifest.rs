@@ -8,7 +8,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use metash_protocol::manifest::{Resources, UiHints};
-use metash_protocol::{Manifest, SandboxKind, MANIFEST_SCHEMA_VERSIONS};
+use metash_protocol::{Hook, Manifest, SandboxKind, MANIFEST_SCHEMA_VERSIONS};
 use toml_edit::{Item, Value};
 
 use crate::capability::{oauth_scope_capability, Capability};
@@ -26,6 +26,7 @@ pub const TOP_FIELDS: &[&str] = &[
     "oauth_scopes",
     "resources",
     "ui",
+    "hooks",
 ];
 
 /// The most entries a list field (`capabilities`, `oauth_scopes`, `ui.hints`) may hold. Real
@@ -363,6 +364,7 @@ impl Parser<'_> {
         let mut oauth_scopes = Some(Vec::new());
         let mut resources = Some(Resources::default());
         let mut ui = Some(UiHints::default());
+        let mut hooks = Some(Vec::new());
         for (key, item) in root.iter() {
             let ks = root.key(key).and_then(|k| k.span());
             let node = Node::Item(item);
@@ -385,6 +387,14 @@ impl Parser<'_> {
                 }
                 "resources" => resources = self.resources(node, &ks),
                 "ui" => ui = self.ui(node, &ks),
+                "hooks" => {
+                    hooks = self
+                        .strings(node, &ks, key, |s| match s {
+                            "shutdown" => Ok(()),
+                            _ => Err(format!("expected a hook name: \"shutdown\", found \"{s}\"")),
+                        })
+                        .map(|names| names.iter().map(|_| Hook::Shutdown).collect());
+                }
                 other => self.unknown(other, &ks, "", TOP_FIELDS),
             }
         }
@@ -411,6 +421,7 @@ impl Parser<'_> {
             oauth_scopes: oauth_scopes?,
             resources: resources?,
             ui: ui?,
+            hooks: hooks?,
         })
     }
 

@@ -29,7 +29,7 @@ pub use host::{
     MAX_TIMEOUT_SECONDS,
 };
 pub use log::{LogKind, LogRecord, LOG_SCHEMA_VERSION};
-pub use manifest::{Manifest, SandboxKind, MANIFEST_SCHEMA_VERSIONS};
+pub use manifest::{Hook, Manifest, SandboxKind, MANIFEST_SCHEMA_VERSIONS};
 pub use session::{
     PendingCheckpoint, Plan, SessionState, SessionStatus, Task, TaskStatus, SESSION_SCHEMA_VERSION,
 };

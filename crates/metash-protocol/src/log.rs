@@ -89,6 +89,8 @@ log_kinds! {
     AgentControl => "agent_control",
     AgentResumed => "agent_resumed",
     AgentTerminated => "agent_terminated",
+    /// A WASM agent's `shutdown()` run (manifest `hooks = ["shutdown"]`): `{status, error}`.
+    AgentShutdownRun => "agent_shutdown_run",
     AgentInvoked => "agent_invoked",
     AgentInvocationEnd => "agent_invocation_end",
     /// An event the agent emitted (its `type` is in the data).

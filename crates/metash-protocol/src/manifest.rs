@@ -60,6 +60,19 @@ pub struct Manifest {
     pub resources: Resources,
     #[serde(default)]
     pub ui: UiHints,
+    /// Lifecycle hooks the agent implements besides `start` and `invoke` (metash's extension of
+    /// seed 002 §1, for §3's `shutdown()`): with `"shutdown"`, a WASM agent is run once more
+    /// with a `shutdown` event before it is terminated, to flush its state. Without it nothing
+    /// runs again (an agent that ignores its input would redo its last work).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<Hook>,
+}
+
+/// A lifecycle hook a manifest can declare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Hook {
+    Shutdown,
 }
 
 impl Manifest {
@@ -76,6 +89,7 @@ impl Manifest {
             oauth_scopes: Vec::new(),
             resources: Resources::default(),
             ui: UiHints::default(),
+            hooks: Vec::new(),
         }
     }
 }

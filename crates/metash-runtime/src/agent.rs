@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use metash_protocol::LogKind;
 
-use metash_protocol::{AgentEvent, SandboxKind};
+use metash_protocol::{AgentEvent, Hook, SandboxKind};
 use serde_json::{json, Value};
 
 use crate::codec;
@@ -475,6 +475,15 @@ impl Agent {
     /// # Errors
     /// Illegal transition (already terminated).
     pub fn shutdown(&mut self) -> Result<ShutdownKind> {
+        self.shutdown_with(&mut |_| {})
+    }
+
+    /// [`Agent::shutdown`], with the events of a WASM agent's `shutdown()` run (a manifest with
+    /// `hooks = ["shutdown"]`) given to `on_event`, so the host can act on the state it flushes.
+    ///
+    /// # Errors
+    /// Illegal transition (already terminated).
+    pub fn shutdown_with(&mut self, on_event: &mut dyn FnMut(&AgentEvent)) -> Result<ShutdownKind> {
         self.state.check(&self.spec.id, Action::Shutdown)?;
         let grace = self.spec.shutdown_grace;
         let kind = match std::mem::replace(&mut self.backend, Backend::None) {
@@ -491,6 +500,9 @@ impl Agent {
                     ShutdownKind::Graceful
                 }
             }
+            Backend::Wasm(w) if self.spec.manifest.hooks.contains(&Hook::Shutdown) => {
+                self.wasm_shutdown(&w, on_event)
+            }
             _ => ShutdownKind::Graceful,
         };
         self.transition(
@@ -499,6 +511,41 @@ impl Agent {
             json!({"how": match kind { ShutdownKind::Graceful => "graceful", ShutdownKind::Forced => "forced" }}),
         )?;
         Ok(kind)
+    }
+
+    /// A WASM agent's `shutdown()`: its instances live for one invocation, so the module runs
+    /// once more, given `start` and then `shutdown`, within the shutdown grace. Only for agents
+    /// that declared the hook: one that ignores its input would redo its last work.
+    fn wasm_shutdown(&self, w: &WasmAgent, on_event: &mut dyn FnMut(&AgentEvent)) -> ShutdownKind {
+        let grace = self.spec.shutdown_grace.max(Duration::from_millis(100));
+        let mut spec = self.spec.clone();
+        spec.timeout = grace;
+        let stops = super::wasm::Stops {
+            interrupt: Arc::new(AtomicBool::new(false)),
+            paused: Arc::new(AtomicBool::new(false)),
+        };
+        let event = AgentEvent::Shutdown {
+            grace_ms: Some(grace.as_millis() as u64),
+        };
+        let ran = w.invoke(
+            &spec,
+            &self.sink,
+            &self.start_line,
+            event,
+            &stops,
+            &self.replier,
+            on_event,
+        );
+        let status = ran.as_ref().map(|o| o.status.clone()).ok();
+        self.sink.record(
+            LogKind::AgentShutdownRun,
+            Some(&self.spec.id),
+            json!({"status": status, "error": ran.err().map(|e| e.to_string())}),
+        );
+        match status {
+            Some(InvocationStatus::Timeout) | None => ShutdownKind::Forced,
+            Some(_) => ShutdownKind::Graceful,
+        }
     }
 
     /// The shutdown grace, for callers that want to bound their own waits.

@@ -89,7 +89,14 @@ pub(crate) fn run(
         &mut heard,
     );
     if running.state() != metash_runtime::LifecycleState::Terminated {
-        let _ = running.shutdown();
+        // A WASM agent with the `shutdown` hook runs once more to flush its state: its writes
+        // count like any other.
+        let replier = running.replier();
+        let _ = running.shutdown_with(&mut |event: &AgentEvent| {
+            if let AgentEvent::StateUpdate { key, value, scope } = event {
+                state_update(host, &replier, &agent.id, key, value, scope.as_deref());
+            }
+        });
     }
     Ok(answer(&agent.id, outcome?.status, heard))
 }
@@ -276,19 +283,7 @@ fn invoke(
         }
         AgentEvent::Output { data, .. } => heard.output.push_str(data),
         AgentEvent::StateUpdate { key, value, scope } => {
-            if let Err(e) = host.agent_state_update(agent, key, value, scope.as_deref()) {
-                let _ = host.record_later(NewEvent::new(
-                    LogKind::Denied,
-                    Some(agent),
-                    json!({"what": "state_update", "key": key, "reason": e.to_string()}),
-                ));
-                // The agent is told, so it can go on knowing its write did not happen.
-                replier.send(AgentEvent::Error {
-                    code: "state_denied".into(),
-                    message: e.to_string(),
-                    hint: None,
-                });
-            }
+            state_update(host, &replier, agent, key, value, scope.as_deref());
         }
         AgentEvent::StateGet { key, scope } => {
             let _ = host.flush_events();
@@ -302,6 +297,30 @@ fn invoke(
         _ => {}
     })?;
     Ok(outcome)
+}
+
+/// An agent's `state_update`, during an invocation or its `shutdown()` run; a refused write is
+/// logged and the agent told, so it can go on knowing its write did not happen.
+fn state_update(
+    host: &Host,
+    replier: &metash_runtime::Replier,
+    agent: &str,
+    key: &str,
+    value: &Value,
+    scope: Option<&str>,
+) {
+    if let Err(e) = host.agent_state_update(agent, key, value, scope) {
+        let _ = host.record_later(NewEvent::new(
+            LogKind::Denied,
+            Some(agent),
+            json!({"what": "state_update", "key": key, "reason": e.to_string()}),
+        ));
+        replier.send(AgentEvent::Error {
+            code: "state_denied".into(),
+            message: e.to_string(),
+            hint: None,
+        });
+    }
 }
 
 /// The answer to an agent's `state_get`: the value, or an `error` saying why not. Scope

@@ -15,3 +15,4 @@ mod provider;
 mod revocation;
 mod suspend;
 mod wasm_agent;
+mod wasm_shutdown;

@@ -65,7 +65,22 @@ fn the_seed_manifest_parses_exactly() {
             ui: metash_protocol::manifest::UiHints {
                 hints: vec!["streaming".into(), "diff".into(), "preview".into()],
             },
+            hooks: vec![],
         }
+    );
+}
+
+/// `hooks`: metash's extension for seed 002 §3's `shutdown()`; an unknown hook is located.
+#[test]
+fn hooks_declare_shutdown_and_unknown_ones_are_located() {
+    let m = parse(Path::new(FILE), &format!("{SEED}hooks = [\"shutdown\"]\n")).unwrap();
+    assert_eq!(m.hooks, vec![metash_protocol::Hook::Shutdown]);
+    let text = format!("{SEED}hooks = [\"teardown\"]\n");
+    let err = parse(Path::new(FILE), &text).unwrap_err().to_string();
+    let line = text.lines().count();
+    assert!(
+        err.contains(&format!(":{line}:")) && err.contains("teardown"),
+        "{err}"
     );
 }
 
