@@ -272,23 +272,6 @@ impl HostConfig {
     }
 
     pub fn parse(text: &str, path: &Path) -> Result<Self> {
-        /// The whole file, typed where it is the host's; other sections pass through unread.
-        #[derive(Deserialize)]
-        struct HostFile {
-            schema_version: Option<i64>,
-            #[serde(default)]
-            host: HostSection,
-            #[serde(default)]
-            budget: Budget,
-            #[serde(default)]
-            roles: BTreeMap<String, Role>,
-            #[serde(default)]
-            prices: BTreeMap<String, crate::pricing::Price>,
-            #[serde(default)]
-            artifacts: ArtifactsSection,
-            #[serde(flatten)]
-            _others: toml::Table,
-        }
         let parsed: HostFile = toml::from_str(text).map_err(|e| {
             let line = e
                 .span()
@@ -297,61 +280,7 @@ impl HostConfig {
             HostError::Config(format!("{}:{line}: {}", path.display(), e.message()))
         })?;
         check_version(parsed.schema_version, text, path)?;
-        for (model, price) in &parsed.prices {
-            price.check().map_err(|why| {
-                HostError::Config(format!("{}: [prices.\"{model}\"]: {why}", path.display()))
-            })?;
-        }
-        if let Some(d) = parsed
-            .artifacts
-            .max_age_days
-            .filter(|d| d.is_nan() || *d < 0.0)
-        {
-            return Err(HostError::Config(format!(
-                "{}: [artifacts] max_age_days must be a number of days >= 0, not {d}",
-                path.display()
-            )));
-        }
-        let bad_timeout = |t: &Option<f64>| t.filter(|t| timeout_from_secs(*t).is_none());
-        if let Some(t) = bad_timeout(&parsed.host.default_timeout_seconds) {
-            return Err(HostError::Config(format!(
-                "{}: [host] default_timeout_seconds must be a positive number, at most {} \
-                 (30 days), not {}",
-                path.display(),
-                metash_protocol::MAX_TIMEOUT_SECONDS,
-                show_seconds(t)
-            )));
-        }
-        for (name, role) in &parsed.roles {
-            if let Some(t) = bad_timeout(&role.timeout_seconds) {
-                return Err(HostError::Config(format!(
-                    "{}: [roles.{name}] timeout_seconds must be a positive number, at most {} \
-                     (30 days), not {}",
-                    path.display(),
-                    metash_protocol::MAX_TIMEOUT_SECONDS,
-                    show_seconds(t)
-                )));
-            }
-            if role.permissions == Permissions::Ask
-                && !metash_harness::frontend::info(role.frontend).permission_prompt
-            {
-                return Err(HostError::Config(format!(
-                    "{}: [roles.{name}] permissions = \"ask\" needs a Claude Code frontend \
-                     (agent-sdk or claude-code); {} has no permission-prompt hook, use \
-                     \"bypass\" (metash's sandbox is the boundary either way)",
-                    path.display(),
-                    role.frontend.as_str()
-                )));
-            }
-        }
-        if let Some(max) = parsed.budget.max_cost_usd {
-            if !(max.is_finite() && max >= 0.0) {
-                return Err(HostError::Config(format!(
-                    "{}: [budget] max_cost_usd must be a number >= 0, not {max}",
-                    path.display()
-                )));
-            }
-        }
+        parsed.check(path)?;
         Ok(Self {
             host: parsed.host,
             budget: parsed.budget,
@@ -359,6 +288,86 @@ impl HostConfig {
             prices: crate::pricing::PriceTable::new(parsed.prices),
             artifacts: parsed.artifacts,
         })
+    }
+}
+
+/// The whole file, typed where it is the host's; other sections pass through unread.
+#[derive(Deserialize)]
+struct HostFile {
+    schema_version: Option<i64>,
+    #[serde(default)]
+    host: HostSection,
+    #[serde(default)]
+    budget: Budget,
+    #[serde(default)]
+    roles: BTreeMap<String, Role>,
+    #[serde(default)]
+    prices: BTreeMap<String, crate::pricing::Price>,
+    #[serde(default)]
+    artifacts: ArtifactsSection,
+    #[serde(flatten)]
+    _others: toml::Table,
+}
+
+impl HostFile {
+    /// What TOML's types cannot say: numbers in range, and role settings that fit their
+    /// frontend. The first problem, naming the file and the section.
+    fn check(&self, path: &Path) -> Result<()> {
+        let bad = |m: String| Err(HostError::Config(format!("{}: {m}", path.display())));
+        for (model, price) in &self.prices {
+            if let Err(why) = price.check() {
+                return bad(format!("[prices.\"{model}\"]: {why}"));
+            }
+        }
+        if let Some(d) = self
+            .artifacts
+            .max_age_days
+            .filter(|d| d.is_nan() || *d < 0.0)
+        {
+            return bad(format!(
+                "[artifacts] max_age_days must be a number of days >= 0, not {d}"
+            ));
+        }
+        let bad_timeout = |t: &Option<f64>| t.filter(|t| timeout_from_secs(*t).is_none());
+        let timeout_text = |t: f64| {
+            format!(
+                "must be a positive number, at most {} (30 days), not {}",
+                metash_protocol::MAX_TIMEOUT_SECONDS,
+                show_seconds(t)
+            )
+        };
+        if let Some(t) = bad_timeout(&self.host.default_timeout_seconds) {
+            return bad(format!(
+                "[host] default_timeout_seconds {}",
+                timeout_text(t)
+            ));
+        }
+        for (name, role) in &self.roles {
+            if let Some(t) = bad_timeout(&role.timeout_seconds) {
+                return bad(format!(
+                    "[roles.{name}] timeout_seconds {}",
+                    timeout_text(t)
+                ));
+            }
+            if role.permissions == Permissions::Ask
+                && !metash_harness::frontend::info(role.frontend).permission_prompt
+            {
+                return bad(format!(
+                    "[roles.{name}] permissions = \"ask\" needs a Claude Code frontend \
+                     (agent-sdk or claude-code); {} has no permission-prompt hook, use \
+                     \"bypass\" (metash's sandbox is the boundary either way)",
+                    role.frontend.as_str()
+                ));
+            }
+        }
+        if let Some(max) = self.budget.max_cost_usd {
+            if !(max.is_finite() && max >= 0.0) {
+                return bad(format!(
+                    "[budget] max_cost_usd must be a number >= 0, not {max}"
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
