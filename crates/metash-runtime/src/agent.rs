@@ -175,8 +175,10 @@ impl Pauser {
         }
     }
 
+    /// No native agents run here (they are refused), so there is no group to signal.
     #[cfg(not(unix))]
     fn signal(&self, _stop: bool) -> &'static str {
+        debug_assert!(self.pgid.is_none());
         "the WASM guest waits at its next epoch check"
     }
 }
