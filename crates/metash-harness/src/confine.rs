@@ -27,6 +27,10 @@ pub trait Confiner: Send + Sync {
         spec: &ProcessInvocationSpec,
         cmd: &mut std::process::Command,
     ) -> Result<ConfineGuard, String>;
+
+    /// The confined child started with `pid` (its process group's id too): a caller that pauses
+    /// or watches it learns its pid here.
+    fn spawned(&self, _pid: u32) {}
 }
 
 /// An optional [`Confiner`] carried by a turn request. Not serialized (a process-local object);

@@ -126,6 +126,9 @@ pub async fn run_piped_confined(
     }
     let mut child = cmd.spawn().map_err(|e| spawn_error(spec, e))?;
     let pid = child.id();
+    if let (Some(c), Some(pid)) = (confiner, pid) {
+        c.spawned(pid);
+    }
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let stderr_task = tokio::spawn(stderr_tail(stderr));

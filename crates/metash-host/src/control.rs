@@ -147,6 +147,32 @@ impl Running {
     pub fn get(&self, agent: &str) -> Option<Pauser> {
         self.map().get(agent).cloned()
     }
+
+    /// Registers `agent` until [`Running::remove`] (for a process whose pid is known only once
+    /// it has started, after the caller set up its [`Leave`]).
+    pub fn insert(&self, agent: &str, pauser: Pauser) {
+        self.map().insert(agent.to_string(), pauser);
+    }
+
+    /// Unregisters `agent` when the returned guard drops, whether or not it was ever registered.
+    pub fn leave_on_drop(self: &std::sync::Arc<Self>, agent: &str) -> Leave {
+        Leave {
+            running: std::sync::Arc::clone(self),
+            agent: agent.to_string(),
+        }
+    }
+}
+
+/// See [`Running::leave_on_drop`].
+pub struct Leave {
+    running: std::sync::Arc<Running>,
+    agent: String,
+}
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        self.running.map().remove(&self.agent);
+    }
 }
 
 /// Removes the agent from [`Running`] when its invocation ends.

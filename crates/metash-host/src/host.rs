@@ -98,7 +98,7 @@ pub struct Host {
     redactor: OnceLock<metash_policy::Redactor>,
     tokio: OnceLock<tokio::runtime::Runtime>,
     /// The agents this host is running now (suspend and resume reach them directly).
-    running: crate::control::Running,
+    running: Arc<crate::control::Running>,
 }
 
 impl std::fmt::Debug for Host {
@@ -139,7 +139,7 @@ impl Host {
             harness: OnceLock::new(),
             redactor: OnceLock::new(),
             tokio: OnceLock::new(),
-            running: crate::control::Running::default(),
+            running: Arc::new(crate::control::Running::default()),
         })
     }
 
@@ -443,7 +443,7 @@ impl Host {
         self.store.workspace().to_path_buf()
     }
 
-    pub(crate) fn running(&self) -> &crate::control::Running {
+    pub(crate) fn running(&self) -> &Arc<crate::control::Running> {
         &self.running
     }
 

@@ -128,6 +128,17 @@ pub struct Pauser {
 }
 
 impl Pauser {
+    /// A pauser for a process group metash confined itself (a coding CLI run as a role): SIGSTOP
+    /// and SIGCONT to group `pgid`, logged under `agent`.
+    pub fn for_group(agent: &str, pgid: i32, sink: Arc<dyn EventSink>) -> Self {
+        Self {
+            agent: agent.to_string(),
+            paused: Arc::new(AtomicBool::new(false)),
+            pgid: Some(pgid),
+            sink,
+        }
+    }
+
     /// Pauses the agent; false when it already was.
     pub fn pause(&self) -> bool {
         if self.paused.swap(true, Ordering::SeqCst) {
@@ -137,7 +148,8 @@ impl Pauser {
         self.sink.record(
             LogKind::AgentSuspended,
             Some(&self.agent),
-            json!({"how": how, "during": "invocation", "from": "active", "to": "suspended"}),
+            json!({"how": how, "pgid": self.pgid, "during": "invocation", "from": "active",
+                   "to": "suspended"}),
         );
         true
     }

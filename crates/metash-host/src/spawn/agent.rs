@@ -250,13 +250,13 @@ fn invoke(
     let replier = running.replier();
     // Grants that end while it runs are pushed to it at once, and suspend/resume requests from
     // other processes applied (both stop when this returns); this process can pause it directly.
+    let _entered = host.running().enter(agent, running.pauser());
     let _watch = super::watch::RunWatch::start(
         host.store().clone(),
         agent,
-        replier.clone(),
-        running.pauser(),
+        Some(replier.clone()),
+        Arc::clone(host.running()),
     );
-    let _entered = host.running().enter(agent, running.pauser());
     let ws = super::artifact::Workspace {
         agent: agent.to_string(),
         root: running.spec().workspace.clone(),

@@ -38,6 +38,9 @@ pub struct RoleConfiner {
     /// The host's values of [`PASS_ENV`].
     pub passed_env: Vec<(String, String)>,
     pub sink: Arc<dyn EventSink>,
+    /// Told the pid (= process group) of each confined child once it started: how a spawn
+    /// registers the CLI for suspend and resume. `metash sandbox` leaves it unset.
+    pub on_spawn: Option<Arc<dyn Fn(u32) + Send + Sync>>,
 }
 
 impl RoleConfiner {
@@ -67,6 +70,7 @@ impl RoleConfiner {
                 .filter_map(|k| env(k).map(|v| (k.to_string(), v)))
                 .collect(),
             sink,
+            on_spawn: None,
         }
     }
 
@@ -133,6 +137,12 @@ impl Confiner for RoleConfiner {
             .record(LogKind::AgentStarted, Some(&self.role), report);
         confinement.apply(cmd);
         Ok(Box::new(confinement))
+    }
+
+    fn spawned(&self, pid: u32) {
+        if let Some(f) = &self.on_spawn {
+            f(pid);
+        }
     }
 }
 

@@ -78,6 +78,15 @@ pub(crate) fn run(
     }
     let partial = Arc::new(Mutex::new(String::new()));
     let mut sink = event_sink(host, &req.agent_name, &charge, &partial);
+    // A CLI registers its process group when it starts (RoleConfiner::spawned); suspend and
+    // resume reach it from this host or, through the store, from any other process.
+    let _leave = host.running().leave_on_drop(&req.agent_name);
+    let _watch = super::watch::RunWatch::start(
+        host.store().clone(),
+        &req.agent_name,
+        None,
+        Arc::clone(host.running()),
+    );
     let response = host.tokio()?.block_on(async {
         let fut = harness.run_turn_non_interactive(&turn, &cancel, &mut sink);
         // The harness enforces timeout_ms itself; this outer bound only guards against a harness
@@ -213,6 +222,17 @@ impl RoleSpawn<'_> {
         );
         confiner.fence.hidden = host.hidden_dirs();
         confiner.fence.connect_ports = port.into_iter().collect();
+        let (running_agents, sink, name) = (
+            Arc::clone(host.running()),
+            host.event_sink(),
+            agent.to_string(),
+        );
+        confiner.on_spawn = Some(Arc::new(move |pid: u32| {
+            if let Ok(pgid) = i32::try_from(pid) {
+                let pauser = metash_runtime::Pauser::for_group(&name, pgid, Arc::clone(&sink));
+                running_agents.insert(&name, pauser);
+            }
+        }));
         let mut server = None;
         if role.permissions == Permissions::Ask {
             let s = super::permission::start_for(host, agent, &self.workdir)?;

@@ -23,7 +23,7 @@ use metash_runtime::{Pauser, Replier};
 use metash_store::Store;
 use serde_json::json;
 
-use crate::control;
+use crate::control::{self, Running};
 
 /// How often the grants are read: the most a revocation waits before the agent hears of it.
 const POLL: Duration = Duration::from_millis(100);
@@ -67,28 +67,32 @@ pub(crate) struct RunWatch {
 }
 
 impl RunWatch {
-    pub(crate) fn start(store: Store, agent: &str, replier: Replier, pauser: Pauser) -> Self {
+    /// Watches `agent` until dropped. `replier`: the agent's stdin, for agents that speak the
+    /// protocol (a coding CLI does not: its grants are its role's, and it gets no events).
+    /// Suspend/resume requests go to whatever pauser `running` holds for it by then.
+    pub(crate) fn start(
+        store: Store,
+        agent: &str,
+        replier: Option<Replier>,
+        running: Arc<Running>,
+    ) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = Arc::clone(&stop);
         let agent = agent.to_string();
         let thread = std::thread::Builder::new()
-            .name("metash-revocations".into())
+            .name("metash-run-watch".into())
             .spawn(move || {
                 let mut before = Seen::read(&store, &agent).unwrap_or_default();
                 // Only requests made after the agent started are for it.
                 let mut obeyed = store.log().tail().map(|t| t.seq).unwrap_or(u64::MAX);
                 while !stopped.load(Ordering::SeqCst) {
                     std::thread::sleep(POLL);
-                    if let Some((want, seq)) = control::pending(&store, &agent, obeyed) {
-                        let changed = control::apply(&pauser, want);
+                    if let Some(seq) = obey(&store, &agent, &running, obeyed) {
                         obeyed = seq;
-                        // The answer the requester waits for (it names the request).
-                        let _ = store.append(
-                            LogKind::AgentControl,
-                            Some(&agent),
-                            json!({"want": want.as_str(), "request": seq, "changed": changed}),
-                        );
                     }
+                    let Some(replier) = &replier else {
+                        continue;
+                    };
                     let Some(now) = Seen::read(&store, &agent) else {
                         continue;
                     };
@@ -109,6 +113,22 @@ impl RunWatch {
             .ok();
         Self { stop, thread }
     }
+}
+
+/// Applies the latest suspend/resume request made after `obeyed`, once the agent's pauser is
+/// registered (a CLI's only when its process has started); answers it in the log. The request's
+/// seq when it was applied.
+fn obey(store: &Store, agent: &str, running: &Running, obeyed: u64) -> Option<u64> {
+    let (want, seq) = control::pending(store, agent, obeyed)?;
+    let pauser: Pauser = running.get(agent)?;
+    let changed = control::apply(&pauser, want);
+    // The answer the requester waits for (it names the request).
+    let _ = store.append(
+        LogKind::AgentControl,
+        Some(agent),
+        json!({"want": want.as_str(), "request": seq, "changed": changed}),
+    );
+    Some(seq)
 }
 
 impl Drop for RunWatch {

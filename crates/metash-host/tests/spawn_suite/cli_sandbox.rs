@@ -121,7 +121,7 @@ impl Drop for Outside {
 }
 
 /// The project's host with the CLI's key and native agents allowed.
-fn cli_host(p: &Project) -> Host {
+pub(super) fn cli_host(p: &Project) -> Host {
     Host::open(
         p.path(),
         HostOptions::silent()

@@ -2,6 +2,7 @@ mod cache_forgery;
 mod checkpoints;
 mod cli_key;
 mod cli_sandbox;
+mod cli_suspend;
 mod common;
 mod consent;
 mod context_refs;
