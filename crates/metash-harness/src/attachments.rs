@@ -6,7 +6,7 @@
 //! checked before a request is made or a process started: a bad attachment fails the turn with
 //! its path and the reason, and nothing is sent.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use base64::Engine as _;
 use serde_json::{json, Value};
@@ -30,7 +30,6 @@ pub enum Content {
 pub struct Attachment {
     /// As given in the request (what the model is told).
     pub name: String,
-    pub path: PathBuf,
     pub content: Content,
 }
 
@@ -124,7 +123,6 @@ fn load_one(cwd: &Path, name: &str) -> Result<Attachment> {
         };
     Ok(Attachment {
         name: name.to_string(),
-        path,
         content,
     })
 }

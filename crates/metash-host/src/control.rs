@@ -136,20 +136,17 @@ impl Running {
     }
 
     /// Registers `agent` while the returned guard lives.
-    pub fn enter(&self, agent: &str, pauser: Pauser) -> Entered<'_> {
-        self.map().insert(agent.to_string(), pauser);
-        Entered {
-            running: self,
-            agent: agent.to_string(),
-        }
+    pub fn enter(self: &std::sync::Arc<Self>, agent: &str, pauser: Pauser) -> Leave {
+        self.insert(agent, pauser);
+        self.leave_on_drop(agent)
     }
 
     pub fn get(&self, agent: &str) -> Option<Pauser> {
         self.map().get(agent).cloned()
     }
 
-    /// Registers `agent` until [`Running::remove`] (for a process whose pid is known only once
-    /// it has started, after the caller set up its [`Leave`]).
+    /// Registers `agent` until its [`Leave`] drops (for a process whose pid is known only once
+    /// it has started, after the caller set up the guard).
     pub fn insert(&self, agent: &str, pauser: Pauser) {
         self.map().insert(agent.to_string(), pauser);
     }
@@ -170,18 +167,6 @@ pub struct Leave {
 }
 
 impl Drop for Leave {
-    fn drop(&mut self) {
-        self.running.map().remove(&self.agent);
-    }
-}
-
-/// Removes the agent from [`Running`] when its invocation ends.
-pub struct Entered<'a> {
-    running: &'a Running,
-    agent: String,
-}
-
-impl Drop for Entered<'_> {
     fn drop(&mut self) {
         self.running.map().remove(&self.agent);
     }

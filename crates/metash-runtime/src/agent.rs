@@ -168,10 +168,6 @@ impl Pauser {
         true
     }
 
-    pub fn is_paused(&self) -> bool {
-        self.paused.load(Ordering::SeqCst)
-    }
-
     #[cfg(unix)]
     fn signal(&self, stop: bool) -> &'static str {
         match self.pgid {

@@ -12,12 +12,7 @@ pub fn live_processes(needle: &str) -> Vec<i32> {
             continue;
         };
         let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let zombie = stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|r| r.trim_start().starts_with('Z'));
-        if !zombie
+        if state(pid) != 'Z'
             && String::from_utf8_lossy(&cmd)
                 .replace('\0', " ")
                 .contains(needle)
@@ -43,4 +38,14 @@ pub fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+/// The state letter of `pid` in `/proc/PID/stat` (`S` sleeping, `T` stopped, `Z` zombie…), `?`
+/// when it is gone.
+pub fn state(pid: i32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit(')')
+        .next()
+        .and_then(|r| r.trim_start().chars().next())
+        .unwrap_or('?')
 }

@@ -4,36 +4,14 @@
 
 use std::time::{Duration, Instant};
 
-use metash_host::control::{self, Want};
+use metash_host::control::Want;
 use metash_host::{SpawnRequest, Spawner};
 use metash_protocol::AgentStatus;
 use metash_testkit::anthropic::ModelServer;
 use metash_testkit::cli::Cli;
+use metash_testkit::procs::state;
 
-use super::common::Project;
-
-fn state(pid: i64) -> char {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    stat.rsplit(')')
-        .next()
-        .and_then(|r| r.trim_start().chars().next())
-        .unwrap_or('?')
-}
-
-fn ask(ws: &std::path::Path, want: Want) -> bool {
-    let store = metash_store::Store::open(ws).expect("store");
-    let seq = control::request(&store, "coder", want)
-        .expect("request")
-        .seq;
-    let until = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < until {
-        if let Some(changed) = control::answer(&store, "coder", seq) {
-            return changed;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("the running host never answered {want:?}");
-}
+use super::common::{ask_control, Project};
 
 #[test]
 fn claude_code_is_suspended_mid_turn_and_resumed() {
@@ -66,7 +44,7 @@ fn claude_code_is_suspended_mid_turn_and_resumed() {
             std::thread::sleep(Duration::from_millis(20));
         }
         std::thread::sleep(Duration::from_millis(300));
-        assert!(ask(&ws, Want::Suspended), "suspended");
+        assert!(ask_control(&ws, "coder", Want::Suspended), "suspended");
         // The answer comes first; the event itself is written with the host's next batch.
         let store = metash_store::Store::open(&ws).expect("store");
         let until = Instant::now() + Duration::from_secs(5);
@@ -80,16 +58,19 @@ fn claude_code_is_suspended_mid_turn_and_resumed() {
                     Some(r) => break r,
                     None if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
                     None => {
-                        ask(&ws, Want::Active);
+                        ask_control(&ws, "coder", Want::Active);
                         panic!("no agent_suspended event");
                     }
                 }
             };
-        let pgid = suspended.data["pgid"].as_i64().expect("the CLI's group");
+        let pgid = suspended.data["pgid"]
+            .as_i64()
+            .and_then(|g| i32::try_from(g).ok())
+            .expect("the CLI's group");
         assert_eq!(state(pgid), 'T', "the CLI is stopped");
         std::thread::sleep(Duration::from_secs(1));
         let asked = server.posts().len();
-        assert!(ask(&ws, Want::Active), "resumed");
+        assert!(ask_control(&ws, "coder", Want::Active), "resumed");
         assert_ne!(state(pgid), 'T');
         let r = run.join().expect("spawn thread");
         assert_eq!(r.status, AgentStatus::Success, "{r:?}");

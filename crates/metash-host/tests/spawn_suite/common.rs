@@ -112,3 +112,30 @@ pub fn assert_clean(ws: &Path) {
         .unwrap_or_default();
     assert!(left.is_empty(), "spawn directories left behind: {left:?}");
 }
+
+/// Waits (at most 20 s) until `f` holds.
+pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::time::Instant::now() < until {
+        if f() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// Asks through the store, as another process (`metash agent suspend`) would, and waits for the
+/// running host's answer: whether it changed anything.
+pub fn ask_control(ws: &Path, agent: &str, want: metash_host::control::Want) -> bool {
+    let store = metash_store::Store::open(ws).unwrap();
+    let seq = metash_host::control::request(&store, agent, want)
+        .unwrap()
+        .seq;
+    let mut answer = None;
+    wait_for("the running host's answer", || {
+        answer = metash_host::control::answer(&store, agent, seq);
+        answer.is_some()
+    });
+    answer.unwrap()
+}

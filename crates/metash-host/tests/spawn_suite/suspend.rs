@@ -3,45 +3,14 @@
 //! native agent's whole process group stops and goes on; a WASM guest stops making progress and
 //! goes on; the spawn's deadline still ends both.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use metash_host::control::{self, Applied, Want};
 use metash_host::{SpawnRequest, Spawner};
 use metash_protocol::{AgentStatus, SpawnOptions};
+use metash_testkit::procs::state;
 
 use super::common::*;
-
-/// The state letter of `pid` in `/proc/PID/stat` (`T` stopped, `S` sleeping...).
-fn state(pid: i32) -> char {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    stat.rsplit(')')
-        .next()
-        .and_then(|r| r.trim_start().chars().next())
-        .unwrap_or('?')
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let until = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < until {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("timed out waiting for {what}");
-}
-
-/// Asks through the store, as another process would, and waits for the running host's answer.
-fn ask(ws: &std::path::Path, agent: &str, want: Want) -> bool {
-    let store = metash_store::Store::open(ws).unwrap();
-    let seq = control::request(&store, agent, want).unwrap().seq;
-    let mut answer = None;
-    wait_for("the running host's answer", || {
-        answer = control::answer(&store, agent, seq);
-        answer.is_some()
-    });
-    answer.unwrap()
-}
 
 #[test]
 fn a_native_agent_is_suspended_and_resumed_from_another_process() {
@@ -77,10 +46,13 @@ fn a_native_agent_is_suspended_and_resumed_from_another_process() {
                 .unwrap_or(0);
             pid != 0
         });
-        assert!(ask(&ws, "sus-n", Want::Suspended));
+        assert!(ask_control(&ws, "sus-n", Want::Suspended));
         wait_for("the group to stop", || state(pid) == 'T');
-        assert!(!ask(&ws, "sus-n", Want::Suspended), "already suspended");
-        assert!(ask(&ws, "sus-n", Want::Active));
+        assert!(
+            !ask_control(&ws, "sus-n", Want::Suspended),
+            "already suspended"
+        );
+        assert!(ask_control(&ws, "sus-n", Want::Active));
         wait_for("the group to go on", || state(pid) != 'T');
         let r = run.join().unwrap();
         assert_eq!(r.status, AgentStatus::Timeout, "{r:?}");
