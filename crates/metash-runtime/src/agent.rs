@@ -256,6 +256,20 @@ impl Agent {
         }
     }
 
+    /// Takes file grants back from the agent while it runs (see [`crate::Withdrawer`]). Take it
+    /// after `start`; `None` when the agent has no file grants, or they cannot be withdrawn here
+    /// (its start report's `paths_revocable` says so).
+    pub fn withdrawer(&self) -> Option<crate::Withdrawer> {
+        match &self.backend {
+            Backend::Wasm(w) => w.withdrawer(&self.spec),
+            #[cfg(target_os = "linux")]
+            Backend::Native(p) => p
+                .mount_ns()
+                .map(|ns| crate::Withdrawer::native(ns, &self.spec)),
+            _ => None,
+        }
+    }
+
     fn transition(&mut self, action: Action, kind: LogKind, data: Value) -> Result<()> {
         let to = self.state.check(&self.spec.id, action)?;
         let from = self.state;
@@ -337,6 +351,7 @@ impl Agent {
             "preopen": if self.spec.has(Category::FilesWrite) { "read-write" }
                 else if self.spec.has(Category::FilesRead) { "read-only" } else { "none" },
             "paths": crate::limits::paths_report(&self.spec, Some(GUEST_WORKSPACE)),
+            "paths_revocable": if self.spec.has_files() { wasm.paths_revocable() } else { Value::Null },
             "network": wasm.network_report(),
             "env": self.spec.env.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
         });

@@ -38,6 +38,7 @@ pub mod sink;
 pub mod spec;
 pub mod stream;
 pub mod wasm;
+mod withdraw;
 
 pub use agent::{Agent, Interrupter, Pauser, Runtime, RuntimeConfig, ShutdownKind};
 pub use error::{Result, RuntimeError};
@@ -48,3 +49,4 @@ pub use sink::{EventSink, MemorySink, NullSink, Recorded};
 pub use spec::{ActionGate, AgentSpec, Gate, GateVerdict, GatedAction, NetworkAccess, PathAccess};
 pub use stream::{Card, ChunkAssembler, Throttle, TokenBucket};
 pub use wasm::cache::CacheKey;
+pub use withdraw::{Withdraw, Withdrawer};

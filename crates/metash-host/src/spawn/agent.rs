@@ -254,7 +254,10 @@ fn invoke(
     let _watch = super::watch::RunWatch::start(
         host.store().clone(),
         agent,
-        Some(replier.clone()),
+        Some(super::watch::Reach {
+            replier: replier.clone(),
+            withdrawer: running.withdrawer(),
+        }),
         Arc::clone(host.running()),
     );
     let ws = super::artifact::Workspace {

@@ -7,9 +7,10 @@
 //! use is refused ("revocation must not silently break functionality").
 //!
 //! What the sandbox checks per use refuses the next use (proxied connections, process starts
-//! through the exec gate, KV and state through the host); what the sandbox fixed at start
-//! (Landlock paths, a WASM agent's preopens) holds until the spawn ends: the event tells the
-//! agent to stop using it, and the next spawn does not get it.
+//! through the exec gate, KV and state through the host). A file grant is withdrawn from the
+//! agent's mount namespace before the event is sent ([`metash_runtime::Withdrawer`]: the path
+//! becomes read-only, or unreadable), so when the agent hears of it, the next open is already
+//! refused; the log's `consent_revoke_sent` says what was withdrawn.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,7 +20,7 @@ use std::time::Duration;
 
 use metash_policy::consent;
 use metash_protocol::{AgentEvent, LogKind};
-use metash_runtime::{Pauser, Replier};
+use metash_runtime::{Pauser, Replier, Withdrawer};
 use metash_store::Store;
 use serde_json::json;
 
@@ -60,6 +61,33 @@ impl Seen {
     }
 }
 
+/// How the watcher reaches an agent that speaks the protocol: its stdin, and its file grants.
+pub(crate) struct Reach {
+    pub replier: Replier,
+    pub withdrawer: Option<Withdrawer>,
+}
+
+impl Reach {
+    /// Withdraws what `capability` gave (when it gave files) and tells the agent; what was
+    /// withdrawn, for the log.
+    fn revoke(&self, capability: &str, expires_at: &str) -> serde_json::Value {
+        let withdrawn = match self
+            .withdrawer
+            .as_ref()
+            .and_then(|w| w.withdraw(capability))
+        {
+            None => serde_json::Value::Null,
+            Some(Ok(path)) => json!({"path": path}),
+            Some(Err(e)) => json!({"error": e.to_string()}),
+        };
+        self.replier.send(AgentEvent::ConsentRevoke {
+            capability: capability.to_string(),
+            expires_at: Some(expires_at.to_string()),
+        });
+        withdrawn
+    }
+}
+
 /// Watches one agent's grants and control requests while it runs; stops when dropped.
 pub(crate) struct RunWatch {
     stop: Arc<AtomicBool>,
@@ -67,13 +95,13 @@ pub(crate) struct RunWatch {
 }
 
 impl RunWatch {
-    /// Watches `agent` until dropped. `replier`: the agent's stdin, for agents that speak the
-    /// protocol (a coding CLI does not: its grants are its role's, and it gets no events).
+    /// Watches `agent` until dropped. `reach`: for agents that speak the protocol (a coding CLI
+    /// does not: its grants are its role's, and it gets no events).
     /// Suspend/resume requests go to whatever pauser `running` holds for it by then.
     pub(crate) fn start(
         store: Store,
         agent: &str,
-        replier: Option<Replier>,
+        reach: Option<Reach>,
         running: Arc<Running>,
     ) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
@@ -90,21 +118,19 @@ impl RunWatch {
                     if let Some(seq) = obey(&store, &agent, &running, obeyed) {
                         obeyed = seq;
                     }
-                    let Some(replier) = &replier else {
+                    let Some(reach) = &reach else {
                         continue;
                     };
                     let Some(now) = Seen::read(&store, &agent) else {
                         continue;
                     };
                     for (capability, expires_at, why) in ended(&before, &now) {
-                        replier.send(AgentEvent::ConsentRevoke {
-                            capability: capability.clone(),
-                            expires_at: Some(expires_at.clone()),
-                        });
+                        let withdrawn = reach.revoke(&capability, &expires_at);
                         let _ = store.append(
                             LogKind::ConsentRevokeSent,
                             Some(&agent),
-                            json!({"capability": capability, "expires_at": expires_at, "why": why}),
+                            json!({"capability": capability, "expires_at": expires_at, "why": why,
+                                   "withdrawn": withdrawn}),
                         );
                     }
                     before = now;

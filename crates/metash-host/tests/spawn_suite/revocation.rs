@@ -42,9 +42,15 @@ fn wait_until_listening(ws: &Path, id: &str) {
 /// Spawns `id` listening for the end of `memory`; `revoke`: another handle revokes it once the
 /// agent listens, else the grant (2 s) expires. Returns the agent's answer.
 fn run(p: &Project, host: &Host, id: &str, revoke: bool) -> String {
+    run_prompt(p, host, id, revoke, "memory")
+}
+
+/// As [`run`], for the capability the prompt names first.
+fn run_prompt(p: &Project, host: &Host, id: &str, revoke: bool, prompt: &str) -> String {
     let grant_s = if revoke { 600 } else { 2 };
+    let cap = prompt.split_whitespace().next().unwrap().to_string();
     policy(p.path())
-        .grant(id, &"memory".parse().unwrap(), grant_s, false, "test")
+        .grant(id, &cap.parse().unwrap(), grant_s, false, "test")
         .unwrap();
     let ws = p.path().to_path_buf();
     let agent = id.to_string();
@@ -52,12 +58,12 @@ fn run(p: &Project, host: &Host, id: &str, revoke: bool) -> String {
         wait_until_listening(&ws, &agent);
         if revoke {
             policy(&ws)
-                .revoke(&agent, &"memory".parse().unwrap(), "test")
+                .revoke(&agent, &cap.parse().unwrap(), "test")
                 .unwrap();
         }
     });
     let r = host
-        .spawn_agent(&SpawnRequest::new(id, "", "memory"))
+        .spawn_agent(&SpawnRequest::new(id, "", prompt))
         .unwrap();
     revoker.join().unwrap();
     assert_eq!(r.status, AgentStatus::Success, "{r:?}");
@@ -126,4 +132,54 @@ fn a_wasm_agent_hears_of_a_revocation_at_once_and_falls_back() {
     let host = p.host(&[]);
     let data = run(&p, &host, "rev-w", true);
     check(&p, "rev-w", &data, "revoked");
+}
+
+/// A file grant revoked mid-run is withdrawn from the agent's view before it is told: the same
+/// read that worked before the revocation is refused after it, in both sandboxes, and the agent
+/// still answers. The log says what was withdrawn.
+fn files_withdrawn(p: &Project, host: &Host, id: &str) {
+    std::fs::write(p.path().join("notes.txt"), "cached notes").unwrap();
+    let data = run_prompt(p, host, id, true, "files.read notes.txt");
+    assert!(data.contains("read before: cached notes"), "{data}");
+    assert!(data.contains("read after: refused"), "{data}");
+    assert!(!data.contains("read after: cached"), "{data}");
+    assert!(data.contains("falling back"), "{data}");
+    let sent: Vec<_> = p
+        .log_data("consent_revoke_sent")
+        .into_iter()
+        .filter(|d| d["capability"] == "files.read")
+        .collect();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert!(sent[0]["withdrawn"]["path"].is_string(), "{sent:?}");
+    assert_eq!(
+        std::fs::read_to_string(p.path().join("notes.txt")).unwrap(),
+        "cached notes",
+        "the host's file is untouched"
+    );
+}
+
+#[test]
+fn a_native_agent_loses_a_revoked_file_grant_mid_run() {
+    if let Some(why) = native_unavailable() {
+        metash_testkit::skip("native file revocation", &why);
+        return;
+    }
+    let Some(exe) = example(None, "native file revocation") else {
+        return;
+    };
+    let p = Project::new();
+    p.agent("rev-fn", "native", &exe, &["files.read"]);
+    let host = p.host(&["native"]);
+    files_withdrawn(&p, &host, "rev-fn");
+}
+
+#[test]
+fn a_wasm_agent_loses_a_revoked_file_grant_mid_run() {
+    let Some(wasm) = example(Some("wasm32-wasip1"), "wasm file revocation") else {
+        return;
+    };
+    let p = Project::new();
+    p.agent("rev-fw", "wasm", &wasm, &["files.read"]);
+    let host = p.host(&[]);
+    files_withdrawn(&p, &host, "rev-fw");
 }

@@ -20,6 +20,10 @@ pub struct Mask {
     pub shown: Vec<PathBuf>,
     /// Not root: a user namespace first (mapping the user to itself), so the mount is allowed.
     userns: Option<(Vec<u8>, Vec<u8>)>,
+    /// Granted paths bound on themselves (revocable mid-run), parents first.
+    binds: Vec<CString>,
+    /// Entered again once the binds are made.
+    cwd: Option<CString>,
 }
 
 impl Mask {
@@ -62,19 +66,52 @@ pub fn plan(hidden: &[PathBuf], granted: &[PathBuf]) -> Result<Option<Mask>> {
         )));
     }
     let dirs = masked.iter().map(|d| cstr(d)).collect::<Result<Vec<_>>>()?;
+    Ok(Some(Mask {
+        dirs,
+        shown: masked,
+        userns: own_maps(),
+        binds: Vec::new(),
+        cwd: None,
+    }))
+}
+
+/// Not root: the uid and gid maps of a user namespace mapping the user to itself (so mounts are
+/// allowed there). Root needs no user namespace.
+pub(crate) fn own_maps() -> Option<(Vec<u8>, Vec<u8>)> {
     // SAFETY: geteuid/getegid cannot fail.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    let userns = (uid != 0).then(|| {
+    (uid != 0).then(|| {
         (
             format!("{uid} {uid} 1\n").into_bytes(),
             format!("{gid} {gid} 1\n").into_bytes(),
         )
-    });
-    Ok(Some(Mask {
-        dirs,
-        shown: masked,
-        userns,
-    }))
+    })
+}
+
+impl Mask {
+    /// Makes each of `granted` a mount of its own in the agent's namespace, so the host can take
+    /// it back while the agent runs ([`super::mountns`]), and enters `cwd` again afterwards (the
+    /// working directory must be inside those mounts, not under them). Creates the mask when
+    /// nothing is hidden.
+    pub fn revocable(mask: Option<Self>, granted: &[PathBuf], cwd: &Path) -> Result<Self> {
+        let mut mask = mask.unwrap_or_else(|| Self {
+            dirs: Vec::new(),
+            shown: Vec::new(),
+            userns: own_maps(),
+            binds: Vec::new(),
+            cwd: None,
+        });
+        let mut granted: Vec<PathBuf> = granted
+            .iter()
+            .filter_map(|g| std::fs::canonicalize(g).ok())
+            .collect();
+        // Parents first: a child's bind lands inside its parent's.
+        granted.sort_by_key(|g| g.components().count());
+        granted.dedup();
+        mask.binds = granted.iter().map(|g| cstr(g)).collect::<Result<_>>()?;
+        mask.cwd = Some(cstr(cwd)?);
+        Ok(mask)
+    }
 }
 
 fn cstr(p: &Path) -> Result<CString> {
@@ -117,21 +154,7 @@ impl Mask {
         // SAFETY (whole block): raw syscalls on prepared, NUL-terminated data in a single-threaded
         // child.
         unsafe {
-            match &self.userns {
-                Some((uid_map, gid_map)) => {
-                    check(
-                        libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) as libc::c_long,
-                        "hide state: unshare(user, mount)",
-                    )?;
-                    write_proc(b"/proc/self/setgroups\0", b"deny", "hide state: setgroups")?;
-                    write_proc(b"/proc/self/uid_map\0", uid_map, "hide state: uid_map")?;
-                    write_proc(b"/proc/self/gid_map\0", gid_map, "hide state: gid_map")?;
-                }
-                None => check(
-                    libc::unshare(libc::CLONE_NEWNS) as libc::c_long,
-                    "hide state: unshare(mount)",
-                )?,
-            }
+            enter(self.userns.as_ref())?;
             // Nothing mounted here propagates back to the host's namespace.
             check(
                 libc::mount(
@@ -155,7 +178,48 @@ impl Mask {
                     "hide state: mount over the state directory",
                 )?;
             }
+            for g in &self.binds {
+                if !super::mountns::bind_self(g) {
+                    check(-1, "revocable grants: bind a granted path on itself")?;
+                }
+            }
+            if let Some(cwd) = &self.cwd {
+                check(
+                    libc::chdir(cwd.as_ptr()) as libc::c_long,
+                    "revocable grants: enter the working directory again",
+                )?;
+            }
         }
         Ok(())
+    }
+}
+
+/// Enters a new mount namespace: with a user namespace mapping the user to itself when `userns`
+/// has its maps (not root).
+///
+/// # Safety
+/// Only in a forked child, single-threaded, before capabilities are dropped.
+pub(crate) unsafe fn enter(userns: Option<&(Vec<u8>, Vec<u8>)>) -> io::Result<()> {
+    // SAFETY (whole block): raw syscalls on prepared, NUL-terminated data.
+    unsafe {
+        match userns {
+            Some((uid_map, gid_map)) => {
+                check(
+                    libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) as libc::c_long,
+                    "mount namespace: unshare(user, mount)",
+                )?;
+                write_proc(
+                    b"/proc/self/setgroups\0",
+                    b"deny",
+                    "mount namespace: setgroups",
+                )?;
+                write_proc(b"/proc/self/uid_map\0", uid_map, "mount namespace: uid_map")?;
+                write_proc(b"/proc/self/gid_map\0", gid_map, "mount namespace: gid_map")
+            }
+            None => check(
+                libc::unshare(libc::CLONE_NEWNS) as libc::c_long,
+                "mount namespace: unshare(mount)",
+            ),
+        }
     }
 }

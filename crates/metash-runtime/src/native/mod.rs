@@ -23,6 +23,8 @@ pub mod isolate;
 #[cfg(target_os = "linux")]
 mod mask;
 #[cfg(target_os = "linux")]
+pub mod mountns;
+#[cfg(target_os = "linux")]
 mod process;
 #[cfg(target_os = "linux")]
 pub mod procs;

@@ -74,7 +74,7 @@ fn writable(dir: &str) -> bool {
 /// Starts `/bin/true` in a new user and mount namespace: the spawn fails if the kernel (or a
 /// sysctl such as `kernel.unprivileged_userns_clone=0`) refuses.
 #[cfg(target_os = "linux")]
-fn user_namespaces() -> Result<(), String> {
+pub(crate) fn user_namespaces() -> Result<(), String> {
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
     let mut cmd = Command::new("/bin/true");

@@ -36,6 +36,8 @@ const TIMEOUT_GRACE: Duration = Duration::from_millis(50);
 /// A running native agent.
 pub struct NativeProcess {
     agent: String,
+    /// The agent's mount namespace, when its grants can be withdrawn mid-run.
+    mount_ns: Option<Arc<super::mountns::MountNs>>,
     child: Child,
     pgid: i32,
     input: Option<SyncSender<Vec<u8>>>,
@@ -160,12 +162,19 @@ impl NativeProcess {
         }
         let _ = in_tx.try_send(start_line);
         replier.attach(in_tx.clone());
+        // The child has exec'd (spawn returned), so it is in its namespace; if it has already
+        // exited there is nothing left to withdraw from.
+        let mount_ns = sandbox
+            .revocable
+            .then(|| super::mountns::MountNs::of_process(pgid).ok().map(Arc::new))
+            .flatten();
         let mut report = sandbox.report.clone();
         if let Value::Object(m) = &mut report {
             m.insert("pid".into(), json!(pgid));
         }
         Ok(Self {
             agent: spec.id.clone(),
+            mount_ns,
             child,
             pgid,
             input: Some(in_tx),
@@ -177,6 +186,11 @@ impl NativeProcess {
             reported: Vec::new(),
             report,
         })
+    }
+
+    /// The agent's mount namespace, when its file grants can be withdrawn while it runs.
+    pub fn mount_ns(&self) -> Option<Arc<super::mountns::MountNs>> {
+        self.mount_ns.clone()
     }
 
     /// The agent's pid (= its process group id).

@@ -38,6 +38,8 @@ pub struct Sandbox {
     env: Vec<(String, String)>,
     /// What was applied and how (the `agent_started` event).
     pub report: Value,
+    /// The agent gets a mount namespace whose grants the host can withdraw.
+    pub(crate) revocable: bool,
 }
 
 /// The allowlist proxy every connection goes through, when the agent has a network allowlist.
@@ -122,6 +124,17 @@ impl Sandbox {
         let seccomp = isolate::seccomp_program(&network, false)?;
         let mask = super::mask::plan(&spec.hidden, &spec.granted_dirs())?;
         let hidden_report = mask.as_ref().map(super::mask::Mask::report);
+        // Each granted path a mount of its own, so a revocation can take it back mid-run.
+        let revocable = spec.has_files() && super::mountns::available();
+        let mask = if revocable {
+            Some(super::mask::Mask::revocable(
+                mask,
+                &spec.granted_dirs(),
+                &workspace,
+            )?)
+        } else {
+            mask
+        };
         let (exec_gate, exec_child) = start_exec_gate(spec, sink, replier)?.unzip();
 
         let quota = Quota::apply(
@@ -166,6 +179,8 @@ impl Sandbox {
                 else if spec.has(Category::FilesRead) { "read-only" } else { "none" },
             "paths": crate::limits::paths_report(spec, None),
             "state_hidden": hidden_report,
+            "paths_revocable": if revocable { json!("mount-namespace") }
+                else if spec.has_files() { json!(false) } else { json!(null) },
         });
         let mut env = spec.env.clone();
         if let Some(p) = &proxy {
@@ -182,6 +197,7 @@ impl Sandbox {
             args: spec.args.clone(),
             env,
             report,
+            revocable,
         })
     }
 

@@ -163,8 +163,12 @@ impl WasmAgent {
             None
         };
         if let Some(perms) = perms {
-            b.preopened_dir(&spec.workspace, GUEST_WORKSPACE, perms)
-                .map_err(|e| RuntimeError::SandboxSetup(format!("preopen workspace: {e:#}")))?;
+            b.preopened_dir(
+                self.preopen(&spec.workspace, GUEST_WORKSPACE),
+                GUEST_WORKSPACE,
+                perms,
+            )
+            .map_err(|e| RuntimeError::SandboxSetup(format!("preopen workspace: {e:#}")))?;
         }
         // Scoped grants: directories only (WASI preopens are directories; a file grant is
         // reported as skipped by the start report's `paths`).
@@ -178,11 +182,23 @@ impl WasmAgent {
                 FsPerms::ReadOnly
             };
             let guest = p.guest_path(&spec.workspace, GUEST_WORKSPACE);
-            b.preopened_dir(&p.path, &guest, perms).map_err(|e| {
-                RuntimeError::SandboxSetup(format!("preopen {}: {e:#}", p.path.display()))
-            })?;
+            b.preopened_dir(self.preopen(&p.path, &guest), &guest, perms)
+                .map_err(|e| {
+                    RuntimeError::SandboxSetup(format!("preopen {}: {e:#}", p.path.display()))
+                })?;
         }
         Ok(())
+    }
+
+    /// What to preopen for a grant: on Linux its bind in the agent's revocable view (see
+    /// [`super::view`]), elsewhere the path itself.
+    fn preopen(&self, host: &std::path::Path, guest: &str) -> std::path::PathBuf {
+        #[cfg(target_os = "linux")]
+        if let Some(view) = &self.view {
+            return view.preopen_path().join(guest.trim_start_matches('/'));
+        }
+        let _ = guest;
+        host.to_path_buf()
     }
 
     /// The guest thread: only instantiate-and-run differs between modules and components.

@@ -18,6 +18,8 @@ mod net;
 mod pool;
 mod stdin;
 mod stdout;
+#[cfg(target_os = "linux")]
+mod view;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -278,6 +280,9 @@ pub struct WasmAgent {
     fuel: Option<u64>,
     net: net::Net,
     pub cache: CacheHit,
+    /// The file grants as one revocable preopen (Linux); `None`: preopened one by one.
+    #[cfg(target_os = "linux")]
+    view: Option<view::View>,
 }
 
 /// Why the epoch callback stopped the guest.
@@ -364,6 +369,14 @@ impl WasmAgent {
                 (Pre::Component(pre), Kind::Component)
             }
         };
+        #[cfg(target_os = "linux")]
+        let view = view::View::create(spec)?;
+        // Without a view (no mount namespaces), a preopen cannot hide the host's state.
+        #[cfg(target_os = "linux")]
+        if view.is_none() {
+            refuse_hidden(spec)?;
+        }
+        #[cfg(not(target_os = "linux"))]
         refuse_hidden(spec)?;
         let net = net::Net::prepare(spec, kind, sink, replier)?;
         Ok(Self {
@@ -374,7 +387,36 @@ impl WasmAgent {
             fuel: spec.fuel,
             net,
             cache,
+            #[cfg(target_os = "linux")]
+            view,
         })
+    }
+
+    /// Takes file grants back while the agent runs, when its grants are one revocable view.
+    pub fn withdrawer(&self, spec: &AgentSpec) -> Option<crate::Withdrawer> {
+        #[cfg(target_os = "linux")]
+        {
+            let v = self.view.as_ref()?;
+            Some(crate::Withdrawer::wasm(
+                std::sync::Arc::clone(&v.holder.ns),
+                v.root(),
+                spec,
+            ))
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = spec;
+            None
+        }
+    }
+
+    /// How the file grants were given, for `agent_started`.
+    pub fn paths_revocable(&self) -> Value {
+        #[cfg(target_os = "linux")]
+        if self.view.is_some() {
+            return json!("mount-namespace");
+        }
+        json!(false)
     }
 
     /// Whether the agent is a core module or a component.

@@ -12,3 +12,4 @@ mod upstream;
 mod wasm_escape;
 mod wasm_fuel;
 mod wasm_network;
+mod withdraw;

@@ -216,3 +216,33 @@ fn wasm_scoped_grant_opens_only_its_directory() {
         started[0].data
     );
 }
+
+/// The host's state inside a grant (`.meta/` of a project root) is covered in the guest's view:
+/// nothing in it can be read, and nothing planted; the rest of the grant works.
+#[test]
+fn wasm_sees_hidden_state_empty() {
+    let f = Fixture::new();
+    let meta = f.workspace().join(".meta");
+    std::fs::create_dir_all(&meta).unwrap();
+    std::fs::write(meta.join("session.json"), SECRET).unwrap();
+    for (i, (wat, expect)) in [
+        (wat_open(".meta/session.json", false), "the sandbox refused"),
+        (wat_open(".meta/planted", true), "the sandbox refused"),
+        (wat_open("inside.txt", false), "OK"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let id = format!("w-hidden-{i}");
+        let mut spec = f.wasm(&id, wat, &["files.read", "files.write"], None);
+        spec.hidden = vec![meta.clone()];
+        let mut a = f.start(spec);
+        let (_, ev) = run(&mut a, "go");
+        assert_eq!(text(&ev), *expect, "{id}");
+    }
+    assert!(!meta.join("planted").exists());
+    assert_eq!(
+        std::fs::read_to_string(meta.join("session.json")).unwrap(),
+        SECRET
+    );
+}
