@@ -183,6 +183,12 @@ impl<'a> Orchestrator<'a> {
         let run = crate::run_lock(self.store())?;
         let _handed = self.git.handing_down(&run);
         self.git.ensure_repo()?;
+        for lock in self.git.clear_stale_locks() {
+            self.progress(
+                &format!("removed {}, left by a run that was killed", lock.display()),
+                metash_protocol::LogLevel::Warn,
+            );
+        }
         if let Some(answer) = &options.answer {
             self.answer(answer)?;
         }

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::spec::{AgentSpec, Category, PathAccess};
+#[cfg(target_os = "linux")]
+use crate::spec::AgentSpec;
+use crate::spec::{Category, PathAccess};
 
 #[cfg(target_os = "linux")]
 pub use crate::native::mountns::Withdraw;
@@ -23,6 +25,7 @@ pub enum Withdraw {
 
 /// Where the agent's granted paths are mounted.
 #[derive(Debug, Clone)]
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 enum View {
     /// A native agent sees the host's paths.
     Native,

@@ -85,3 +85,106 @@ fn a_clean_tree_is_not_touched() {
     assert_eq!(git(d, &["rev-parse", "HEAD"]), head);
     assert_eq!(git(d, &["status", "--porcelain"]), "");
 }
+
+/// The in-process merge into the project's checkout makes a merge commit with both parents,
+/// updates tree and index, and leaves nothing behind (no marker, no lock).
+#[test]
+fn an_in_process_merge_commits_both_parents_and_leaves_no_marker() {
+    let t = repo();
+    let d = t.path();
+    let main = git(d, &["rev-parse", "HEAD"]);
+    let task = git(d, &["rev-parse", "task"]);
+    let g = Git::new(d);
+    assert!(matches!(
+        g.merge(d, "task", "merge task").unwrap(),
+        Merge::Clean
+    ));
+    assert_eq!(
+        git(d, &["rev-parse", "HEAD^1", "HEAD^2"]),
+        format!("{main}\n{task}")
+    );
+    assert_eq!(git(d, &["log", "-1", "--format=%s"]), "merge task");
+    assert_eq!(
+        git(d, &["status", "--porcelain"]),
+        "",
+        "tree and index match"
+    );
+    assert_eq!(std::fs::read_to_string(d.join("new.txt")).unwrap(), "new\n");
+    assert!(!d.join(".git/metash-merging").exists());
+    assert!(!d.join(".git/index.lock").exists());
+}
+
+/// A run killed during an in-process merge into the project's checkout leaves its marker and
+/// locks: the next run removes exactly those. Without the marker, a lock in the project's `.git`
+/// (somebody's git at work) is never touched; locks in metash's own branches always go.
+#[test]
+fn locks_a_killed_in_process_merge_left_are_cleared_only_with_its_marker() {
+    let t = repo();
+    let d = t.path();
+    git(d, &["branch", "metash/task/a"]);
+    let lock = |p: &str| {
+        let p = d.join(".git").join(p);
+        std::fs::write(&p, "").unwrap();
+        p
+    };
+    let ours = lock("refs/heads/metash/task/a.lock");
+    let index = lock("index.lock");
+    let branch = lock("refs/heads/main.lock");
+    let g = Git::new(d);
+    assert_eq!(g.clear_stale_locks(), vec![ours.clone()]);
+    assert!(
+        index.exists() && branch.exists(),
+        "not ours without the marker"
+    );
+    std::fs::write(d.join(".git/metash-merging"), "1").unwrap();
+    let mut cleared = g.clear_stale_locks();
+    cleared.sort();
+    assert_eq!(cleared, vec![index.clone(), branch.clone()]);
+    assert!(!index.exists() && !branch.exists());
+    assert!(!d.join(".git/metash-merging").exists());
+    // The merge then goes through.
+    assert!(matches!(
+        g.merge(d, "task", "merge task").unwrap(),
+        Merge::Clean
+    ));
+}
+
+/// `commit_all` (in-process) is `git add -A` outside `.meta` and a commit: new files, dotfiles
+/// and files in new directories included, deletions recorded, ignored files and `.meta` left out;
+/// nothing to commit is `None`.
+#[test]
+fn commit_all_takes_everything_but_meta_and_ignored_files() {
+    let t = repo();
+    let d = t.path();
+    let g = Git::new(d);
+    assert_eq!(g.commit_all(d, "nothing").unwrap(), None);
+    std::fs::write(d.join(".gitignore"), "*.log\n").unwrap();
+    std::fs::write(d.join(".hidden"), "h\n").unwrap();
+    std::fs::create_dir_all(d.join("deep/er")).unwrap();
+    std::fs::write(d.join("deep/er/x.txt"), "x\n").unwrap();
+    std::fs::write(d.join("noise.log"), "n\n").unwrap();
+    std::fs::create_dir_all(d.join(".meta")).unwrap();
+    std::fs::write(d.join(".meta/session.json"), "{}").unwrap();
+    std::fs::remove_file(d.join("keep.txt")).unwrap();
+    let sha = g.commit_all(d, "work").unwrap().expect("a commit");
+    assert_eq!(git(d, &["rev-parse", "HEAD"]), sha);
+    let files = git(d, &["ls-tree", "-r", "--name-only", "HEAD"]);
+    assert_eq!(files, ".gitignore\n.hidden\nbye.txt\ndeep/er/x.txt");
+    // The configured identity, as a `git commit` there would use; metash's own without one.
+    let configured = std::process::Command::new("git")
+        .args(["-C", &d.display().to_string(), "config", "user.name"])
+        .output()
+        .unwrap();
+    let name = String::from_utf8_lossy(&configured.stdout)
+        .trim()
+        .to_string();
+    let want = if name.is_empty() {
+        "metash".to_string()
+    } else {
+        name
+    };
+    assert_eq!(
+        git(d, &["log", "-1", "--format=%s%n%an"]),
+        format!("work\n{want}")
+    );
+}

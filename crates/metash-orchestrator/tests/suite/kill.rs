@@ -132,13 +132,14 @@ fn kill_20_times_then_continue(make: fn() -> Target) {
     );
     let reference_ms = started.elapsed().as_millis();
     let want = summary(reference.path());
-    // Kill points spread over the whole run: each child may make up to 1/12 of the reference
-    // run's log progress before it is killed (20 kills cover most of a run).
+    // Kill points spread over the whole run: each child may make up to 1/16 of the reference
+    // run's log progress before it is killed (20 kills cover most of a run, and a run whose git
+    // work is in-process takes only a few hundred ms, so the extra wait is short too).
     let reference_events = std::fs::read_to_string(reference.path().join(".meta/events.jsonl"))
         .unwrap()
         .lines()
         .count();
-    let step = (reference_events as u64 / 12).max(6);
+    let step = (reference_events as u64 / 16).max(6);
 
     let t = make();
     let seed = std::time::SystemTime::now()
@@ -179,7 +180,7 @@ fn kill_20_times_then_continue(make: fn() -> Target) {
         while lines() < target && child.try_wait().unwrap().is_none() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
-        std::thread::sleep(Duration::from_millis(rng.next(8)));
+        std::thread::sleep(Duration::from_millis(rng.next(3)));
         if child.try_wait().unwrap().is_none() {
             interrupted += 1;
         }

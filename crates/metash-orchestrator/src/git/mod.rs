@@ -1,8 +1,12 @@
-//! The git operations the loop needs, through the `git` CLI (`std::process::Command`, arguments as
-//! a vector: no shell, no quoting bugs). Every call runs with `GIT_TERMINAL_PROMPT=0`, an editor
-//! that accepts the default message, and no commit signing, so nothing ever waits for a person
-//! behind the orchestrator's back. When the repository has no identity configured, commits are made
-//! as `metash <metash@localhost>`.
+//! The git operations the loop needs. The frequent ones run in-process through libgit2
+//! ([`libgit`]); the rest, and whatever libgit2 cannot do as a person expects (a merge that
+//! conflicts), through the `git` CLI (`std::process::Command`, arguments as a vector: no shell, no
+//! quoting bugs). Every CLI call runs with `GIT_TERMINAL_PROMPT=0`, an editor that accepts the
+//! default message, and no commit signing, so nothing ever waits for a person behind the
+//! orchestrator's back. When the repository has no identity configured, commits are made as
+//! `metash <metash@localhost>`.
+
+mod libgit;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -200,8 +204,22 @@ impl Git {
         self.output(dir, &full)
     }
 
+    /// The repository of `dir` opened in-process: the project's own `.git` for the root, the
+    /// admin directory for a task worktree; `None` for anything else (the CLI handles it).
+    fn repo(&self, dir: &Path) -> Option<git2::Repository> {
+        let gitdir = if dir == self.root {
+            libgit::project_gitdir(&self.root)?
+        } else {
+            self.admin_dir(dir)?
+        };
+        libgit::open(&gitdir).ok()
+    }
+
     /// Whether `rev` resolves, and to what.
     pub fn resolve(&self, dir: &Path, rev: &str) -> Result<Option<String>> {
+        if let Some(repo) = self.repo(dir) {
+            return Ok(libgit::resolve(&repo, rev).map(|o| o.to_string()));
+        }
         let spec = format!("{rev}^{{commit}}");
         let out = self.output(dir, &["rev-parse", "-q", "--verify", &spec])?;
         Ok(out
@@ -211,6 +229,11 @@ impl Git {
     }
 
     pub fn head(&self, dir: &Path) -> Result<String> {
+        if let Some(repo) = self.repo(dir) {
+            if let Some(id) = libgit::resolve(&repo, "HEAD") {
+                return Ok(id.to_string());
+            }
+        }
         self.run(dir, &["rev-parse", "HEAD"])
     }
 
@@ -252,6 +275,15 @@ impl Git {
         }
     }
 
+    /// Removes the lock files a killed run's in-process git work left in what only metash writes
+    /// (its task branches and task worktrees' admin directories). Call with the run lock held:
+    /// then no other run is writing there. The paths removed.
+    pub fn clear_stale_locks(&self) -> Vec<PathBuf> {
+        libgit::project_gitdir(&self.root)
+            .map(|g| libgit::clear_stale_locks(&g, &self.root.join(".meta").join("worktrees")))
+            .unwrap_or_default()
+    }
+
     /// Whether `refs/heads/<branch>` exists. Looks for the loose ref file first (the loop asks this
     /// several times per task, and a git process costs milliseconds); asks git when the ref may be
     /// packed or the repository is laid out differently.
@@ -274,13 +306,31 @@ impl Git {
     /// Idempotent: an existing worktree is left alone. Returns whether it was created.
     pub fn ensure_worktree(&self, path: &Path, branch: &str, base: &str) -> Result<bool> {
         if path.join(".git").exists() {
-            return Ok(false);
+            if self.repo(path).is_some_and(|r| r.head().is_ok()) {
+                return Ok(false);
+            }
+            // Half made by a run killed while adding it (its admin directory is missing or
+            // incomplete): it is ours, under `.meta/worktrees`; clear it and make it again.
+            let _serial = self.worktrees.lock().unwrap_or_else(|e| e.into_inner());
+            std::fs::remove_dir_all(path)
+                .map_err(|e| OrchestratorError::io(path.display().to_string(), e))?;
+            self.run(&self.root, &["worktree", "prune"])?;
         }
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
                 .map_err(|e| OrchestratorError::io(parent.display().to_string(), e))?;
         }
         let _serial = self.worktrees.lock().unwrap_or_else(|e| e.into_inner());
+        // In-process first; anything unusual (a stale registration, a half-made directory) goes
+        // to the CLI path below, which knows how to clear it.
+        if !path.exists() {
+            if let Some(repo) = self.repo(&self.root) {
+                let name = libgit::worktree_name(path);
+                if libgit::add_worktree(&repo, &name, path, branch, base).is_ok() {
+                    return Ok(true);
+                }
+            }
+        }
         let p = path.to_string_lossy();
         let add = |this: &Self| -> Result<String> {
             if this.branch_exists(branch)? {
@@ -312,9 +362,14 @@ impl Git {
         if path.exists() {
             let _serial = self.worktrees.lock().unwrap_or_else(|e| e.into_inner());
             let p = path.to_string_lossy();
-            if self
-                .run(&self.root, &["worktree", "remove", "--force", &p])
-                .is_err()
+            let removed = match (self.repo(&self.root), self.admin_dir(path)) {
+                (Some(repo), Some(admin)) => libgit::remove_worktree(&repo, &admin).is_ok(),
+                _ => false,
+            };
+            if !removed
+                && self
+                    .run(&self.root, &["worktree", "remove", "--force", &p])
+                    .is_err()
             {
                 let _ = std::fs::remove_dir_all(path);
                 self.run(&self.root, &["worktree", "prune"])?;
@@ -375,6 +430,12 @@ impl Git {
 
     /// `git merge-base --is-ancestor a b`.
     pub fn is_ancestor(&self, dir: &Path, a: &str, b: &str) -> Result<bool> {
+        if let Some(repo) = self.repo(dir) {
+            if let (Some(x), Some(y)) = (libgit::resolve(&repo, a), libgit::resolve(&repo, b)) {
+                return libgit::is_ancestor(&repo, x, y)
+                    .map_err(libgit::failed(dir, "merge-base --is-ancestor"));
+            }
+        }
         let out = self.output(dir, &["merge-base", "--is-ancestor", a, b])?;
         match out.status.code() {
             Some(0) => Ok(true),
@@ -435,6 +496,19 @@ impl Git {
     /// Local changes (outside `.meta`) to paths that merging `rev` would write; other local
     /// changes do not stop a merge.
     fn dirty_paths_merge_writes(&self, dir: &Path, rev: &str) -> Result<Vec<String>> {
+        if let Some(repo) = self.repo(dir) {
+            if let Some(theirs) = libgit::resolve(&repo, rev) {
+                let dirty = libgit::dirty_paths(&repo).map_err(libgit::failed(dir, "status"))?;
+                if dirty.is_empty() {
+                    return Ok(dirty);
+                }
+                let touched: std::collections::HashSet<String> = libgit::touched_by(&repo, theirs)
+                    .map_err(libgit::failed(dir, "diff HEAD...rev"))?
+                    .into_iter()
+                    .collect();
+                return Ok(dirty.into_iter().filter(|p| touched.contains(p)).collect());
+            }
+        }
         // Not `run`: its trimming would eat the first entry's leading status column.
         let out = self.output(
             dir,
@@ -489,6 +563,23 @@ impl Git {
     /// Merges `rev` into the branch checked out in `dir` (always a merge commit, so a task's work
     /// stays one unit in history). A conflict leaves the merge in progress for a person.
     pub fn merge(&self, dir: &Path, rev: &str, message: &str) -> Result<Merge> {
+        // In-process when it merges cleanly. Into the project's own checkout, a marker in its
+        // `.git` says a merge is underway: a run killed mid-merge leaves lock files no git
+        // process will finish and remove, and the next run removes them (`clear_stale_locks`).
+        if let Some(repo) = self.repo(dir) {
+            if let Some(theirs) = libgit::resolve(&repo, rev) {
+                let marker = (dir == self.root)
+                    .then(|| libgit::MergeMarker::set(repo.path()))
+                    .transpose()
+                    .map_err(|e| OrchestratorError::io("the in-process merge marker", e))?;
+                let clean = libgit::merge_clean(&repo, theirs, message)
+                    .map_err(libgit::failed(dir, &format!("merge {rev}")))?;
+                drop(marker);
+                if clean.is_some() {
+                    return Ok(Merge::Clean);
+                }
+            }
+        }
         let out =
             self.run_committing(dir, &["merge", "--no-ff", "--no-edit", "-m", message, rev])?;
         if out.status.success() {
@@ -512,6 +603,11 @@ impl Git {
 
     /// Commits every change in `dir` except `.meta/`; `None` when there was nothing to commit.
     pub fn commit_all(&self, dir: &Path, message: &str) -> Result<Option<String>> {
+        if let Some(repo) = self.repo(dir) {
+            return libgit::commit_all(&repo, message)
+                .map(|o| o.map(|id| id.to_string()))
+                .map_err(libgit::failed(dir, "add -A && commit"));
+        }
         self.run(dir, &["add", "-A", "--", ".", EXCLUDE_META])?;
         let staged = self.output(dir, &["diff", "--cached", "--quiet"])?;
         if staged.status.success() {
