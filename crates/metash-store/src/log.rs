@@ -285,6 +285,45 @@ impl EventLog {
         Ok(())
     }
 
+    /// Up to `max` complete records from byte `offset` on (a value this returned before, or 0),
+    /// and the offset after the last of them: how a reader in another process follows the log
+    /// (`metash ui`'s live stream) without reading it all again, in bounded memory. Each line's
+    /// own hash is checked. An offset past the end (the log was cut back, as after a failed
+    /// update) is an error naming it; the caller starts again from 0.
+    pub fn read_from(&self, offset: u64, max: usize) -> Result<(Vec<LogRecord>, u64)> {
+        let mut file = match File::open(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && offset == 0 => {
+                return Ok((Vec::new(), 0))
+            }
+            Err(e) => return Err(StoreError::io(&self.path, e)),
+        };
+        let len = file.metadata().at(&self.path)?.len();
+        if offset > len {
+            return Err(StoreError::BrokenLog {
+                path: self.path.clone(),
+                seq: 0,
+                reason: format!("read from byte {offset}, past the end ({len} bytes)"),
+            });
+        }
+        file.seek(SeekFrom::Start(offset)).at(&self.path)?;
+        let mut reader = BufReader::with_capacity(64 * 1024, file);
+        let (mut out, mut at, mut line) = (Vec::new(), offset, Vec::with_capacity(512));
+        while out.len() < max {
+            line.clear();
+            let n = reader.read_until(b'\n', &mut line).at(&self.path)?;
+            if n == 0 || line.last() != Some(&b'\n') {
+                // The end, or a line still being written: read it next time.
+                break;
+            }
+            at += n as u64;
+            line.pop();
+            let seq = out.last().map_or(0, |r: &LogRecord| r.seq) + 1;
+            out.push(decode(&line).map_err(|e| e.at(&self.path, seq))?);
+        }
+        Ok((out, at))
+    }
+
     /// Every record in order. Each line's own hash is checked; the chain is checked by
     /// [`EventLog::verify`].
     pub fn read_all(&self) -> Result<Vec<LogRecord>> {

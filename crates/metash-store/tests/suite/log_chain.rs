@@ -171,3 +171,40 @@ fn a_record_from_a_newer_metash_is_refused_by_name() {
     assert!(store.append(LogKind::Progress, None, json!({})).is_err());
     assert_eq!(std::fs::read_to_string(&path).unwrap(), bytes);
 }
+
+/// A reader in another process follows the log by byte offset (`metash ui`): batches of at most
+/// `max`, nothing missed or repeated across calls, a line still being written left for the next
+/// call, and an offset past the end (the log cut back) refused so the reader starts over.
+#[test]
+fn read_from_follows_the_log_in_bounded_batches() {
+    let (_dir, store) = project();
+    for i in 0..7 {
+        store
+            .append(LogKind::Progress, None, json!({"i": i}))
+            .unwrap();
+    }
+    let total = store.log().tail().unwrap().seq;
+    let (mut seen, mut offset) = (Vec::new(), 0);
+    loop {
+        let (recs, next) = store.log().read_from(offset, 3).unwrap();
+        assert!(recs.len() <= 3);
+        if recs.is_empty() {
+            assert_eq!(next, offset);
+            break;
+        }
+        seen.extend(recs.iter().map(|r| r.seq));
+        offset = next;
+    }
+    assert_eq!(seen, (1..=total).collect::<Vec<_>>());
+    // A torn (unfinished) line is not a record yet.
+    let path = store.workspace().join(".meta/events.jsonl");
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    f.write_all(b"{\"seq\":").unwrap();
+    let (recs, next) = store.log().read_from(offset, 3).unwrap();
+    assert!(recs.is_empty());
+    assert_eq!(next, offset);
+    assert!(store.log().read_from(offset + 1_000_000, 3).is_err());
+}

@@ -27,6 +27,26 @@ pub enum ServeCommand {
     /// Tools spawn_agent, update_state, get_state, log_progress, answer_checkpoint. See
     /// docs/host-rpc.md.
     Mcp(HostArgs),
+    /// Serve the web UI for this project on 127.0.0.1 (the run, live agent output, checkpoint
+    /// answers, the ledger and revocation).
+    ///
+    /// Prints a URL with a one-time token: open it (it is exchanged for a session cookie). Runs
+    /// until interrupted. See docs/ui.md.
+    Ui(UiArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct UiArgs {
+    /// The port (default: any free one).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Listen on this address instead of 127.0.0.1. Anyone who can reach it and has the URL can
+    /// answer for you: use it only on a network you trust.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<std::net::IpAddr>,
+    /// Open the URL in the desktop's browser (xdg-open / open).
+    #[arg(long)]
+    open: bool,
 }
 
 #[derive(Debug, Args)]
@@ -71,8 +91,56 @@ pub fn run(cmd: ServeCommand, ctx: &Ctx) -> Result<ExitCode> {
             drop(host);
             served?;
         }
+        ServeCommand::Ui(args) => ui(ctx, &args)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `metash ui`: serves until Ctrl-C.
+fn ui(ctx: &Ctx, args: &UiArgs) -> Result<()> {
+    let workspace = std::fs::canonicalize(&ctx.workspace).unwrap_or_else(|_| ctx.workspace.clone());
+    if let Some(ip) = args.listen.filter(|ip| !ip.is_loopback()) {
+        eprintln!(
+            "metash ui: WARNING: listening on {ip}: anyone who can reach it and has the URL can \
+             answer checkpoints and revoke grants"
+        );
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let served = metash_ui::serve(
+            &workspace,
+            &metash_ui::UiOptions {
+                port: args.port,
+                listen: args.listen,
+            },
+        )
+        .await?;
+        println!("{}", served.url);
+        eprintln!(
+            "metash ui: serving {} at http://{}/ (open the URL above; Ctrl-C to stop)",
+            workspace.display(),
+            served.addr
+        );
+        if args.open {
+            let opener = if cfg!(target_os = "macos") {
+                "open"
+            } else {
+                "xdg-open"
+            };
+            if let Err(e) = std::process::Command::new(opener).arg(&served.url).spawn() {
+                eprintln!("metash ui: could not run {opener}: {e}; open the URL yourself");
+            }
+        }
+        tokio::signal::ctrl_c()
+            .await
+            .context("waiting for Ctrl-C")?;
+        served.stop().await;
+        anyhow::Ok(())
+    })
 }
 
 fn open(ctx: &Ctx, args: &HostArgs) -> Result<Arc<Host>> {

@@ -1,0 +1,103 @@
+//! `metash ui`: the web UI of seed 002 §8 for one project, on loopback. A front end like the CLI:
+//! it reads the project's store and log, and changes things only through the functions the CLI
+//! calls, so a UI and a terminal (and a JSON-RPC client) can answer the same run, first come
+//! first served. Nothing below it knows it exists.
+//!
+//! - [`guard`]: who may use it (loopback Host and Origin, a start token exchanged for a cookie,
+//!   CSRF on every POST, a strict Content-Security-Policy);
+//! - [`pages`]: server-rendered HTML, everything escaped, no inline script;
+//! - [`live`]: the log as Server-Sent Events, resumable by `Last-Event-ID`;
+//! - [`server`]: the routes.
+
+pub mod error;
+pub mod guard;
+pub mod live;
+pub mod model;
+pub mod pages;
+pub mod server;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::sync::Arc;
+
+pub use error::{Result, UiError};
+
+/// How to serve.
+#[derive(Debug, Clone, Default)]
+pub struct UiOptions {
+    /// 0: any free port.
+    pub port: u16,
+    /// Listen there instead of 127.0.0.1 (`--listen`: the caller warns).
+    pub listen: Option<IpAddr>,
+}
+
+/// A running UI: where it is and how to stop it.
+pub struct Served {
+    pub addr: SocketAddr,
+    /// The URL to open (it carries the start token).
+    pub url: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Served {
+    /// Stops serving and waits for the server to end.
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+
+    /// Serves until the server ends (it does not on its own).
+    pub async fn wait(mut self) {
+        let _ = (&mut self.task).await;
+    }
+}
+
+/// Starts serving the project at `root` on the current tokio runtime.
+///
+/// # Errors
+/// Not a metash project (the store cannot be opened), or the address cannot be bound.
+pub async fn serve(root: &Path, options: &UiOptions) -> Result<Served> {
+    let store = metash_store::Store::open(root)?;
+    let ip = options.listen.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, options.port))
+        .await
+        .map_err(|e| UiError::io(format!("binding {ip}:{}", options.port), e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| UiError::io("the listening address", e))?;
+    let extra = options.listen.map(|_| addr.to_string());
+    let guard = Arc::new(guard::Guard::new(addr.port(), extra));
+    // A config that does not parse still gets every token shape redacted.
+    let config = metash_host::config::HostConfig::load(root).unwrap_or_default();
+    let redactor = metash_host::redaction::output_redactor(
+        &store,
+        &config,
+        &|v: &str| std::env::var(v).ok(),
+        Vec::new(),
+    );
+    let url = format!("http://{addr}/login?token={}", guard.token);
+    let app = server::App {
+        root: root.to_path_buf(),
+        store,
+        guard,
+        redactor: Arc::new(redactor),
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let router = server::router(app);
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, router)
+            .with_graceful_shutdown(async {
+                let _ = stop_rx.await;
+            })
+            .await;
+    });
+    Ok(Served {
+        addr,
+        url,
+        stop: Some(stop_tx),
+        task,
+    })
+}

@@ -1,0 +1,94 @@
+//! What the pages show, read from the project at request time: the session (status, phase,
+//! gapCount, plan), the pending checkpoint, the budget, the grants and the ledger. Reading only:
+//! every change the UI makes goes through the same functions the CLI calls (`actions`).
+
+use std::path::{Path, PathBuf};
+
+use metash_host::budget::BudgetUsed;
+use metash_host::config::{Budget, HostConfig};
+use metash_policy::consent::{self, Grant};
+use metash_protocol::{PendingCheckpoint, SessionState, Task};
+use metash_store::Store;
+
+use crate::error::Result;
+
+/// One task of the plan, with where its work is.
+#[derive(Debug, Clone)]
+pub struct TaskRow {
+    pub task: Task,
+    /// `.meta/worktrees/<id>` when it exists.
+    pub worktree: Option<PathBuf>,
+}
+
+/// The run view's data.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub root: PathBuf,
+    pub state: SessionState,
+    pub tasks: Vec<TaskRow>,
+    pub checkpoint: Option<PendingCheckpoint>,
+    pub used: BudgetUsed,
+    pub budget: Budget,
+}
+
+/// A grant as the ledger view shows it.
+#[derive(Debug, Clone)]
+pub struct GrantRow {
+    pub grant: Grant,
+    pub live: bool,
+}
+
+impl Run {
+    /// Reads the project at `root`.
+    ///
+    /// # Errors
+    /// The store cannot be read (the error names the file).
+    pub fn read(store: &Store, root: &Path) -> Result<Self> {
+        let state = store.state()?;
+        let tasks = state
+            .tasks()
+            .iter()
+            .map(|t| {
+                let wt = root.join(".meta").join("worktrees").join(&t.id);
+                TaskRow {
+                    task: t.clone(),
+                    worktree: wt.is_dir().then_some(wt),
+                }
+            })
+            .collect();
+        // A config that does not parse shows no budget rather than no page: `metash run` reports
+        // it where it matters.
+        let budget = HostConfig::load(root).map(|c| c.budget).unwrap_or_default();
+        Ok(Self {
+            root: root.to_path_buf(),
+            checkpoint: state.pending_checkpoint.clone(),
+            tasks,
+            state,
+            used: metash_host::budget::used(store)?,
+            budget,
+        })
+    }
+
+    /// Whether the run waits on a person (the page title and the notification say so).
+    pub fn needs_you(&self) -> bool {
+        self.checkpoint.is_some()
+    }
+}
+
+/// Every grant, live ones first.
+///
+/// # Errors
+/// `consent.json` cannot be read.
+pub fn grants(store: &Store) -> Result<Vec<GrantRow>> {
+    let now = chrono::Utc::now();
+    let mut rows: Vec<GrantRow> = consent::load(store)?
+        .grants
+        .into_iter()
+        .map(|g| GrantRow {
+            live: g.active_at(now),
+            grant: g,
+        })
+        .collect();
+    rows.sort_by_key(|r| !r.live);
+    Ok(rows)
+}

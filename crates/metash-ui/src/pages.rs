@@ -1,0 +1,238 @@
+//! Server-rendered HTML. Everything that comes from the project or an agent goes through [`esc`]:
+//! an agent that outputs `<script>` shows it as text. The pages carry no inline script (the CSP
+//! forbids it); `assets/app.js` adds the live parts.
+
+use std::fmt::Write as _;
+
+use metash_policy::ledger;
+use metash_protocol::{LogRecord, TaskStatus};
+
+use crate::model::{GrantRow, Run};
+
+/// HTML-escapes text for element content and quoted attributes.
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The frame of every page: title (prefixed when a person is needed), navigation, the CSRF token
+/// for the script's POSTs, the live cards' container.
+pub fn frame(title: &str, csrf: &str, after: u64, needs_you: bool, body: &str) -> String {
+    let title = if needs_you {
+        format!("(needs you) {title}")
+    } else {
+        title.to_string()
+    };
+    format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width\">\
+         <meta name=\"csrf\" content=\"{csrf}\"><meta name=\"after\" content=\"{after}\">\
+         <title>{t}</title>\
+         <link rel=\"stylesheet\" href=\"/assets/app.css\"></head><body>\
+         <nav><a href=\"/\">run</a> <a href=\"/ledger\">ledger</a> \
+         <span id=\"live\" class=\"live\">connecting…</span></nav>{body}\
+         <script src=\"/assets/app.js\"></script></body></html>",
+        csrf = esc(csrf),
+        t = esc(&title)
+    )
+}
+
+fn status_class(s: TaskStatus) -> &'static str {
+    match s {
+        TaskStatus::Pending => "pending",
+        TaskStatus::Complete => "complete",
+        TaskStatus::Failed => "failed",
+    }
+}
+
+/// The run view: session, budget, the checkpoint card, the plan (the server-rendered `main`, which
+/// the script fetches again when the session changes), and the live cards, which stream from
+/// `after` on.
+pub fn run(run: &Run, csrf: &str, after: u64) -> String {
+    let s = &run.state;
+    let mut b = String::from("<main id=\"main\">");
+    let _ = write!(
+        b,
+        "<h1>{}</h1><p class=\"session\">session <b id=\"status\">{:?}</b> · phase <b>{}</b> · \
+         gapCount <b>{}</b> · revision {}</p>",
+        esc(&run.root.display().to_string()),
+        s.status,
+        s.current_phase,
+        s.gap_count,
+        s.revision
+    );
+    b.push_str(&budget(run));
+    if let Some(cp) = &run.checkpoint {
+        b.push_str(&checkpoint_card(cp, csrf));
+    }
+    b.push_str("<h2>Plan</h2><table class=\"plan\"><tr><th>task</th><th>title</th><th>status</th><th>depends on</th><th>commits</th><th>worktree</th></tr>");
+    for row in &run.tasks {
+        let t = &row.task;
+        let commits: Vec<String> = t
+            .commits
+            .iter()
+            .flatten()
+            .map(|c| esc(&c[..c.len().min(10)]))
+            .collect();
+        let _ = write!(
+            b,
+            "<tr class=\"{cls}\" data-task=\"{id}\"><td>{id}</td><td>{title}</td><td>{st:?}</td>\
+             <td>{deps}</td><td><code>{commits}</code></td><td>{wt}</td></tr>",
+            cls = status_class(t.status),
+            id = esc(&t.id),
+            title = esc(&t.title),
+            st = t.status,
+            deps = esc(&t.dependencies.join(", ")),
+            commits = commits.join(" "),
+            wt = row
+                .worktree
+                .as_ref()
+                .map(|w| esc(&w.display().to_string()))
+                .unwrap_or_default()
+        );
+    }
+    b.push_str("</table></main><h2>Agents</h2><div id=\"cards\" class=\"cards\"></div>");
+    frame("metash: run", csrf, after, run.needs_you(), &b)
+}
+
+fn budget(run: &Run) -> String {
+    let (used, max) = (run.used.tokens_used, run.budget.max_tokens);
+    let Some(max) = max else {
+        return format!(
+            "<p class=\"budget\">tokens used {used} · cost ${:.4} · no budget set</p>",
+            run.used.cost_usd
+        );
+    };
+    let pct = used
+        .saturating_mul(100)
+        .checked_div(max)
+        .map_or(100, |p| p.min(100));
+    format!(
+        "<p class=\"budget\">tokens {used} of {max} · cost ${:.4}</p>\
+         <div class=\"bar\"><div class=\"fill p{}\"></div></div>",
+        run.used.cost_usd,
+        pct / 5 * 5
+    )
+}
+
+fn checkpoint_card(cp: &metash_protocol::PendingCheckpoint, csrf: &str) -> String {
+    let sig = &cp.signal;
+    let mut b = format!(
+        "<section class=\"card checkpoint\" id=\"checkpoint\"><h2>Needs you: checkpoint \
+         <code>{}</code></h2><p class=\"from\">from {}</p><p class=\"message\">{}</p>\
+         <form method=\"post\" action=\"/checkpoint\"><input type=\"hidden\" name=\"csrf\" \
+         value=\"{}\"><input type=\"hidden\" name=\"id\" value=\"{}\">",
+        esc(&cp.id),
+        esc(&cp.agent),
+        esc(&sig.message),
+        esc(csrf),
+        esc(&cp.id)
+    );
+    if sig.options.is_empty() {
+        b.push_str(
+            "<input name=\"answer\" required placeholder=\"your answer\"> \
+             <button type=\"submit\">answer</button>",
+        );
+    } else {
+        for o in &sig.options {
+            let _ = write!(
+                b,
+                "<button type=\"submit\" name=\"answer\" value=\"{o}\">{o}</button> ",
+                o = esc(o)
+            );
+        }
+    }
+    b.push_str("</form></section>");
+    b
+}
+
+/// The ledger view: grants (revocable), then the records, with the chain's check.
+pub fn ledger(grants: &[GrantRow], records: &[LogRecord], chain: &str, csrf: &str) -> String {
+    let mut b = format!(
+        "<h1>Ledger</h1><p class=\"chain\">hash chain: {}</p>\
+         <p><a href=\"/ledger/export\">export (redacted JSON lines)</a></p>\
+         <form method=\"get\" action=\"/ledger\" class=\"filter\">\
+         <input name=\"agent\" placeholder=\"agent\"> <input name=\"capability\" \
+         placeholder=\"capability\"> <button>filter</button></form>\
+         <h2>Grants</h2><table class=\"grants\"><tr><th>agent</th><th>capability</th>\
+         <th>expires</th><th>state</th><th></th></tr>",
+        esc(chain)
+    );
+    for row in grants {
+        let g = &row.grant;
+        let state = match (&g.revoked_at, row.live) {
+            (Some(at), _) => format!("revoked {}", esc(at)),
+            (None, true) => "live".to_string(),
+            (None, false) => "expired".to_string(),
+        };
+        let button = if row.live {
+            format!(
+                "<form method=\"post\" action=\"/revoke\"><input type=\"hidden\" name=\"csrf\" \
+                 value=\"{}\"><input type=\"hidden\" name=\"agent\" value=\"{}\"><input \
+                 type=\"hidden\" name=\"capability\" value=\"{}\"><button>revoke</button></form>",
+                esc(csrf),
+                esc(&g.agent),
+                esc(&g.capability.to_string())
+            )
+        } else {
+            String::new()
+        };
+        let _ = write!(
+            b,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{state}</td><td>{button}</td></tr>",
+            esc(&g.agent),
+            esc(&g.capability.to_string()),
+            esc(&g.expires_at)
+        );
+    }
+    b.push_str("</table><h2>Records</h2><table class=\"records\"><tr><th>seq</th><th>time</th><th>what</th></tr>");
+    for r in records.iter().rev().take(500) {
+        let _ = write!(
+            b,
+            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            r.seq,
+            esc(&r.ts),
+            esc(&ledger::summary(r))
+        );
+    }
+    b.push_str("</table>");
+    frame("metash: ledger", csrf, 0, false, &b)
+}
+
+/// A refusal or an error, as a page.
+pub fn message(title: &str, text: &str) -> String {
+    format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t}</title>\
+         <link rel=\"stylesheet\" href=\"/assets/app.css\"></head><body><h1>{t}</h1><p>{x}</p>\
+         </body></html>",
+        t = esc(title),
+        x = esc(text)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markup_from_anywhere_is_text() {
+        assert_eq!(
+            esc("<script>alert('x')</script>&\""),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;"
+        );
+        let page = frame("<b>", "c\"sr", 0, false, "");
+        assert!(page.contains("<title>&lt;b&gt;</title>"));
+        assert!(page.contains("content=\"c&quot;sr\""));
+        assert!(!page.contains("<script>") || page.contains("<script src="));
+    }
+}

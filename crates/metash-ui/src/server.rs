@@ -1,0 +1,238 @@
+//! The HTTP side: routes, the guard in front of all of them, and the handlers. Reads come from
+//! the store at request time ([`crate::model`]); every change goes through the function the CLI
+//! calls for it (`checkpoint::answer`, `consent::revoke`), so the UI is one more client with the
+//! same rules: a checkpoint is answered once, by whichever client answers first.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Form, Router};
+use metash_policy::{ledger, Redactor};
+use metash_store::Store;
+use serde::Deserialize;
+
+use crate::guard::{harden, Guard};
+use crate::{live, model, pages};
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct App {
+    pub root: PathBuf,
+    pub store: Store,
+    pub guard: Arc<Guard>,
+    pub redactor: Arc<Redactor>,
+}
+
+/// The routes, behind the guard.
+pub fn router(app: App) -> Router {
+    Router::new()
+        .route("/", get(run_view))
+        .route("/login", get(login))
+        .route("/ledger", get(ledger_view))
+        .route("/ledger/export", get(ledger_export))
+        .route("/events", get(events))
+        .route("/checkpoint", post(answer_checkpoint))
+        .route("/revoke", post(revoke))
+        .route("/assets/app.js", get(app_js))
+        .route("/assets/app.css", get(app_css))
+        .layer(middleware::from_fn_with_state(app.clone(), guarded))
+        .with_state(app)
+}
+
+async fn guarded(State(app): State<App>, req: Request, next: Next) -> Response {
+    let mut res = match app.guard.check(&req) {
+        Ok(()) => next.run(req).await,
+        Err(refusal) => (
+            refusal.status,
+            Html(pages::message("refused", refusal.message)),
+        )
+            .into_response(),
+    };
+    harden(&mut res);
+    res
+}
+
+/// A failure as a page with its status (the message names the file or the reason).
+fn failure(status: StatusCode, e: impl std::fmt::Display) -> Response {
+    (status, Html(pages::message("metash ui", &e.to_string()))).into_response()
+}
+
+/// How much of the log's recent past a fresh run page streams into its cards.
+const RECENT: u64 = 200;
+
+async fn run_view(State(app): State<App>) -> Response {
+    let after = app
+        .store
+        .log()
+        .tail()
+        .map(|t| t.seq.saturating_sub(RECENT))
+        .unwrap_or(0);
+    match model::Run::read(&app.store, &app.root) {
+        Ok(run) => Html(pages::run(&run, &app.guard.csrf, after)).into_response(),
+        Err(e) => failure(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+#[derive(Deserialize)]
+struct Login {
+    token: String,
+}
+
+async fn login(State(app): State<App>, Query(q): Query<Login>) -> Response {
+    if !app.guard.token_ok(&q.token) {
+        return failure(
+            StatusCode::UNAUTHORIZED,
+            "that token is not this server's: open the URL `metash ui` printed",
+        );
+    }
+    let mut res = Redirect::to("/").into_response();
+    if let Ok(v) = HeaderValue::from_str(&app.guard.session_cookie()) {
+        res.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    res
+}
+
+#[derive(Deserialize, Default)]
+struct LedgerQuery {
+    agent: Option<String>,
+    capability: Option<String>,
+}
+
+fn ledger_filter(q: &LedgerQuery) -> ledger::Filter {
+    let nonempty = |s: &Option<String>| {
+        s.as_deref()
+            .filter(|s| !s.trim().is_empty())
+            .map(str::to_string)
+    };
+    ledger::Filter {
+        agent: nonempty(&q.agent),
+        capability: nonempty(&q.capability).and_then(|c| c.parse().ok()),
+        ..ledger::Filter::default()
+    }
+}
+
+async fn ledger_view(State(app): State<App>, Query(q): Query<LedgerQuery>) -> Response {
+    let read = || -> crate::Result<String> {
+        let grants = model::grants(&app.store)?;
+        let records: Vec<_> = ledger::records(&app.store, &ledger_filter(&q))?
+            .iter()
+            .map(|r| app.redactor.redact_record(r))
+            .collect();
+        let chain = match app.store.log().verify() {
+            Ok(n) => format!("verified, {n} records"),
+            Err(e) => format!("BROKEN: {e}"),
+        };
+        Ok(pages::ledger(&grants, &records, &chain, &app.guard.csrf))
+    };
+    match read() {
+        Ok(html) => Html(html).into_response(),
+        Err(e) => failure(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+async fn ledger_export(State(app): State<App>, Query(q): Query<LedgerQuery>) -> Response {
+    let mut out = Vec::new();
+    match ledger::export(
+        &app.store,
+        &ledger_filter(&q),
+        ledger::Format::Jsonl,
+        &app.redactor,
+        &mut out,
+    ) {
+        Ok(_) => (
+            [(header::CONTENT_TYPE, "application/x-ndjson; charset=utf-8")],
+            Body::from(out),
+        )
+            .into_response(),
+        Err(e) => failure(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+#[derive(Deserialize)]
+struct After {
+    after: Option<u64>,
+}
+
+async fn events(State(app): State<App>, headers: HeaderMap, Query(q): Query<After>) -> Response {
+    // The browser's Last-Event-ID (a reconnect) wins over where the page asked to start.
+    let last = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let after = last.or(q.after).unwrap_or(0);
+    live::stream(app.store.clone(), Arc::clone(&app.redactor), after).into_response()
+}
+
+/// The forms' CSRF field (checked here: the guard has not read the body).
+fn csrf_refused(app: &App, csrf: &str) -> Option<Response> {
+    (!app.guard.csrf_ok(csrf)).then(|| {
+        failure(
+            StatusCode::FORBIDDEN,
+            "a form without this page's CSRF token",
+        )
+    })
+}
+
+#[derive(Deserialize)]
+struct Answer {
+    csrf: String,
+    id: String,
+    answer: String,
+}
+
+async fn answer_checkpoint(State(app): State<App>, Form(f): Form<Answer>) -> Response {
+    if let Some(r) = csrf_refused(&app, &f.csrf) {
+        return r;
+    }
+    match metash_host::checkpoint::answer(&app.store, Some(&f.id), &f.answer) {
+        Ok(_) => Redirect::to("/").into_response(),
+        // Answered by someone else first, or not one of the options: say so.
+        Err(e) => failure(StatusCode::CONFLICT, e),
+    }
+}
+
+#[derive(Deserialize)]
+struct Revoke {
+    csrf: String,
+    agent: String,
+    capability: String,
+}
+
+async fn revoke(State(app): State<App>, Form(f): Form<Revoke>) -> Response {
+    if let Some(r) = csrf_refused(&app, &f.csrf) {
+        return r;
+    }
+    let cap = match f.capability.parse() {
+        Ok(c) => c,
+        Err(e) => return failure(StatusCode::BAD_REQUEST, e),
+    };
+    let registry =
+        metash_policy::Registry::discover(&metash_policy::AgentDirs::new(&app.root, None));
+    let policy = metash_policy::Policy::new(app.store.clone(), registry);
+    match policy.revoke(&f.agent, &cap, "ui") {
+        Ok(_) => Redirect::to("/ledger").into_response(),
+        Err(e) => failure(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+async fn app_js() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        include_str!("../assets/app.js"),
+    )
+        .into_response()
+}
+
+async fn app_css() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        include_str!("../assets/app.css"),
+    )
+        .into_response()
+}

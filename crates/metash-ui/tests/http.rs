@@ -1,0 +1,383 @@
+//! `metash ui` over real HTTP on loopback: the security checks (each refuses what it is for), a
+//! checkpoint answered from the UI exactly once and delivered to the next spawn, a revocation
+//! from the ledger view, agent markup shown as text, and the live stream resuming after
+//! `Last-Event-ID` with nothing missed and nothing twice.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use metash_protocol::host::CheckpointTag;
+use metash_protocol::{CheckpointReason, CheckpointSignal, LogKind};
+use metash_store::Store;
+use serde_json::json;
+
+struct Ui {
+    _dir: tempfile::TempDir,
+    root: std::path::PathBuf,
+    rt: tokio::runtime::Runtime,
+    served: Option<metash_ui::Served>,
+    addr: SocketAddr,
+    cookie: String,
+    csrf: String,
+}
+
+struct Reply {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+fn request(addr: SocketAddr, raw: &str) -> Reply {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(raw.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Reply {
+        status,
+        head: head.to_string(),
+        body: body.to_string(),
+    }
+}
+
+impl Ui {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        Store::init(&root, Some("# ui test\n")).unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let served = rt
+            .block_on(metash_ui::serve(&root, &metash_ui::UiOptions::default()))
+            .unwrap();
+        let addr = served.addr;
+        let path = served
+            .url
+            .split_once(&addr.to_string())
+            .unwrap()
+            .1
+            .to_string();
+        let login = request(
+            addr,
+            &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+        );
+        assert_eq!(login.status, 303, "{}", login.head);
+        let set = login
+            .head
+            .lines()
+            .find_map(|l| l.strip_prefix("set-cookie: "))
+            .expect("a session cookie")
+            .to_string();
+        assert!(
+            set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+            "{set}"
+        );
+        let cookie = set.split(';').next().unwrap().to_string();
+        let mut ui = Self {
+            _dir: dir,
+            root,
+            rt,
+            served: Some(served),
+            addr,
+            cookie,
+            csrf: String::new(),
+        };
+        let page = ui.get("/");
+        ui.csrf = page
+            .body
+            .split("name=\"csrf\" content=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap()
+            .to_string();
+        ui
+    }
+
+    fn store(&self) -> Store {
+        Store::open(&self.root).unwrap()
+    }
+
+    fn get(&self, path: &str) -> Reply {
+        request(
+            self.addr,
+            &format!(
+                "GET {path} HTTP/1.1\r\nHost: {}\r\nCookie: {}\r\nConnection: close\r\n\r\n",
+                self.addr, self.cookie
+            ),
+        )
+    }
+
+    fn post_form(&self, path: &str, form: &str, extra: &str) -> Reply {
+        request(
+            self.addr,
+            &format!(
+                "POST {path} HTTP/1.1\r\nHost: {}\r\nCookie: {}\r\n{extra}Content-Type: \
+                 application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: \
+                 close\r\n\r\n{form}",
+                self.addr,
+                self.cookie,
+                form.len()
+            ),
+        )
+    }
+}
+
+impl Drop for Ui {
+    fn drop(&mut self) {
+        if let Some(s) = self.served.take() {
+            self.rt.block_on(s.stop());
+        }
+    }
+}
+
+#[test]
+fn every_check_refuses_what_it_is_for() {
+    let ui = Ui::start();
+    let a = ui.addr;
+    let page = ui.get("/");
+    assert_eq!(page.status, 200);
+    assert!(page
+        .head
+        .contains("content-security-policy: default-src 'none'; script-src 'self'"));
+    assert!(page.head.contains("x-frame-options: DENY"));
+    let no_cookie = request(
+        a,
+        &format!("GET / HTTP/1.1\r\nHost: {a}\r\nConnection: close\r\n\r\n"),
+    );
+    assert_eq!(no_cookie.status, 401);
+    let wrong_token = request(
+        a,
+        &format!("GET /login?token=guess HTTP/1.1\r\nHost: {a}\r\nConnection: close\r\n\r\n"),
+    );
+    assert_eq!(wrong_token.status, 401);
+    assert!(!wrong_token.head.contains("set-cookie"));
+    let rebinding = request(
+        a,
+        &format!(
+            "GET / HTTP/1.1\r\nHost: evil.example:{}\r\nCookie: {}\r\nConnection: close\r\n\r\n",
+            a.port(),
+            ui.cookie
+        ),
+    );
+    assert_eq!(rebinding.status, 421);
+    let foreign = request(
+        a,
+        &format!(
+            "GET / HTTP/1.1\r\nHost: {a}\r\nOrigin: http://evil.example\r\nCookie: {}\r\nConnection: close\r\n\r\n",
+            ui.cookie
+        ),
+    );
+    assert_eq!(foreign.status, 403);
+    // A form post without the page's token, and one with a wrong token.
+    let no_csrf = ui.post_form("/revoke", "agent=a&capability=network", "");
+    assert_eq!(
+        no_csrf.status, 422,
+        "the form misses its csrf field: {}",
+        no_csrf.body
+    );
+    let bad_csrf = ui.post_form("/revoke", "csrf=nope&agent=a&capability=network", "");
+    assert_eq!(bad_csrf.status, 403);
+    let json_post = request(
+        a,
+        &format!(
+            "POST /revoke HTTP/1.1\r\nHost: {a}\r\nCookie: {}\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}",
+            ui.cookie
+        ),
+    );
+    assert_eq!(json_post.status, 403, "no CSRF header");
+}
+
+#[test]
+fn a_checkpoint_is_answered_from_the_page_once_and_reaches_the_next_spawn() {
+    let ui = Ui::start();
+    let store = ui.store();
+    let signal = CheckpointSignal {
+        kind: CheckpointTag::Checkpoint,
+        reason: CheckpointReason::DecisionRequired,
+        message: "Which language? <b>pick</b>".into(),
+        options: vec!["french".into(), "german".into()],
+        resume_id: None,
+    };
+    let pending = metash_host::checkpoint::raise(&store, "planner", &signal).unwrap();
+    let page = ui.get("/");
+    assert!(
+        page.body.contains("<title>(needs you) metash: run</title>"),
+        "{}",
+        page.body
+    );
+    assert!(page
+        .body
+        .contains("Which language? &lt;b&gt;pick&lt;/b&gt;"));
+    assert!(page.body.contains("value=\"german\""));
+    let form = format!("csrf={}&id={}&answer=german", ui.csrf, pending.id);
+    assert_eq!(ui.post_form("/checkpoint", &form, "").status, 303);
+    // Answered once: a second answer (another tab, or a terminal first) is refused.
+    let again = ui.post_form("/checkpoint", &form, "");
+    assert_eq!(again.status, 409, "{}", again.body);
+    let resume = metash_host::checkpoint::take_resume(&store, "planner").unwrap();
+    assert_eq!(resume.map(|r| r.user_input), Some("german".to_string()));
+    assert_eq!(
+        metash_host::checkpoint::take_resume(&store, "planner").unwrap(),
+        None
+    );
+    assert!(!ui.get("/").body.contains("(needs you)"));
+}
+
+#[test]
+fn a_grant_is_revoked_from_the_ledger_view() {
+    let ui = Ui::start();
+    let dir = ui.root.join(".meta/agents/fetcher");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("manifest.toml"),
+        "schema_version = \"0.1\"\nname = \"fetcher\"\nversion = \"0.1.0\"\nentry = \"f.wasm\"\n\
+         sandbox = \"wasm\"\ncapabilities = [\"network:api.example.com\"]\n",
+    )
+    .unwrap();
+    let registry =
+        metash_policy::Registry::discover(&metash_policy::AgentDirs::new(&ui.root, None));
+    let policy = metash_policy::Policy::new(ui.store(), registry);
+    let cap = "network:api.example.com".parse().unwrap();
+    policy.grant("fetcher", &cap, 600, false, "test").unwrap();
+    let ledger = ui.get("/ledger");
+    assert!(
+        ledger.body.contains("hash chain: verified"),
+        "{}",
+        ledger.body
+    );
+    assert!(ledger.body.contains("action=\"/revoke\""));
+    let form = format!(
+        "csrf={}&agent=fetcher&capability=network%3Aapi.example.com",
+        ui.csrf
+    );
+    assert_eq!(ui.post_form("/revoke", &form, "").status, 303);
+    let live: Vec<_> = policy
+        .grants()
+        .unwrap()
+        .into_iter()
+        .filter(|(_, l)| *l)
+        .collect();
+    assert!(live.is_empty(), "{live:?}");
+    let after = ui.get("/ledger");
+    assert!(after.body.contains("revoked"));
+    let export = ui.get("/ledger/export");
+    assert_eq!(export.status, 200);
+    assert!(export.body.contains("consent_revoked") || export.body.contains("revok"));
+}
+
+#[test]
+fn markup_from_an_agent_or_a_plan_is_text() {
+    let ui = Ui::start();
+    let store = ui.store();
+    store
+        .update_state(
+            "plan",
+            json!({"currentTaskIdx": 0, "tasks": [{"id": "t1", "title": "<script>alert(1)</script>", "status": "pending"}]}),
+        )
+        .unwrap();
+    let page = ui.get("/");
+    assert!(page.body.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert_eq!(
+        page.body.matches("<script").count(),
+        1,
+        "only the page's own script"
+    );
+}
+
+/// Reads `n` SSE events (id and data) from `/events`, sending `Last-Event-ID: last`.
+fn read_events(ui: &Ui, last: Option<u64>, n: usize) -> Vec<(u64, serde_json::Value)> {
+    let mut s = TcpStream::connect(ui.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let resume = last
+        .map(|l| format!("Last-Event-ID: {l}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "GET /events HTTP/1.1\r\nHost: {}\r\nCookie: {}\r\n{resume}Accept: text/event-stream\r\n\r\n",
+        ui.addr, ui.cookie
+    )
+    .unwrap();
+    let mut r = BufReader::new(s);
+    let (mut out, mut id) = (Vec::new(), None);
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut line = String::new();
+    while out.len() < n && Instant::now() < until {
+        line.clear();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        // Chunked framing lines (sizes) carry no "id:"/"data:" prefix and are skipped.
+        if let Some(v) = line.trim_end().strip_prefix("id: ") {
+            id = v.parse().ok();
+        } else if let Some(v) = line.trim_end().strip_prefix("data: ") {
+            out.push((id.take().unwrap(), serde_json::from_str(v).unwrap()));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_live_stream_resumes_after_the_last_event_with_nothing_missed_or_twice() {
+    let ui = Ui::start();
+    let store = ui.store();
+    let first = store.log().tail().unwrap().seq;
+    for i in 0..5 {
+        store
+            .append(
+                LogKind::Progress,
+                Some("a"),
+                json!({"message": format!("m{i}")}),
+            )
+            .unwrap();
+    }
+    let all = read_events(&ui, None, (first + 5) as usize);
+    let ids: Vec<u64> = all.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, (1..=first + 5).collect::<Vec<_>>());
+    // A reconnect after the third progress record gets the rest, then what is appended later.
+    let cut = first + 3;
+    let writer = {
+        let root = ui.root.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let s = Store::open(&root).unwrap();
+            s.append(LogKind::Progress, Some("a"), json!({"message": "later"}))
+                .unwrap();
+        })
+    };
+    let rest = read_events(&ui, Some(cut), 3);
+    writer.join().unwrap();
+    let ids: Vec<u64> = rest.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, vec![cut + 1, cut + 2, cut + 3]);
+    assert_eq!(rest[2].1["data"]["message"], "later");
+    assert_eq!(rest[0].1["data"]["message"], "m3");
+}
+
+#[test]
+fn secrets_in_the_stream_are_redacted() {
+    let ui = Ui::start();
+    let store = ui.store();
+    let secret = "sk-ant-api03-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+    store
+        .append(
+            LogKind::Progress,
+            Some("a"),
+            json!({"message": format!("key {secret}")}),
+        )
+        .unwrap();
+    let n = store.log().tail().unwrap().seq as usize;
+    let evs = read_events(&ui, Some(n as u64 - 1), 1);
+    let text = evs[0].1.to_string();
+    assert!(!text.contains(secret), "{text}");
+    assert!(text.contains("key "), "{text}");
+}
