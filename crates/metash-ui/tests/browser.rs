@@ -15,6 +15,8 @@ use metash_protocol::{CheckpointReason, CheckpointSignal, LogKind};
 use metash_store::Store;
 use serde_json::json;
 
+mod common;
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -118,18 +120,13 @@ fn the_ui_in_chromium_streams_answers_and_revokes() {
         Ok(p) => p,
         Err(why) => return metash_testkit::skip("browser test", &why),
     };
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    Store::init(&root, Some("# browser test\n")).unwrap();
+    let common::Served {
+        dir: _dir,
+        root,
+        rt,
+        served,
+    } = common::serve_new_project();
     let store = Store::open(&root).unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let served = rt
-        .block_on(metash_ui::serve(&root, &metash_ui::UiOptions::default()))
-        .unwrap();
     let shots = repo().join("target/ui-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
     let mut node = Command::new("node")

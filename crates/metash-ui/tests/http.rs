@@ -13,6 +13,8 @@ use metash_protocol::{CheckpointReason, CheckpointSignal, LogKind};
 use metash_store::Store;
 use serde_json::json;
 
+mod common;
+
 struct Ui {
     _dir: tempfile::TempDir,
     root: std::path::PathBuf,
@@ -50,17 +52,12 @@ fn request(addr: SocketAddr, raw: &str) -> Reply {
 
 impl Ui {
     fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().canonicalize().unwrap();
-        Store::init(&root, Some("# ui test\n")).unwrap();
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let served = rt
-            .block_on(metash_ui::serve(&root, &metash_ui::UiOptions::default()))
-            .unwrap();
+        let common::Served {
+            dir,
+            root,
+            rt,
+            served,
+        } = common::serve_new_project();
         let addr = served.addr;
         let path = served
             .url

@@ -1,0 +1,198 @@
+//! `metash ui`'s live stream under a flooding agent (issue 15): an agent's events appended at
+//! 1,000/s for a few seconds while a page-like client reads `/events`. Reports the latency from
+//! append to the client (median and p99), against a bare follower of the same log (the same
+//! `read_from` loop, no HTTP) measured in the same run, and the process's resident memory before
+//! and after. `cargo bench -p metash-ui --bench stream` (`METASH_BENCH_SECS`, default 5).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use metash_protocol::LogKind;
+use metash_store::Store;
+use serde_json::json;
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// Appends `n` events at `rate`/s; each carries its index; `sent[i]` is when its append returned.
+fn flood(root: &std::path::Path, n: usize, rate: u32, base: Instant, sent: Arc<Mutex<Vec<f64>>>) {
+    let store = Store::open(root).unwrap();
+    let gap = Duration::from_secs(1) / rate;
+    let start = Instant::now();
+    for i in 0..n {
+        let due = start + gap * i as u32;
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        store
+            .append(
+                LogKind::AgentEvent,
+                Some("flood"),
+                json!({"type": "output", "agent_id": "flood", "chunk_id": format!("f:{i}"),
+                       "content_type": "text/plain", "data": format!("{i}")}),
+            )
+            .unwrap();
+        sent.lock().unwrap()[i] = base.elapsed().as_secs_f64();
+    }
+}
+
+fn latencies(sent: &[f64], got: &[(usize, f64)]) -> Vec<f64> {
+    got.iter()
+        .filter(|(i, _)| sent[*i] > 0.0)
+        .map(|(i, t)| (t - sent[*i]).max(0.0) * 1e3)
+        .collect()
+}
+
+fn main() {
+    let secs: usize = std::env::var("METASH_BENCH_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let rate = 1000u32;
+    let n = secs * rate as usize;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    Store::init(&root, Some("# bench\n")).unwrap();
+    let start_seq = Store::open(&root).unwrap().log().tail().unwrap().seq;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let served = rt
+        .block_on(metash_ui::serve(&root, &metash_ui::UiOptions::default()))
+        .unwrap();
+    let addr = served.addr;
+    let login = served
+        .url
+        .split_once(&addr.to_string())
+        .unwrap()
+        .1
+        .to_string();
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {login} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = String::new();
+    std::io::Read::read_to_string(&mut s, &mut head).unwrap();
+    let cookie = head
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+
+    let base = Instant::now();
+    let sent = Arc::new(Mutex::new(vec![0.0f64; n]));
+    let rss_before = rss_kib();
+
+    // The page: reads the SSE stream, notes when each event arrives.
+    let page = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        write!(
+            s,
+            "GET /events?after={start_seq} HTTP/1.1\r\nHost: {addr}\r\nCookie: {cookie}\r\n\r\n"
+        )
+        .unwrap();
+        let mut r = BufReader::new(s);
+        let (mut got, mut line) = (Vec::with_capacity(n), String::new());
+        while got.len() < n {
+            line.clear();
+            if r.read_line(&mut line).unwrap_or(0) == 0 {
+                break;
+            }
+            if let Some(d) = line.trim_end().strip_prefix("data: ") {
+                let v: serde_json::Value = serde_json::from_str(d).unwrap();
+                if let Some(i) = v["data"]["data"]
+                    .as_str()
+                    .and_then(|x| x.parse::<usize>().ok())
+                {
+                    got.push((i, base.elapsed().as_secs_f64()));
+                }
+            }
+        }
+        got
+    });
+    // The baseline: a bare follower of the same log, polling as the stream does.
+    let bare = {
+        let root = root.clone();
+        std::thread::spawn(move || {
+            let store = Store::open(&root).unwrap();
+            let (mut got, mut offset) = (Vec::with_capacity(n), 0);
+            let until = Instant::now() + Duration::from_secs(secs as u64 + 30);
+            while got.len() < n && Instant::now() < until {
+                let (recs, next) = store.log().read_from(offset, 256).unwrap();
+                offset = next;
+                let now = base.elapsed().as_secs_f64();
+                for r in &recs {
+                    if let Some(i) = r.data["data"]
+                        .as_str()
+                        .and_then(|x| x.parse::<usize>().ok())
+                    {
+                        got.push((i, now));
+                    }
+                }
+                if recs.is_empty() {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            got
+        })
+    };
+    let t0 = Instant::now();
+    flood(&root, n, rate, base, Arc::clone(&sent));
+    let flood_s = t0.elapsed().as_secs_f64();
+    let got = page.join().unwrap();
+    let bare = bare.join().unwrap();
+    let rss_after = rss_kib();
+    rt.block_on(served.stop());
+
+    let sent = sent.lock().unwrap().clone();
+    let mut page_ms = latencies(&sent, &got);
+    let mut bare_ms = latencies(&sent, &bare);
+    let (pm, p99) = (
+        percentile(&mut page_ms, 0.5),
+        percentile(&mut page_ms, 0.99),
+    );
+    let (bm, b99) = (
+        percentile(&mut bare_ms, 0.5),
+        percentile(&mut bare_ms, 0.99),
+    );
+    println!(
+        "flood: {n} events in {flood_s:.2} s ({:.0}/s); the page got {} of {n}",
+        n as f64 / flood_s,
+        got.len()
+    );
+    println!(
+        "append -> page: median {pm:.1} ms, p99 {p99:.1} ms (target: median <= 100 ms); bare \
+         follower of the same log: median {bm:.1} ms, p99 {b99:.1} ms; page/bare median = {:.2}x",
+        pm / bm.max(0.001)
+    );
+    println!(
+        "resident memory: {} KiB before the flood, {} KiB after ({:+} KiB) for {n} events streamed",
+        rss_before,
+        rss_after,
+        rss_after as i64 - rss_before as i64
+    );
+}
