@@ -58,9 +58,25 @@ pub struct HostSection {
     pub kv_max_keys: Option<usize>,
     #[serde(default)]
     pub kv_max_bytes: Option<usize>,
+    /// How long an agent's question that no rule answers (not `--yes-to`, not the policy file)
+    /// waits for an answer from any client (`metash ui`, JSON-RPC) before it is denied, when
+    /// nobody is at a terminal. 0 or absent: denied at once, never waited for.
+    #[serde(default)]
+    pub consent_wait_seconds: Option<f64>,
 }
 
+/// The longest a question may wait for a client: a day.
+pub const MAX_CONSENT_WAIT_S: f64 = 86_400.0;
+
 impl HostSection {
+    /// How long an unanswered question waits for a client (zero: not at all).
+    pub fn consent_wait(&self) -> std::time::Duration {
+        self.consent_wait_seconds
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map(|s| std::time::Duration::from_secs_f64(s.min(MAX_CONSENT_WAIT_S)))
+            .unwrap_or_default()
+    }
+
     /// The KV quota of every agent namespace and of the scratchpad.
     pub fn kv_quota(&self) -> metash_store::KvQuota {
         metash_store::KvQuota {
@@ -326,6 +342,16 @@ impl HostFile {
         {
             return bad(format!(
                 "[artifacts] max_age_days must be a number of days >= 0, not {d}"
+            ));
+        }
+        if let Some(w) = self
+            .host
+            .consent_wait_seconds
+            .filter(|w| !(0.0..=MAX_CONSENT_WAIT_S).contains(w))
+        {
+            return bad(format!(
+                "[host] consent_wait_seconds must be between 0 and {MAX_CONSENT_WAIT_S} seconds, \
+                 not {w}"
             ));
         }
         let bad_timeout = |t: &Option<f64>| t.filter(|t| timeout_from_secs(*t).is_none());

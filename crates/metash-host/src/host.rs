@@ -173,10 +173,20 @@ impl Host {
                 std::io::BufReader::new(std::io::stdin()),
                 std::io::stderr(),
             )),
-            ConsentMode::NonInteractive => Box::new(NonInteractive::new(
-                self.policy_file.clone(),
-                self.options.yes_to.clone(),
-            )),
+            ConsentMode::NonInteractive => {
+                let rules =
+                    NonInteractive::new(self.policy_file.clone(), self.options.yes_to.clone());
+                let wait = self.config.host.consent_wait();
+                if wait.is_zero() {
+                    Box::new(rules)
+                } else {
+                    Box::new(crate::asks::WaitingPrompter::new(
+                        rules,
+                        self.store.clone(),
+                        wait,
+                    ))
+                }
+            }
         }
     }
 

@@ -1,6 +1,7 @@
 //! The host (seed 000): what an orchestrator calls to spawn sub-agents under limits, change state
 //! atomically, report progress and pause for people.
 
+pub mod asks;
 pub mod budget;
 mod bus;
 pub mod checkpoint;

@@ -118,20 +118,23 @@ impl NonInteractive {
     }
 }
 
-impl ConsentPrompter for NonInteractive {
-    fn ask(&mut self, q: &ConsentQuestion) -> Answer {
-        if let Some(p) = &self.policy {
-            if p.denies(q) {
-                return Answer::Deny;
-            }
+impl NonInteractive {
+    /// What the policy file and `--yes-to` say about `q`; `None` when no rule answers it (then
+    /// [`ConsentPrompter::ask`] denies, or a waiting prompter asks any client).
+    pub fn decide(&self, q: &ConsentQuestion) -> Option<Answer> {
+        if self.policy.as_ref().is_some_and(|p| p.denies(q)) {
+            return Some(Answer::Deny);
         }
         if self.yes_to.iter().any(|c| c.covers(&q.capability)) {
-            return Answer::AllowOnce;
+            return Some(Answer::AllowOnce);
         }
-        self.policy
-            .as_ref()
-            .and_then(|p| p.answer(q))
-            .unwrap_or(Answer::Deny)
+        self.policy.as_ref().and_then(|p| p.answer(q))
+    }
+}
+
+impl ConsentPrompter for NonInteractive {
+    fn ask(&mut self, q: &ConsentQuestion) -> Answer {
+        self.decide(q).unwrap_or(Answer::Deny)
     }
 
     fn name(&self) -> &'static str {

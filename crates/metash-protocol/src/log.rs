@@ -65,6 +65,12 @@ log_kinds! {
     ConsentRequest => "consent_request",
     /// Their answer: `{request_id, capability, answer: allow_once|allow_for|deny, duration_s, by}`.
     ConsentAnswer => "consent_answer",
+    /// A question no rule answered waits for any client (`metash ui`, JSON-RPC, `metash consent
+    /// answer`): `{id, capability, reason, duration_s, deadline}`.
+    ConsentPending => "consent_pending",
+    /// A client answered a waiting question, first and only: `{id, answer, duration_s, by}`; the
+    /// question's `consent_answer` follows.
+    ConsentReplied => "consent_replied",
     /// A grant, by the host only: `{capability, expires_at, duration_s, sensitive, source}`.
     ConsentGrant => "consent_grant",
     /// A revocation, by the host only: `{capability, revoked: [{capability, expires_at}], source}`.

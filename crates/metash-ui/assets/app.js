@@ -28,12 +28,27 @@
     return c.querySelector("pre");
   }
 
+  // Each consent card's time left, every second.
+  function countdowns() {
+    for (const el of document.querySelectorAll(".countdown[data-deadline]")) {
+      const left = Math.max(0, Math.round((Date.parse(el.dataset.deadline) - Date.now()) / 1000));
+      el.textContent = left + " s";
+    }
+  }
+  setInterval(countdowns, 1000);
+
+  let wasWaiting = false;
   function needsYou() {
-    const waiting = document.getElementById("checkpoint") !== null;
+    countdowns();
+    const waiting = document.getElementById("checkpoint") !== null || document.querySelector(".consent") !== null;
     const base = document.title.replace(/^\(needs you\) /, "");
     document.title = waiting ? "(needs you) " + base : base;
-    if (waiting && window.Notification && Notification.permission === "granted") {
-      new Notification("metash needs you", { body: document.querySelector("#checkpoint .message").textContent });
+    // Once per wait, not at every refresh.
+    const fresh = waiting && !wasWaiting;
+    wasWaiting = waiting;
+    if (fresh && window.Notification && Notification.permission === "granted") {
+      const m = document.querySelector("#checkpoint .message, .consent h2");
+      new Notification("metash needs you", { body: m ? m.textContent : "" });
     }
   }
 

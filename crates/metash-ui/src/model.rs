@@ -29,6 +29,8 @@ pub struct Run {
     pub checkpoint: Option<PendingCheckpoint>,
     pub used: BudgetUsed,
     pub budget: Budget,
+    /// Agents' questions waiting for any client (`[host] consent_wait_seconds`).
+    pub asks: Vec<metash_host::asks::Ask>,
 }
 
 /// A grant as the ledger view shows it.
@@ -66,12 +68,13 @@ impl Run {
             state,
             used: metash_host::budget::used(store)?,
             budget,
+            asks: metash_host::asks::pending(store)?,
         })
     }
 
     /// Whether the run waits on a person (the page title and the notification say so).
     pub fn needs_you(&self) -> bool {
-        self.checkpoint.is_some()
+        self.checkpoint.is_some() || !self.asks.is_empty()
     }
 }
 

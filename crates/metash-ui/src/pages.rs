@@ -72,6 +72,9 @@ pub fn run(run: &Run, csrf: &str, after: u64) -> String {
         s.revision
     );
     b.push_str(&budget(run));
+    for ask in &run.asks {
+        b.push_str(&consent_card(ask, csrf));
+    }
     if let Some(cp) = &run.checkpoint {
         b.push_str(&checkpoint_card(cp, csrf));
     }
@@ -122,6 +125,32 @@ fn budget(run: &Run) -> String {
          <div class=\"bar\"><div class=\"fill p{}\"></div></div>",
         run.used.cost_usd,
         pct / 5 * 5
+    )
+}
+
+/// A question waiting for any client: capability, reason, agent, the length asked for, the time
+/// left; allow once, allow for N seconds, deny.
+fn consent_card(ask: &metash_host::asks::Ask, csrf: &str) -> String {
+    let suggested = ask.duration_s.unwrap_or(300).clamp(1, 86_400);
+    format!(
+        "<section class=\"card consent\" id=\"{id}\"><h2>Needs you: {agent} asks for \
+         <code>{cap}</code></h2><p class=\"message\">{reason}</p><p class=\"from\">asked for \
+         {asked} · denied unless answered in <span class=\"countdown\" data-deadline=\"{dl}\">\
+         {dl}</span></p><form method=\"post\" action=\"/consent\"><input type=\"hidden\" \
+         name=\"csrf\" value=\"{csrf}\"><input type=\"hidden\" name=\"id\" value=\"{id}\">\
+         <button type=\"submit\" name=\"answer\" value=\"once\">allow once</button> \
+         <button type=\"submit\" name=\"answer\" value=\"for\">allow for</button> <input \
+         name=\"seconds\" type=\"number\" min=\"1\" max=\"86400\" value=\"{suggested}\"> s \
+         <button type=\"submit\" name=\"answer\" value=\"deny\">deny</button></form></section>",
+        id = esc(&ask.id),
+        agent = esc(&ask.agent),
+        cap = esc(&ask.capability),
+        reason = esc(&ask.reason),
+        asked = ask
+            .duration_s
+            .map_or("one action".to_string(), |d| format!("{d} s")),
+        dl = esc(&ask.deadline),
+        csrf = esc(csrf),
     )
 }
 

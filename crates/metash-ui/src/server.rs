@@ -39,6 +39,7 @@ pub fn router(app: App) -> Router {
         .route("/events", get(events))
         .route("/checkpoint", post(answer_checkpoint))
         .route("/revoke", post(revoke))
+        .route("/consent", post(answer_consent))
         .route("/assets/app.js", get(app_js))
         .route("/assets/app.css", get(app_css))
         .layer(middleware::from_fn_with_state(app.clone(), guarded))
@@ -193,6 +194,39 @@ async fn answer_checkpoint(State(app): State<App>, Form(f): Form<Answer>) -> Res
     match metash_host::checkpoint::answer(&app.store, Some(&f.id), &f.answer) {
         Ok(_) => Redirect::to("/").into_response(),
         // Answered by someone else first, or not one of the options: say so.
+        Err(e) => failure(StatusCode::CONFLICT, e),
+    }
+}
+
+#[derive(Deserialize)]
+struct ConsentForm {
+    csrf: String,
+    id: String,
+    answer: String,
+    seconds: Option<String>,
+}
+
+async fn answer_consent(State(app): State<App>, Form(f): Form<ConsentForm>) -> Response {
+    if let Some(r) = csrf_refused(&app, &f.csrf) {
+        return r;
+    }
+    let answer = match f.answer.as_str() {
+        "once" => metash_policy::Answer::AllowOnce,
+        "deny" => metash_policy::Answer::Deny,
+        "for" => match f.seconds.as_deref().map(str::trim).map(str::parse::<u64>) {
+            Some(Ok(s)) if (1..=86_400).contains(&s) => metash_policy::Answer::AllowFor(s),
+            _ => {
+                return failure(
+                    StatusCode::BAD_REQUEST,
+                    "allow for how long? a whole number of seconds from 1 to 86400",
+                )
+            }
+        },
+        other => return failure(StatusCode::BAD_REQUEST, format!("no answer `{other}`")),
+    };
+    match metash_host::asks::reply(&app.store, &f.id, answer, "ui") {
+        Ok(()) => Redirect::to("/").into_response(),
+        // Answered elsewhere first, or too late: say so.
         Err(e) => failure(StatusCode::CONFLICT, e),
     }
 }

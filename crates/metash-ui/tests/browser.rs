@@ -88,6 +88,29 @@ fn act(store: &Store, root: &Path, step: &str) {
                 "delivered once"
             );
         }
+        "consent" => {
+            let q = metash_policy::ConsentQuestion {
+                agent: "fetcher".into(),
+                agent_name: "Fetcher".into(),
+                capability: "network:api.example.com".parse().unwrap(),
+                reason: "fetch the docs".into(),
+                sensitive: None,
+                duration_s: Some(120),
+            };
+            metash_host::asks::post(store, &q, std::time::Duration::from_secs(60)).unwrap();
+        }
+        "consent-answered" => {
+            assert!(metash_host::asks::pending(store).unwrap().is_empty());
+            let replied: Vec<_> = store
+                .log()
+                .read_all()
+                .unwrap()
+                .into_iter()
+                .filter(|r| r.kind == LogKind::ConsentReplied)
+                .collect();
+            assert_eq!(replied.len(), 1, "answered once");
+            assert_eq!(replied[0].data["answer"], "allow_once");
+        }
         "grant" => {
             agent_manifest(root, "fetcher", "network:api.example.com");
             let registry =
@@ -159,9 +182,17 @@ fn the_ui_in_chromium_streams_answers_and_revokes() {
     );
     assert_eq!(
         steps,
-        ["agent-output", "checkpoint", "answered", "grant", "revoked"]
+        [
+            "agent-output",
+            "checkpoint",
+            "answered",
+            "consent",
+            "consent-answered",
+            "grant",
+            "revoked"
+        ]
     );
-    for view in ["run", "checkpoint", "ledger"] {
+    for view in ["run", "checkpoint", "consent", "ledger"] {
         assert!(shots.join(format!("{view}.png")).is_file(), "{view}.png");
     }
 }

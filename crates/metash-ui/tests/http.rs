@@ -378,3 +378,48 @@ fn secrets_in_the_stream_are_redacted() {
     assert!(!text.contains(secret), "{text}");
     assert!(text.contains("key "), "{text}");
 }
+
+#[test]
+fn a_waiting_consent_question_is_answered_from_the_page_once() {
+    let ui = Ui::start();
+    let store = ui.store();
+    let q = metash_policy::ConsentQuestion {
+        agent: "fetcher".into(),
+        agent_name: "Fetcher".into(),
+        capability: "network:api.example.com".parse().unwrap(),
+        reason: "fetch <the> docs".into(),
+        sensitive: None,
+        duration_s: Some(120),
+    };
+    let id = metash_host::asks::post(&store, &q, Duration::from_secs(60)).unwrap();
+    let page = ui.get("/");
+    assert!(page.body.contains("<title>(needs you) metash: run</title>"));
+    assert!(page.body.contains("fetch &lt;the&gt; docs"));
+    assert!(page.body.contains("network:api.example.com"));
+    let bad = ui.post_form(
+        "/consent",
+        &format!("csrf={}&id={id}&answer=for&seconds=0", ui.csrf),
+        "",
+    );
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    let form = format!("csrf={}&id={id}&answer=for&seconds=45", ui.csrf);
+    assert_eq!(ui.post_form("/consent", &form, "").status, 303);
+    assert_eq!(
+        ui.post_form("/consent", &form, "").status,
+        409,
+        "answered once"
+    );
+    assert!(metash_host::asks::pending(&store).unwrap().is_empty());
+    let replied: Vec<_> = store
+        .log()
+        .read_all()
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.kind == LogKind::ConsentReplied)
+        .collect();
+    assert_eq!(replied.len(), 1);
+    assert_eq!(replied[0].data["answer"], "allow_for");
+    assert_eq!(replied[0].data["duration_s"], 45);
+    assert_eq!(replied[0].data["by"], "ui");
+    assert!(!ui.get("/").body.contains("(needs you)"));
+}

@@ -284,3 +284,81 @@ fn a_bad_policy_file_stops_the_host_with_file_and_line() {
         assert!(err.contains(says), "{text:?}: {err}");
     }
 }
+
+/// With `[host] consent_wait_seconds`, a question no rule answers waits for any client (what
+/// `metash ui` shows): the first answer reaches the running agent, a second is refused; a question
+/// nobody answers is denied at its deadline.
+#[test]
+fn a_question_waits_for_any_client_and_the_first_answer_wins() {
+    let Some(p) = project(&["codegen", "network:localhost"]) else {
+        return;
+    };
+    p.config("[host]\nconsent_wait_seconds = 20\n");
+    let h = host(&p, &["native"], None);
+    let store = metash_store::Store::open(p.path()).unwrap();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let finished = Arc::clone(&done);
+    // A client: allows `codegen` for 90 s (then tries to answer it again, as a second client
+    // would), denies anything else (the spawn also asks for `network:localhost`).
+    let answerer = std::thread::spawn(move || {
+        let mut second = None;
+        while !finished.load(std::sync::atomic::Ordering::SeqCst) {
+            for ask in metash_host::asks::pending(&store).unwrap() {
+                assert_eq!(ask.agent, "native-c");
+                let answer = if ask.capability == "codegen" {
+                    metash_policy::Answer::AllowFor(90)
+                } else {
+                    metash_policy::Answer::Deny
+                };
+                metash_host::asks::reply(&store, &ask.id, answer, "ui").unwrap();
+                if ask.capability == "codegen" {
+                    let again = metash_host::asks::reply(
+                        &store,
+                        &ask.id,
+                        metash_policy::Answer::Deny,
+                        "terminal",
+                    );
+                    second = Some(again.map_err(|e| e.to_string()));
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        second
+    });
+    let t0 = Instant::now();
+    let r = spawn(&h, "consent codegen");
+    let took = t0.elapsed();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let second = answerer.join().unwrap();
+    assert!(
+        took < Duration::from_secs(10),
+        "answered at once, not at the deadline: {took:?}"
+    );
+    assert!(r.data.starts_with("granted 20"), "{}", r.data);
+    assert!(
+        second
+            .as_ref()
+            .is_some_and(|s| s.as_ref().is_err_and(|e| e.contains("already answered"))),
+        "{second:?}"
+    );
+    let answers = ledger(&p, "consent_answer", "codegen");
+    assert_eq!(answers.last().unwrap()["answer"], "allow_for");
+    assert_eq!(answers.last().unwrap()["by"], "any client");
+    let replied = p.log_data("consent_replied");
+    assert_eq!(
+        replied.len(),
+        2,
+        "codegen and network, once each: {replied:?}"
+    );
+    assert!(replied.iter().all(|r| r["by"] == "ui"));
+
+    // Nobody answers: denied at the deadline, and the question no longer waits.
+    p.config("[host]\nconsent_wait_seconds = 0.5\n");
+    let h = host(&p, &["native"], None);
+    let t = Instant::now();
+    let r = spawn(&h, "consent network:localhost");
+    assert!(r.data.starts_with("refused consent_denied"), "{}", r.data);
+    assert!(t.elapsed() >= Duration::from_millis(500));
+    let store = metash_store::Store::open(p.path()).unwrap();
+    assert!(metash_host::asks::pending(&store).unwrap().is_empty());
+}

@@ -53,6 +53,19 @@ try {
   await page.waitForFunction(() => !document.getElementById("checkpoint"), null, { timeout: 10000 });
   await step("answered");
 
+  // An agent's question waiting for any client: a card with a countdown, allowed from the page.
+  await step("consent");
+  await page.waitForSelector(".consent", { timeout: 10000 });
+  await page.waitForFunction(() => /\d+ s/.test(document.querySelector(".consent .countdown").textContent), null, { timeout: 5000 });
+  await page.screenshot({ path: `${shots}/consent.png`, fullPage: true });
+  const [allowed] = await Promise.all([
+    page.waitForResponse((r) => new URL(r.url()).pathname === "/consent"),
+    page.click('.consent button[value="once"]'),
+  ]);
+  if (allowed.status() !== 303) throw new Error(`the consent answer was refused (${allowed.status()})`);
+  await page.waitForFunction(() => !document.querySelector(".consent"), null, { timeout: 10000 });
+  await step("consent-answered");
+
   // The ledger: a live grant revoked with its button.
   await step("grant");
   await page.goto(new URL("/ledger", url).href);
