@@ -456,11 +456,14 @@ mod tests {
             let err = HostConfig::parse(&format!("[host]\nconsent_wait_seconds = {bad}\n"), p)
                 .unwrap_err()
                 .to_string();
-            assert!(err.contains("consent_wait_seconds must be between 0"), "{bad}: {err}");
+            assert!(
+                err.contains("consent_wait_seconds must be between 0"),
+                "{bad}: {err}"
+            );
         }
         for (good, secs) in [("0", 0.0), ("0.5", 0.5), ("86400", 86_400.0)] {
-            let c = HostConfig::parse(&format!("[host]\nconsent_wait_seconds = {good}\n"), p)
-                .unwrap();
+            let c =
+                HostConfig::parse(&format!("[host]\nconsent_wait_seconds = {good}\n"), p).unwrap();
             assert_eq!(c.host.consent_wait().as_secs_f64(), secs);
         }
         assert!(HostConfig::default().host.consent_wait().is_zero());

@@ -89,6 +89,40 @@ pub struct AnswerCheckpointParams {
     pub answer: String,
 }
 
+/// An answer to a consent question waiting for any client (`pendingConsent` lists them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ConsentReply {
+    AllowOnce,
+    /// With `duration_s`.
+    AllowFor,
+    Deny,
+}
+
+/// Answers a waiting consent question; the first answer from any client wins.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerConsentParams {
+    /// The question's id (`pendingConsent`).
+    #[serde(deserialize_with = "non_empty")]
+    pub id: String,
+    pub answer: ConsentReply,
+    /// Seconds, 1 to 86400, with `allow_for` only.
+    #[serde(default)]
+    pub duration_s: Option<u64>,
+}
+
+impl AnswerConsentParams {
+    /// The policy's answer.
+    pub fn answer(&self) -> metash_policy::Answer {
+        match self.answer {
+            ConsentReply::AllowOnce => metash_policy::Answer::AllowOnce,
+            ConsentReply::AllowFor => metash_policy::Answer::AllowFor(self.duration_s.unwrap_or(1)),
+            ConsentReply::Deny => metash_policy::Answer::Deny,
+        }
+    }
+}
+
 /// Names a running agent (`suspendAgent`, `resumeAgent`).
 #[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -162,6 +196,26 @@ impl Params for AgentParams {
 
 impl Params for AnswerCheckpointParams {
     const NAMES: &'static [&'static str] = &["answer", "checkpoint_id"];
+}
+
+impl Params for AnswerConsentParams {
+    const NAMES: &'static [&'static str] = &["id", "answer", "duration_s"];
+
+    fn check(&self) -> Result<()> {
+        match (self.answer, self.duration_s) {
+            (ConsentReply::AllowFor, Some(d)) if (1..=86_400).contains(&d) => Ok(()),
+            (ConsentReply::AllowFor, Some(d)) => Err(ParamError::new(
+                "duration_s",
+                format!("must be 1 to 86400 seconds, got {d}"),
+            )),
+            (ConsentReply::AllowFor, None) => Err(ParamError::new(
+                "duration_s",
+                "is required with allow_for (seconds, 1 to 86400)",
+            )),
+            (_, Some(_)) => Err(ParamError::new("duration_s", "goes with allow_for only")),
+            (_, None) => Ok(()),
+        }
+    }
 }
 
 /// Decodes a method's named parameters, naming the field in any error.

@@ -8,8 +8,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::params::{
-    decode, AgentParams, AnswerCheckpointParams, GetStateParams, LogProgressParams, ParamError,
-    Params, SpawnAgentParams, UpdateStateParams,
+    decode, AgentParams, AnswerCheckpointParams, AnswerConsentParams, GetStateParams,
+    LogProgressParams, ParamError, Params, SpawnAgentParams, UpdateStateParams,
 };
 use crate::{Host, HostError, SpawnRequest, Spawner};
 
@@ -104,6 +104,18 @@ impl Service {
         })
     }
 
+    /// Answers a consent question waiting for any client: `{id, answer}`. Refused when another
+    /// client answered first or the deadline passed (the message says which).
+    pub fn answer_consent(&self, p: AnswerConsentParams) -> CallResult {
+        crate::asks::reply(self.host.store(), &p.id, p.answer(), "json-rpc")?;
+        Ok(json!({"id": p.id, "answer": p.answer}))
+    }
+
+    /// The consent questions waiting for any client, oldest first.
+    pub fn pending_consent(&self) -> CallResult {
+        to_json(&crate::asks::pending(self.host.store())?)
+    }
+
     /// The pending checkpoint, or `null`.
     pub fn pending_checkpoint(&self) -> CallResult {
         to_json(&self.host.pending_checkpoint()?)
@@ -119,6 +131,8 @@ impl Service {
             "logProgress" => parse(params).and_then(|p| self.log_progress(p)),
             "answerCheckpoint" => parse(params).and_then(|p| self.answer_checkpoint(p)),
             "pendingCheckpoint" => no_params(params).and_then(|()| self.pending_checkpoint()),
+            "answerConsent" => parse(params).and_then(|p| self.answer_consent(p)),
+            "pendingConsent" => no_params(params).and_then(|()| self.pending_consent()),
             "suspendAgent" => {
                 parse(params).and_then(|p| self.control_agent(p, crate::control::Want::Suspended))
             }
@@ -138,6 +152,8 @@ pub const METHODS: &[&str] = &[
     "logProgress",
     "answerCheckpoint",
     "pendingCheckpoint",
+    "answerConsent",
+    "pendingConsent",
     "suspendAgent",
     "resumeAgent",
 ];
@@ -150,7 +166,8 @@ pub fn positional_names(method: &str) -> Option<&'static [&'static str]> {
         "getState" => GetStateParams::NAMES,
         "logProgress" => LogProgressParams::NAMES,
         "answerCheckpoint" => AnswerCheckpointParams::NAMES,
-        "pendingCheckpoint" => &[],
+        "pendingCheckpoint" | "pendingConsent" => &[],
+        "answerConsent" => AnswerConsentParams::NAMES,
         "suspendAgent" | "resumeAgent" => AgentParams::NAMES,
         _ => return None,
     })

@@ -131,6 +131,43 @@ fn checkpoints_are_answered_once() {
     assert_eq!(e["data"]["kind"], "rejected");
 }
 
+/// A consent question waiting for any client is listed by `pendingConsent` and answered once by
+/// `answerConsent`; a bad answer names its field, a second answer is refused.
+#[test]
+fn consent_questions_are_listed_and_answered_once() {
+    let p = Project::new();
+    let host = p.host();
+    let q = metash_policy::ConsentQuestion {
+        agent: "fetcher".into(),
+        agent_name: "Fetcher".into(),
+        capability: "network:api.example.com".parse().unwrap(),
+        reason: "fetch the docs".into(),
+        sensitive: None,
+        duration_s: Some(60),
+    };
+    let id = metash_host::asks::post(host.store(), &q, std::time::Duration::from_secs(60)).unwrap();
+    let (spawner, _release) = FakeSpawner::new();
+    let mut rpc = Rpc::start(host, spawner);
+    let pending = rpc.ok("pendingConsent", json!({}));
+    assert_eq!(pending[0]["id"], id.as_str());
+    assert_eq!(pending[0]["capability"], "network:api.example.com");
+    let e = rpc.err("answerConsent", json!({"id": id, "answer": "allow_for"}));
+    assert!(e["message"].as_str().unwrap().contains("duration_s"), "{e}");
+    let e = rpc.err("answerConsent", json!({"id": id, "answer": "maybe"}));
+    assert!(e["message"].as_str().unwrap().contains("answer"), "{e}");
+    let r = rpc.ok(
+        "answerConsent",
+        json!({"id": id, "answer": "allow_for", "duration_s": 30}),
+    );
+    assert_eq!(r, json!({"id": id, "answer": "allow_for"}));
+    let e = rpc.err("answerConsent", json!({"id": id, "answer": "deny"}));
+    assert!(
+        e["message"].as_str().unwrap().contains("already answered"),
+        "{e}"
+    );
+    assert_eq!(rpc.ok("pendingConsent", json!({})), json!([]));
+}
+
 /// Asserts `reply` is an error with `code` whose message contains `needle`.
 fn assert_error(reply: &Value, id: Value, code: i64, needle: &str) {
     assert_eq!(reply["jsonrpc"], "2.0", "{reply}");
