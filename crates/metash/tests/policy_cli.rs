@@ -406,3 +406,46 @@ fn suspending_an_agent_nothing_runs_fails_and_leaves_no_request() {
     let doc: serde_json::Value = serde_json::from_str(&control).unwrap();
     assert_eq!(doc["data"], serde_json::json!({}), "{control}");
 }
+
+/// `metash consent pending` lists the questions waiting for any client; `metash consent answer`
+/// answers one, first come first served (`metash ui` and JSON-RPC answer the same records).
+#[test]
+fn consent_pending_and_answer() {
+    let env = Env::new();
+    assert!(env
+        .ok(&["consent", "pending"])
+        .contains("no question is waiting"));
+    let store = metash_store::Store::open(&env.ws()).unwrap();
+    let q = metash_policy::ConsentQuestion {
+        agent: "fetcher".into(),
+        agent_name: "Fetcher".into(),
+        capability: "network:api.example.com".parse().unwrap(),
+        reason: "fetch the docs".into(),
+        sensitive: None,
+        duration_s: None,
+    };
+    let id = metash_host::asks::post(&store, &q, std::time::Duration::from_secs(60)).unwrap();
+    let listed = env.json(&["--json", "consent", "pending"]);
+    assert_eq!(listed[0]["id"], id.as_str());
+    let text = env.ok(&["consent", "pending"]);
+    assert!(
+        text.contains("fetcher asks for `network:api.example.com` (one action)"),
+        "{text}"
+    );
+    let missing = env.run(&["consent", "answer", &id, "for"]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("--seconds"));
+    assert!(env
+        .ok(&["consent", "answer", &id, "for", "--seconds", "30"])
+        .contains("answered"));
+    let again = env.run(&["consent", "answer", &id, "deny"]);
+    assert!(!again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("already answered (allow_for, by cli)"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert!(env
+        .ok(&["consent", "pending"])
+        .contains("no question is waiting"));
+}

@@ -118,6 +118,20 @@ pub enum ConsentCmd {
     },
     /// Decides whether the agent may use the capability now, asking if needed (exit 7 if refused).
     Check(CheckArgs),
+    /// Agents' questions waiting for an answer from any client (`[host] consent_wait_seconds`).
+    Pending,
+    /// Answers a waiting question: the first answer from any client (this, `metash ui`,
+    /// JSON-RPC) wins.
+    Answer {
+        /// The question's id (`metash consent pending`).
+        id: String,
+        /// `once`, `deny`, or `for` with `--seconds`.
+        #[arg(value_parser = ["once", "for", "deny"])]
+        answer: String,
+        /// With `for`: how long the grant lasts (1 to 86400).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+        seconds: Option<u64>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -618,7 +632,54 @@ fn consent(cmd: ConsentCmd, ctx: &Ctx) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         ConsentCmd::Check(args) => check(ctx, args),
+        ConsentCmd::Pending => consent_pending(ctx),
+        ConsentCmd::Answer {
+            id,
+            answer,
+            seconds,
+        } => {
+            let answer = match (answer.as_str(), seconds) {
+                ("once", None) => metash_policy::Answer::AllowOnce,
+                ("deny", None) => metash_policy::Answer::Deny,
+                ("for", Some(s)) => metash_policy::Answer::AllowFor(s),
+                ("for", None) => bail!("`for` needs --seconds N (1 to 86400)"),
+                (_, _) => bail!("--seconds goes with `for` only"),
+            };
+            let store = metash_store::Store::open(&ctx.workspace)?;
+            metash_host::asks::reply(&store, &id, answer, "cli")?;
+            if json {
+                println!("{}", json!({"id": id, "answered": true}));
+            } else {
+                println!("answered {id}; the waiting agent gets it within 100 ms");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
+}
+
+/// `metash consent pending`: one line per waiting question.
+fn consent_pending(ctx: &Ctx) -> Result<ExitCode> {
+    let store = metash_store::Store::open(&ctx.workspace)?;
+    let asks = metash_host::asks::pending(&store)?;
+    if ctx.json {
+        println!("{}", json!(asks));
+    } else if asks.is_empty() {
+        println!("no question is waiting");
+    } else {
+        for a in &asks {
+            println!(
+                "{}  {} asks for `{}` ({}): {}; denied at {}",
+                a.id,
+                a.agent,
+                a.capability,
+                a.duration_s
+                    .map_or("one action".to_string(), |d| format!("{d} s")),
+                a.reason,
+                a.deadline
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `consent check --dry-run`: the decision, without asking or writing to the ledger.
