@@ -59,6 +59,85 @@ fn latencies(sent: &[f64], got: &[(usize, f64)]) -> Vec<f64> {
         .collect()
 }
 
+/// Exchanges the start URL's token for the session cookie.
+fn login(addr: std::net::SocketAddr, url: &str) -> String {
+    let path = url.split_once(&addr.to_string()).unwrap().1.to_string();
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = String::new();
+    std::io::Read::read_to_string(&mut s, &mut head).unwrap();
+    head.lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// Reads `/events` after `start_seq` until `n` flood events arrived: (index, arrival time).
+fn follow_page(
+    addr: std::net::SocketAddr,
+    cookie: &str,
+    start_seq: u64,
+    n: usize,
+    base: Instant,
+) -> Vec<(usize, f64)> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET /events?after={start_seq} HTTP/1.1\r\nHost: {addr}\r\nCookie: {cookie}\r\n\r\n"
+    )
+    .unwrap();
+    let mut r = BufReader::new(s);
+    let (mut got, mut line) = (Vec::with_capacity(n), String::new());
+    while got.len() < n {
+        line.clear();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        if let Some(d) = line.trim_end().strip_prefix("data: ") {
+            let v: serde_json::Value = serde_json::from_str(d).unwrap();
+            if let Some(i) = v["data"]["data"]
+                .as_str()
+                .and_then(|x| x.parse::<usize>().ok())
+            {
+                got.push((i, base.elapsed().as_secs_f64()));
+            }
+        }
+    }
+    got
+}
+
+/// The same log followed with `read_from` directly, as the stream does, without HTTP.
+fn follow_bare(root: &std::path::Path, n: usize, secs: usize, base: Instant) -> Vec<(usize, f64)> {
+    let store = Store::open(root).unwrap();
+    let (mut got, mut offset) = (Vec::with_capacity(n), 0);
+    let until = Instant::now() + Duration::from_secs(secs as u64 + 30);
+    while got.len() < n && Instant::now() < until {
+        let (recs, next) = store.log().read_from(offset, 256).unwrap();
+        offset = next;
+        let now = base.elapsed().as_secs_f64();
+        for r in &recs {
+            if let Some(i) = r.data["data"]
+                .as_str()
+                .and_then(|x| x.parse::<usize>().ok())
+            {
+                got.push((i, now));
+            }
+        }
+        if recs.is_empty() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    got
+}
+
 fn main() {
     let secs: usize = std::env::var("METASH_BENCH_SECS")
         .ok()
@@ -79,86 +158,18 @@ fn main() {
         .block_on(metash_ui::serve(&root, &metash_ui::UiOptions::default()))
         .unwrap();
     let addr = served.addr;
-    let login = served
-        .url
-        .split_once(&addr.to_string())
-        .unwrap()
-        .1
-        .to_string();
-    let mut s = TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "GET {login} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut head = String::new();
-    std::io::Read::read_to_string(&mut s, &mut head).unwrap();
-    let cookie = head
-        .lines()
-        .find_map(|l| l.strip_prefix("set-cookie: "))
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string();
+    let cookie = login(addr, &served.url);
 
     let base = Instant::now();
     let sent = Arc::new(Mutex::new(vec![0.0f64; n]));
     let rss_before = rss_kib();
 
     // The page: reads the SSE stream, notes when each event arrives.
-    let page = std::thread::spawn(move || {
-        let mut s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        write!(
-            s,
-            "GET /events?after={start_seq} HTTP/1.1\r\nHost: {addr}\r\nCookie: {cookie}\r\n\r\n"
-        )
-        .unwrap();
-        let mut r = BufReader::new(s);
-        let (mut got, mut line) = (Vec::with_capacity(n), String::new());
-        while got.len() < n {
-            line.clear();
-            if r.read_line(&mut line).unwrap_or(0) == 0 {
-                break;
-            }
-            if let Some(d) = line.trim_end().strip_prefix("data: ") {
-                let v: serde_json::Value = serde_json::from_str(d).unwrap();
-                if let Some(i) = v["data"]["data"]
-                    .as_str()
-                    .and_then(|x| x.parse::<usize>().ok())
-                {
-                    got.push((i, base.elapsed().as_secs_f64()));
-                }
-            }
-        }
-        got
-    });
+    let page = std::thread::spawn(move || follow_page(addr, &cookie, start_seq, n, base));
     // The baseline: a bare follower of the same log, polling as the stream does.
     let bare = {
         let root = root.clone();
-        std::thread::spawn(move || {
-            let store = Store::open(&root).unwrap();
-            let (mut got, mut offset) = (Vec::with_capacity(n), 0);
-            let until = Instant::now() + Duration::from_secs(secs as u64 + 30);
-            while got.len() < n && Instant::now() < until {
-                let (recs, next) = store.log().read_from(offset, 256).unwrap();
-                offset = next;
-                let now = base.elapsed().as_secs_f64();
-                for r in &recs {
-                    if let Some(i) = r.data["data"]
-                        .as_str()
-                        .and_then(|x| x.parse::<usize>().ok())
-                    {
-                        got.push((i, now));
-                    }
-                }
-                if recs.is_empty() {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            }
-            got
-        })
+        std::thread::spawn(move || follow_bare(&root, n, secs, base))
     };
     let t0 = Instant::now();
     flood(&root, n, rate, base, Arc::clone(&sent));

@@ -122,19 +122,7 @@ impl Sandbox {
             connect_ports: &proxy_ports,
         })?;
         let seccomp = isolate::seccomp_program(&network, false)?;
-        let mask = super::mask::plan(&spec.hidden, &spec.granted_dirs())?;
-        let hidden_report = mask.as_ref().map(super::mask::Mask::report);
-        // Each granted path a mount of its own, so a revocation can take it back mid-run.
-        let revocable = spec.has_files() && super::mountns::available();
-        let mask = if revocable {
-            Some(super::mask::Mask::revocable(
-                mask,
-                &spec.granted_dirs(),
-                &workspace,
-            )?)
-        } else {
-            mask
-        };
+        let (mask, hidden_report, revocable) = plan_mounts(spec, &workspace)?;
         let (exec_gate, exec_child) = start_exec_gate(spec, sink, replier)?.unzip();
 
         let quota = Quota::apply(
@@ -224,6 +212,28 @@ impl Sandbox {
         }
         cmd
     }
+}
+
+/// The child's mount namespace: the host's state hidden where a grant would contain it (and its
+/// report), and each granted path a mount of its own so a revocation can take it back mid-run
+/// (whether it can).
+fn plan_mounts(
+    spec: &AgentSpec,
+    workspace: &std::path::Path,
+) -> Result<(Option<super::mask::Mask>, Option<Value>, bool)> {
+    let mask = super::mask::plan(&spec.hidden, &spec.granted_dirs())?;
+    let hidden_report = mask.as_ref().map(super::mask::Mask::report);
+    let revocable = spec.has_files() && super::mountns::available();
+    let mask = if revocable {
+        Some(super::mask::Mask::revocable(
+            mask,
+            &spec.granted_dirs(),
+            workspace,
+        )?)
+    } else {
+        mask
+    };
+    Ok((mask, hidden_report, revocable))
 }
 
 /// Memory, CPU and process quotas for one confined process tree: cgroups first, rlimits for

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 mod artifacts;
+mod asks;
 mod control;
 mod harness;
 pub(crate) mod host;

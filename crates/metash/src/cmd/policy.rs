@@ -632,54 +632,13 @@ fn consent(cmd: ConsentCmd, ctx: &Ctx) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         ConsentCmd::Check(args) => check(ctx, args),
-        ConsentCmd::Pending => consent_pending(ctx),
+        ConsentCmd::Pending => super::asks::pending(ctx),
         ConsentCmd::Answer {
             id,
             answer,
             seconds,
-        } => {
-            let answer = match (answer.as_str(), seconds) {
-                ("once", None) => metash_policy::Answer::AllowOnce,
-                ("deny", None) => metash_policy::Answer::Deny,
-                ("for", Some(s)) => metash_policy::Answer::AllowFor(s),
-                ("for", None) => bail!("`for` needs --seconds N (1 to 86400)"),
-                (_, _) => bail!("--seconds goes with `for` only"),
-            };
-            let store = metash_store::Store::open(&ctx.workspace)?;
-            metash_host::asks::reply(&store, &id, answer, "cli")?;
-            if json {
-                println!("{}", json!({"id": id, "answered": true}));
-            } else {
-                println!("answered {id}; the waiting agent gets it within 100 ms");
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        } => super::asks::answer(ctx, &id, &answer, seconds),
     }
-}
-
-/// `metash consent pending`: one line per waiting question.
-fn consent_pending(ctx: &Ctx) -> Result<ExitCode> {
-    let store = metash_store::Store::open(&ctx.workspace)?;
-    let asks = metash_host::asks::pending(&store)?;
-    if ctx.json {
-        println!("{}", json!(asks));
-    } else if asks.is_empty() {
-        println!("no question is waiting");
-    } else {
-        for a in &asks {
-            println!(
-                "{}  {} asks for `{}` ({}): {}; denied at {}",
-                a.id,
-                a.agent,
-                a.capability,
-                a.duration_s
-                    .map_or("one action".to_string(), |d| format!("{d} s")),
-                a.reason,
-                a.deadline
-            );
-        }
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// `consent check --dry-run`: the decision, without asking or writing to the ledger.
