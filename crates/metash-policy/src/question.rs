@@ -39,6 +39,20 @@ pub struct ConsentQuestion {
     pub duration_s: Option<u64>,
 }
 
+impl ConsentQuestion {
+    /// A question from `agent` (its id doubles as its name) for `capability`, not sensitive.
+    pub fn new(agent: &str, capability: Capability, reason: &str, duration_s: Option<u64>) -> Self {
+        Self {
+            agent: agent.to_string(),
+            agent_name: agent.to_string(),
+            capability,
+            reason: reason.to_string(),
+            sensitive: None,
+            duration_s,
+        }
+    }
+}
+
 /// The answers users expect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Answer {

@@ -89,25 +89,17 @@ fn act(store: &Store, root: &Path, step: &str) {
             );
         }
         "consent" => {
-            let q = metash_policy::ConsentQuestion {
-                agent: "fetcher".into(),
-                agent_name: "Fetcher".into(),
-                capability: "network:api.example.com".parse().unwrap(),
-                reason: "fetch the docs".into(),
-                sensitive: None,
-                duration_s: Some(120),
-            };
+            let q = metash_policy::ConsentQuestion::new(
+                "fetcher",
+                "network:api.example.com".parse().unwrap(),
+                "fetch the docs",
+                Some(120),
+            );
             metash_host::asks::post(store, &q, std::time::Duration::from_secs(60)).unwrap();
         }
         "consent-answered" => {
             assert!(metash_host::asks::pending(store).unwrap().is_empty());
-            let replied: Vec<_> = store
-                .log()
-                .read_all()
-                .unwrap()
-                .into_iter()
-                .filter(|r| r.kind == LogKind::ConsentReplied)
-                .collect();
+            let replied = common::replies(store);
             assert_eq!(replied.len(), 1, "answered once");
             assert_eq!(replied[0].data["answer"], "allow_once");
         }

@@ -383,14 +383,12 @@ fn secrets_in_the_stream_are_redacted() {
 fn a_waiting_consent_question_is_answered_from_the_page_once() {
     let ui = Ui::start();
     let store = ui.store();
-    let q = metash_policy::ConsentQuestion {
-        agent: "fetcher".into(),
-        agent_name: "Fetcher".into(),
-        capability: "network:api.example.com".parse().unwrap(),
-        reason: "fetch <the> docs".into(),
-        sensitive: None,
-        duration_s: Some(120),
-    };
+    let q = metash_policy::ConsentQuestion::new(
+        "fetcher",
+        "network:api.example.com".parse().unwrap(),
+        "fetch <the> docs",
+        Some(120),
+    );
     let id = metash_host::asks::post(&store, &q, Duration::from_secs(60)).unwrap();
     let page = ui.get("/");
     assert!(page.body.contains("<title>(needs you) metash: run</title>"));
@@ -410,13 +408,7 @@ fn a_waiting_consent_question_is_answered_from_the_page_once() {
         "answered once"
     );
     assert!(metash_host::asks::pending(&store).unwrap().is_empty());
-    let replied: Vec<_> = store
-        .log()
-        .read_all()
-        .unwrap()
-        .into_iter()
-        .filter(|r| r.kind == LogKind::ConsentReplied)
-        .collect();
+    let replied = common::replies(&store);
     assert_eq!(replied.len(), 1);
     assert_eq!(replied[0].data["answer"], "allow_for");
     assert_eq!(replied[0].data["duration_s"], 45);

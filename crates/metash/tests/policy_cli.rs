@@ -416,14 +416,12 @@ fn consent_pending_and_answer() {
         .ok(&["consent", "pending"])
         .contains("no question is waiting"));
     let store = metash_store::Store::open(&env.ws()).unwrap();
-    let q = metash_policy::ConsentQuestion {
-        agent: "fetcher".into(),
-        agent_name: "Fetcher".into(),
-        capability: "network:api.example.com".parse().unwrap(),
-        reason: "fetch the docs".into(),
-        sensitive: None,
-        duration_s: None,
-    };
+    let q = metash_policy::ConsentQuestion::new(
+        "fetcher",
+        "network:api.example.com".parse().unwrap(),
+        "fetch the docs",
+        None,
+    );
     let id = metash_host::asks::post(&store, &q, std::time::Duration::from_secs(60)).unwrap();
     let listed = env.json(&["--json", "consent", "pending"]);
     assert_eq!(listed[0]["id"], id.as_str());

@@ -137,14 +137,12 @@ fn checkpoints_are_answered_once() {
 fn consent_questions_are_listed_and_answered_once() {
     let p = Project::new();
     let host = p.host();
-    let q = metash_policy::ConsentQuestion {
-        agent: "fetcher".into(),
-        agent_name: "Fetcher".into(),
-        capability: "network:api.example.com".parse().unwrap(),
-        reason: "fetch the docs".into(),
-        sensitive: None,
-        duration_s: Some(60),
-    };
+    let q = metash_policy::ConsentQuestion::new(
+        "fetcher",
+        "network:api.example.com".parse().unwrap(),
+        "fetch the docs",
+        Some(60),
+    );
     let id = metash_host::asks::post(host.store(), &q, std::time::Duration::from_secs(60)).unwrap();
     let (spawner, _release) = FakeSpawner::new();
     let mut rpc = Rpc::start(host, spawner);

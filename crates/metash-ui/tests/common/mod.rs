@@ -30,3 +30,14 @@ pub fn serve_new_project() -> Served {
         served,
     }
 }
+
+/// The log's `consent_replied` records: who answered which waiting question.
+pub fn replies(store: &metash_store::Store) -> Vec<metash_protocol::LogRecord> {
+    store
+        .log()
+        .read_all()
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.kind == metash_protocol::LogKind::ConsentReplied)
+        .collect()
+}
