@@ -5,10 +5,12 @@
 //!
 //! - [`guard`]: who may use it (loopback Host and Origin, a start token exchanged for a cookie,
 //!   CSRF on every POST, a strict Content-Security-Policy);
-//! - [`pages`]: server-rendered HTML, everything escaped, no inline script;
+//! - [`pages`]: server-rendered HTML, everything escaped, no inline script; [`dag`]: the plan as
+//!   an SVG graph;
 //! - [`live`]: the log as Server-Sent Events, resumable by `Last-Event-ID`;
 //! - [`server`]: the routes.
 
+pub mod dag;
 pub mod error;
 pub mod guard;
 pub mod live;

@@ -78,7 +78,9 @@ pub fn run(run: &Run, csrf: &str, after: u64) -> String {
     if let Some(cp) = &run.checkpoint {
         b.push_str(&checkpoint_card(cp, csrf));
     }
-    b.push_str("<h2>Plan</h2><table class=\"plan\"><tr><th>task</th><th>title</th><th>status</th><th>depends on</th><th>commits</th><th>worktree</th></tr>");
+    b.push_str("<h2>Plan</h2>");
+    b.push_str(&crate::dag::svg(&run.tasks));
+    b.push_str("<table class=\"plan\"><tr><th>task</th><th>title</th><th>status</th><th>depends on</th><th>commits</th><th>worktree</th></tr>");
     for row in &run.tasks {
         let t = &row.task;
         let commits: Vec<String> = t

@@ -60,6 +60,20 @@ fn act(store: &Store, root: &Path, step: &str) {
     match step {
         "agent-output" => {
             store
+                .update_state(
+                    "plan",
+                    json!({"currentTaskIdx": 1, "tasks": [
+                        {"id": "schema", "title": "Database schema", "status": "complete",
+                         "commits": ["3f2a9c1d0e"]},
+                        {"id": "api", "title": "REST endpoints", "status": "pending",
+                         "dependencies": ["schema"]},
+                        {"id": "ui", "title": "Sign-in page", "status": "pending",
+                         "dependencies": ["schema"]},
+                        {"id": "e2e", "title": "End-to-end tests", "status": "pending",
+                         "dependencies": ["api", "ui"]}]}),
+                )
+                .unwrap();
+            store
                 .append(
                     LogKind::AgentEvent,
                     Some("writer"),

@@ -37,6 +37,9 @@ try {
     return pre && pre.textContent.includes("hello <script>alert(1)</script>");
   }, null, { timeout: 10000 });
   expect((await page.locator("#cards script").count()) === 0, "no script element from agent output");
+  // The plan, drawn as a graph once the session changed (no reload).
+  await page.waitForFunction(() => document.querySelectorAll("svg.dag .node").length === 4, null, { timeout: 10000 });
+  expect((await page.locator("svg.dag .edge").count()) === 4, "one arrow per dependency");
   await page.screenshot({ path: `${shots}/run.png`, fullPage: true });
 
   // A checkpoint appears without a reload, says so in the title, and is answered from the page.
