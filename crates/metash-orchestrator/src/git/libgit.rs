@@ -248,9 +248,12 @@ fn merge_locks(gitdir: &Path) -> Vec<PathBuf> {
 /// an in-process merge into the project's checkout (its marker is there), the locks that merge
 /// takes: what an in-process operation killed mid-write leaves behind. A git process would have
 /// finished on its own; a thread cannot.
-pub(super) fn clear_stale_locks(gitdir: &Path, ours: &Path) -> Vec<PathBuf> {
+/// Also says whether the marker was there (a merge into the checkout was cut short: its files may
+/// be half written).
+pub(super) fn clear_stale_locks(gitdir: &Path, ours: &Path) -> (Vec<PathBuf>, bool) {
     let mut locks = Vec::new();
-    if gitdir.join(MERGING).exists() {
+    let interrupted = gitdir.join(MERGING).exists();
+    if interrupted {
         locks.extend(merge_locks(gitdir).into_iter().filter(|l| l.exists()));
         let _ = std::fs::remove_file(gitdir.join(MERGING));
     }
@@ -272,7 +275,18 @@ pub(super) fn clear_stale_locks(gitdir: &Path, ours: &Path) -> Vec<PathBuf> {
         }
     }
     locks.retain(|l| std::fs::remove_file(l).is_ok());
-    locks
+    (locks, interrupted)
+}
+
+/// Whether `on_disk` is what writing `rev`'s version of `path` leaves when cut short: a prefix
+/// of it (the empty file included).
+pub(super) fn is_partial_write_of(repo: &Repository, rev: Oid, path: &str, on_disk: &[u8]) -> bool {
+    let blob = repo
+        .find_commit(rev)
+        .and_then(|c| c.tree())
+        .and_then(|t| t.get_path(Path::new(path)))
+        .and_then(|e| repo.find_blob(e.id()));
+    blob.is_ok_and(|b| b.content().starts_with(on_disk))
 }
 
 fn collect_locks(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -37,6 +37,9 @@ pub struct Git {
     worktrees: Mutex<()>,
     /// The run lock's fd, inherited by every git child (see [`Git::handing_down`]); -1 for none.
     run_lock: AtomicI32,
+    /// The last run died during an in-process merge into the project's checkout (its marker was
+    /// found): a file that merge writes may be half written.
+    merge_cut_short: std::sync::atomic::AtomicBool,
 }
 
 /// The outcome of a merge or revert that may conflict.
@@ -53,6 +56,7 @@ impl Git {
             identity: OnceLock::new(),
             worktrees: Mutex::new(()),
             run_lock: AtomicI32::new(-1),
+            merge_cut_short: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -279,9 +283,15 @@ impl Git {
     /// (its task branches and task worktrees' admin directories). Call with the run lock held:
     /// then no other run is writing there. The paths removed.
     pub fn clear_stale_locks(&self) -> Vec<PathBuf> {
-        libgit::project_gitdir(&self.root)
-            .map(|g| libgit::clear_stale_locks(&g, &self.root.join(".meta").join("worktrees")))
-            .unwrap_or_default()
+        let Some(gitdir) = libgit::project_gitdir(&self.root) else {
+            return Vec::new();
+        };
+        let (locks, cut_short) =
+            libgit::clear_stale_locks(&gitdir, &self.root.join(".meta").join("worktrees"));
+        if cut_short {
+            self.merge_cut_short.store(true, Ordering::SeqCst);
+        }
+        locks
     }
 
     /// Whether `refs/heads/<branch>` exists. Looks for the loose ref file first (the loop asks this
@@ -466,7 +476,7 @@ impl Git {
             };
             let head = self.blob(dir, "HEAD", path)?;
             let theirs = self.blob(dir, rev, path)?;
-            if on_disk == head || on_disk == theirs {
+            if on_disk == head || on_disk == theirs || self.half_written(dir, rev, path) {
                 if head.is_some() {
                     in_head.push(path.clone());
                 } else {
@@ -491,6 +501,24 @@ impl Git {
             let _ = std::fs::remove_file(dir.join(path));
         }
         Ok(Vec::new())
+    }
+
+    /// After a run died during an in-process merge (only then): whether `path` holds a cut-short
+    /// write of `rev`'s version, which that merge left (a thread killed mid-write, unlike a git
+    /// process, does not finish the file).
+    fn half_written(&self, dir: &Path, rev: &str, path: &str) -> bool {
+        if !self.merge_cut_short.load(Ordering::SeqCst) {
+            return false;
+        }
+        let Some(repo) = self.repo(dir) else {
+            return false;
+        };
+        let (Some(theirs), Ok(on_disk)) =
+            (libgit::resolve(&repo, rev), std::fs::read(dir.join(path)))
+        else {
+            return false;
+        };
+        libgit::is_partial_write_of(&repo, theirs, path, &on_disk)
     }
 
     /// Local changes (outside `.meta`) to paths that merging `rev` would write; other local

@@ -188,3 +188,42 @@ fn commit_all_takes_everything_but_meta_and_ignored_files() {
         format!("work\n{want}")
     );
 }
+
+/// A run killed during an in-process merge can leave a file half written (a thread does not finish
+/// the file the way a killed git process does): with the merge's marker, a prefix of the task's
+/// version (the empty file included) is recognised as that merge's and undone; without it, the
+/// same bytes are somebody's work and block the merge.
+#[test]
+fn a_half_written_file_is_undone_only_after_a_cut_short_in_process_merge() {
+    for marker in [false, true] {
+        let t = repo();
+        let d = t.path();
+        std::fs::write(d.join("new.txt"), "").unwrap();
+        std::fs::write(d.join("bye.txt"), "bye fr").unwrap();
+        if marker {
+            std::fs::write(d.join(".git/metash-merging"), "1").unwrap();
+        }
+        let g = Git::new(d);
+        g.clear_stale_locks();
+        let blocking = g.undo_interrupted_merge(d, "task").unwrap();
+        if marker {
+            assert!(blocking.is_empty(), "{blocking:?}");
+            assert!(matches!(
+                g.merge(d, "task", "merge task").unwrap(),
+                Merge::Clean
+            ));
+            assert_eq!(
+                std::fs::read_to_string(d.join("bye.txt")).unwrap(),
+                "bye from the task\n"
+            );
+        } else {
+            let mut blocking = blocking;
+            blocking.sort();
+            assert_eq!(blocking, vec!["bye.txt".to_string(), "new.txt".to_string()]);
+            assert_eq!(
+                std::fs::read_to_string(d.join("bye.txt")).unwrap(),
+                "bye fr"
+            );
+        }
+    }
+}

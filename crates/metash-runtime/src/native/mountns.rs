@@ -446,8 +446,9 @@ impl Holder {
         if pid == 0 {
             // SAFETY: in the forked child.
             unsafe {
-                libc::close(ready_r.as_raw_fd());
-                libc::close(wait_w.as_raw_fd());
+                // Only its two pipe ends: a copy of another thread's descriptor (another holder's
+                // pipe, the run lock) would keep that open for as long as this child waits.
+                keep_only(ready_w.as_raw_fd(), wait_r.as_raw_fd());
                 let step = holder_steps(userns.as_ref(), &root_c, &binds_c, &hide_c);
                 libc::write(ready_w.as_raw_fd(), (&step as *const u8).cast(), 1);
                 let mut b = 0u8;
@@ -492,6 +493,24 @@ impl Holder {
     pub fn preopen_path(&self) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", self.root_fd.as_raw_fd()))
     }
+}
+
+/// Closes every descriptor but `a`, `b` and stdio (`close_range(2)`; a kernel without it leaves
+/// them, as before).
+///
+/// # Safety
+/// In a forked child only: the closed descriptors are the parent's copies.
+unsafe fn keep_only(a: i32, b: i32) {
+    let (lo, hi) = (a.min(b) as libc::c_uint, a.max(b) as libc::c_uint);
+    let close = |from: libc::c_uint, to: libc::c_uint| {
+        if from <= to {
+            // SAFETY: close_range(2) on descriptors of this (forked) process.
+            unsafe { libc::syscall(libc::SYS_close_range, from, to, 0u32) };
+        }
+    };
+    close(3, lo.saturating_sub(1));
+    close(lo + 1, hi.saturating_sub(1));
+    close(hi + 1, libc::c_uint::MAX);
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd)> {
