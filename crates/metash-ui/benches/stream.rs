@@ -14,6 +14,9 @@ use metash_protocol::LogKind;
 use metash_store::Store;
 use serde_json::json;
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -145,18 +148,13 @@ fn main() {
         .unwrap_or(5);
     let rate = 1000u32;
     let n = secs * rate as usize;
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    Store::init(&root, Some("# bench\n")).unwrap();
+    let common::Served {
+        dir: _dir,
+        root,
+        rt,
+        served,
+    } = common::serve_new_project();
     let start_seq = Store::open(&root).unwrap().log().tail().unwrap().seq;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let served = rt
-        .block_on(metash_ui::serve(&root, &metash_ui::UiOptions::default()))
-        .unwrap();
     let addr = served.addr;
     let cookie = login(addr, &served.url);
 

@@ -167,16 +167,9 @@ impl Mask {
                 "hide state: make / private",
             )?;
             for dir in &self.dirs {
-                check(
-                    libc::mount(
-                        c"metash-hidden".as_ptr(),
-                        dir.as_ptr(),
-                        c"tmpfs".as_ptr(),
-                        libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                        c"size=4k,mode=000".as_ptr().cast(),
-                    ) as libc::c_long,
-                    "hide state: mount over the state directory",
-                )?;
+                if !super::mountns::cover_dir(dir, false) {
+                    check(-1, "hide state: mount over the state directory")?;
+                }
             }
             for g in &self.binds {
                 if !super::mountns::bind_self(g) {

@@ -364,7 +364,8 @@ pub(crate) unsafe fn read_only(p: &CString) -> bool {
 }
 
 /// Mounts an empty, read-only tmpfs over the directory `p`: mode 000, or 555 when `empty` (an
-/// empty directory that can be listed).
+/// empty directory that can be listed). Hides the host's state at start and withdraws a path
+/// later.
 ///
 /// # Safety
 /// Raw syscall; `p` NUL-terminated.
@@ -377,7 +378,7 @@ pub(crate) unsafe fn cover_dir(p: &CString, empty: bool) -> bool {
     // SAFETY: mount(2) with NUL-terminated strings.
     unsafe {
         libc::mount(
-            c"metash-withdrawn".as_ptr(),
+            c"metash-covered".as_ptr(),
             p.as_ptr(),
             c"tmpfs".as_ptr(),
             libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,

@@ -10,6 +10,7 @@ mod asks;
 mod control;
 mod harness;
 pub(crate) mod host;
+mod ledger;
 mod migrate;
 pub(crate) mod onboard;
 mod orchestrator;

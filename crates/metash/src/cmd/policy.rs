@@ -1,17 +1,14 @@
-//! `agents`, `consent`, `ledger`: the policy layer (seed 002) from the command line. Thin: each
+//! `agents`, `consent` (and `ledger`, in `ledger.rs`): the policy layer (seed 002) from the
+//! command line. Thin: each
 //! command calls `metash-policy` and prints for people, or JSON with `--json`.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use metash_protocol::LogKind;
-
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
-use metash_policy::ledger::{self, Filter, Format};
 use metash_policy::manifest::Diagnostic;
-use metash_policy::redact::project_redactor;
 use metash_policy::{
     migrate, Agent, AgentDirs, Authorization, Capability, CapabilityRequest, ConsentPrompter,
     Decision, NonInteractive, Policy, PolicyError, PolicyFile, Registry, Sensitive, Source,
@@ -38,7 +35,7 @@ pub enum PolicyCommand {
     /// The audit ledger: registrations, consent requests and answers, grants, revocations, actions.
     Ledger {
         #[command(subcommand)]
-        cmd: LedgerCmd,
+        cmd: super::ledger::LedgerCmd,
     },
 }
 
@@ -168,62 +165,11 @@ pub struct CheckArgs {
     dry_run: bool,
 }
 
-#[derive(Debug, Args)]
-pub struct FilterArgs {
-    /// Records concerning this agent.
-    #[arg(long)]
-    agent: Option<String>,
-    /// Records concerning this capability or a narrower one.
-    #[arg(long)]
-    capability: Option<String>,
-    /// RFC 3339, a date (2026-11-22) or an age (10m, 2h, 7d).
-    #[arg(long)]
-    since: Option<String>,
-    /// Up to this time: RFC 3339, a date or an age, as --since.
-    #[arg(long)]
-    until: Option<String>,
-    /// Only these event kinds (repeatable).
-    #[arg(long)]
-    kind: Vec<String>,
-    /// Every log record, not only the ledger's.
-    #[arg(long)]
-    all: bool,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum FormatArg {
-    Jsonl,
-    Csv,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum LedgerCmd {
-    /// A readable table (secrets redacted).
-    View {
-        #[command(flatten)]
-        filter: FilterArgs,
-        /// Only the last N records.
-        #[arg(long)]
-        limit: Option<usize>,
-    },
-    /// Exports the ledger with secrets redacted.
-    Export {
-        #[command(flatten)]
-        filter: FilterArgs,
-        /// jsonl (one record per line) or csv.
-        #[arg(long, value_enum)]
-        format: FormatArg,
-        /// Write here instead of standard output.
-        #[arg(long, short)]
-        output: Option<PathBuf>,
-    },
-}
-
 pub fn run(cmd: PolicyCommand, ctx: &Ctx) -> Result<ExitCode> {
     match cmd {
         PolicyCommand::Agents { cmd } => agents(cmd, ctx),
         PolicyCommand::Consent { cmd } => consent(cmd, ctx),
-        PolicyCommand::Ledger { cmd } => ledger_cmd(cmd, ctx),
+        PolicyCommand::Ledger { cmd } => super::ledger::run(cmd, ctx),
     }
 }
 
@@ -517,7 +463,7 @@ fn migrate_cmd(ctx: &Ctx, path: Option<PathBuf>, check: bool, json: bool) -> Res
     })
 }
 
-fn parse_cap(s: &str) -> Result<Capability> {
+pub(super) fn parse_cap(s: &str) -> Result<Capability> {
     s.parse::<Capability>().map_err(|reason| {
         PolicyError::InvalidCapability {
             capability: s.to_string(),
@@ -729,74 +675,6 @@ fn check(ctx: &Ctx, a: CheckArgs) -> Result<ExitCode> {
                 }
             }
             Ok(crate::exit::Exit::Refused.into())
-        }
-    }
-}
-
-fn filter(args: FilterArgs) -> Result<Filter> {
-    let now = chrono::Utc::now();
-    Ok(Filter {
-        agent: args.agent,
-        capability: args.capability.as_deref().map(parse_cap).transpose()?,
-        since: args
-            .since
-            .as_deref()
-            .map(|s| ledger::parse_time(s, now))
-            .transpose()?,
-        until: args
-            .until
-            .as_deref()
-            .map(|s| ledger::parse_time(s, now))
-            .transpose()?,
-        kinds: args.kind.iter().map(|k| LogKind::parse(k)).collect(),
-        all: args.all,
-    })
-}
-
-fn ledger_cmd(cmd: LedgerCmd, ctx: &Ctx) -> Result<ExitCode> {
-    let json = ctx.json;
-    let store = Store::open(&ctx.workspace)?;
-    let redactor = project_redactor(&store)?;
-    match cmd {
-        LedgerCmd::View { filter: f, limit } => {
-            let mut recs = ledger::records(&store, &filter(f)?)?;
-            if let Some(n) = limit {
-                let skip = recs.len().saturating_sub(n);
-                recs.drain(..skip);
-            }
-            if json {
-                let v: Vec<_> = recs.iter().map(|r| redactor.redact_record(r)).collect();
-                println!("{}", serde_json::to_string(&v)?);
-            } else {
-                print!("{}", ledger::render_table(&recs, &redactor));
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        LedgerCmd::Export {
-            filter: f,
-            format,
-            output,
-        } => {
-            let format = match format {
-                FormatArg::Jsonl => Format::Jsonl,
-                FormatArg::Csv => Format::Csv,
-            };
-            let f = filter(f)?;
-            match output {
-                Some(path) => {
-                    let file = std::fs::File::create(&path)
-                        .with_context(|| format!("creating {}", path.display()))?;
-                    let mut w = std::io::BufWriter::new(file);
-                    let stats = ledger::export(&store, &f, format, &redactor, &mut w)?;
-                    eprintln!("exported {} records to {}", stats.records, path.display());
-                }
-                None => {
-                    let stdout = std::io::stdout();
-                    let mut w = std::io::BufWriter::new(stdout.lock());
-                    ledger::export(&store, &f, format, &redactor, &mut w)?;
-                }
-            }
-            Ok(ExitCode::SUCCESS)
         }
     }
 }
