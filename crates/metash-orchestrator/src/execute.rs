@@ -236,16 +236,38 @@ impl Orchestrator<'_> {
         let state = self.store().state()?;
         let book = Book::of(&state);
         let attempt = book.attempts.get(id).copied().unwrap_or(0) + 1;
-        let findings = book.findings(id).to_vec();
+        // A person's review comments join the findings before they are marked delivered: a
+        // crash between the two hands them over again, never loses them (and never twice: a
+        // finding already there is not added again).
+        let waiting = crate::review::waiting(self.store(), id)?;
+        let mut findings = book.findings(id).to_vec();
+        for c in &waiting {
+            let f = c.as_finding();
+            if !findings.contains(&f) {
+                findings.push(f);
+            }
+        }
         let last_error = book.last_error(id).map(str::to_string);
-        self.update(vec![
-            book::set_for(
-                Entry::Running,
-                id,
-                json!({"attempt": attempt, "head": head, "since": metash_store::log::now()}),
-            ),
-            book::set_for(Entry::Attempts, id, json!(attempt)),
-        ])?;
+        let mut updates = Vec::new();
+        if !waiting.is_empty() {
+            updates.push(book::set_for(Entry::Findings, id, json!(findings)));
+        }
+        self.update(
+            vec![
+                book::set_for(
+                    Entry::Running,
+                    id,
+                    json!({"attempt": attempt, "head": head, "since": metash_store::log::now()}),
+                ),
+                book::set_for(Entry::Attempts, id, json!(attempt)),
+            ]
+            .into_iter()
+            .chain(updates)
+            .collect(),
+        )?;
+        if !waiting.is_empty() {
+            crate::review::take(self.store(), id, "executor")?;
+        }
         self.progress(
             &format!("task {id}: executing (attempt {attempt})"),
             LogLevel::Info,

@@ -19,6 +19,7 @@ pub mod plan;
 mod planning;
 pub mod prompts;
 pub mod reply;
+pub mod review;
 mod rollback;
 pub mod schedule;
 pub mod status;

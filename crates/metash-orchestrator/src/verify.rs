@@ -357,7 +357,18 @@ impl Orchestrator<'_> {
             .task(id)
             .and_then(|t| t.commits.clone())
             .unwrap_or_default();
-        let verdict = if commits.is_empty() && !book.expects_no_change(id) {
+        // A person who asked for changes on the task's diff rejects it as a verifier would: the
+        // comments are its findings (marked delivered once they are recorded).
+        let review = crate::review::waiting(self.store(), id)?;
+        let verdict = if !review.is_empty() {
+            Verdict {
+                pass: false,
+                findings: review
+                    .iter()
+                    .map(crate::review::Comment::as_finding)
+                    .collect(),
+            }
+        } else if commits.is_empty() && !book.expects_no_change(id) {
             Verdict {
                 pass: false,
                 findings: vec![NO_CHANGE.to_string()],
@@ -395,6 +406,9 @@ impl Orchestrator<'_> {
                     book::set(Entry::ResumeFor, book::null()),
                 ])
             })?;
+        if !review.is_empty() {
+            crate::review::take(self.store(), id, "verification")?;
+        }
         self.progress(
             &format!(
                 "task {id} ({}): verification failed (gapCount {gap}): {}",

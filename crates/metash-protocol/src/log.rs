@@ -71,6 +71,12 @@ log_kinds! {
     /// A client answered a waiting question, first and only: `{id, answer, duration_s, by}`; the
     /// question's `consent_answer` follows.
     ConsentReplied => "consent_replied",
+    /// A person's comment on a line of a task's diff (`metash ui`): `{id, task, file, line, text,
+    /// by}`; it reaches the task's next executor attempt as a finding.
+    ReviewComment => "review_comment",
+    /// Review comments handed to a task's executor (or its verification), once: `{task, ids,
+    /// to}`.
+    ReviewDelivered => "review_delivered",
     /// A grant, by the host only: `{capability, expires_at, duration_s, sensitive, source}`.
     ConsentGrant => "consent_grant",
     /// A revocation, by the host only: `{capability, revoked: [{capability, expires_at}], source}`.

@@ -24,7 +24,7 @@ pub mod keypath;
 mod kv;
 pub mod lock;
 pub mod log;
-mod names;
+pub mod names;
 mod rebuild;
 pub mod session;
 

@@ -12,20 +12,69 @@
   const seen = new Set();
   let refreshTimer = null;
 
+  // What each agent's manifest asks of its card (`ui.hints`).
+  const hintsOf = {};
+  for (const li of document.querySelectorAll("#agents li")) {
+    hintsOf[li.dataset.agent] = (li.dataset.hints || "").split(" ").filter(Boolean);
+  }
+  const R = window.metashRender;
+
   function card(agent) {
     const id = "card-" + agent.replace(/[^A-Za-z0-9_-]/g, "_");
     let c = document.getElementById(id);
     if (!c) {
-      c = document.createElement("section");
-      c.className = "card agent";
+      const hints = hintsOf[agent] || [];
+      c = R.el("section", "card agent");
       c.id = id;
-      const h = document.createElement("h3");
-      h.textContent = agent;
-      const pre = document.createElement("pre");
-      c.append(h, pre);
+      c.dataset.hints = hints.join(" ");
+      const h = R.el("h3", "", agent);
+      for (const x of hints) h.append(" ", R.el("span", "hint", x));
+      c.append(h, R.el("div", "body"));
       cards.append(c);
     }
-    return c.querySelector("pre");
+    return c;
+  }
+
+  function output(agent, type, text) {
+    const c = card(agent);
+    const body = c.querySelector(".body");
+    R.append(body, type || "text/plain", text, (c.dataset.hints || "").split(" "));
+    body.scrollTop = body.scrollHeight;
+  }
+
+  // An artifact: previewed (image or video) only when the server says its agent holds
+  // media.preview now; otherwise the reason. Without the `preview` hint, on request.
+  function artifact(agent, id) {
+    const c = card(agent);
+    const fig = R.el("figure", "artifact");
+    fig.dataset.artifact = id;
+    fig.append(R.el("figcaption", "", "artifact " + id));
+    c.querySelector(".body").append(fig);
+    const show = () => fetch("/preview/" + encodeURIComponent(id), { credentials: "same-origin" })
+      .then((r) => r.json())
+      .then((p) => {
+        const src = "/artifact/" + encodeURIComponent(id);
+        if (p.content_type && p.content_type.startsWith("image/")) {
+          const img = R.el("img", "preview");
+          img.alt = id;
+          img.src = src;
+          fig.append(img);
+        } else if (p.content_type && p.content_type.startsWith("video/")) {
+          const v = R.el("video", "preview");
+          v.controls = true;
+          v.src = src;
+          fig.append(v);
+        } else {
+          fig.append(R.el("p", "no-preview", "no preview: " + (p.refused || "not an image or video")));
+        }
+      })
+      .catch(() => fig.append(R.el("p", "no-preview", "no preview: the server did not answer")));
+    if ((c.dataset.hints || "").split(" ").includes("preview")) show();
+    else {
+      const b = R.el("button", "", "preview");
+      b.addEventListener("click", () => { b.remove(); show(); }, { once: true });
+      fig.append(b);
+    }
   }
 
   // Each consent card's time left, every second.
@@ -68,15 +117,16 @@
       .catch(() => {});
   }
 
+  let dups = 0;
   function onRecord(rec) {
-    if (seen.has(rec.seq)) return; // never twice
+    if (seen.has(rec.seq)) { dups++; document.body.dataset.dups = String(dups); return; } // never twice
     seen.add(rec.seq);
     document.body.dataset.seq = String(rec.seq);
     const d = rec.data || {};
-    if (rec.kind === "agent_event" && d.type === "output" && cards) {
-      const pre = card(rec.agent || "?");
-      pre.textContent += d.data;
-      pre.scrollTop = pre.scrollHeight;
+    if (cards && rec.kind === "agent_event" && d.type === "output") {
+      output(rec.agent || "?", d.content_type, String(d.data || ""));
+    } else if (cards && rec.kind === "artifact" && rec.agent && d.id) {
+      artifact(rec.agent, String(d.id));
     }
     if (rec.kind !== "agent_event") {
       clearTimeout(refreshTimer);
@@ -84,9 +134,29 @@
     }
   }
 
+  // The diff card: a click on a line number opens a comment form under that line.
+  for (const cell of document.querySelectorAll("td.c[data-line]")) {
+    cell.addEventListener("click", () => {
+      const row = cell.parentElement;
+      if (row.nextElementSibling && row.nextElementSibling.classList.contains("new-comment")) return;
+      const form = document.getElementById("comment-form").content.firstElementChild.cloneNode(true);
+      form.querySelector('input[name="file"]').value = cell.closest(".file").dataset.file;
+      form.querySelector('input[name="line"]').value = cell.dataset.line;
+      row.after(form);
+      form.querySelector("textarea").focus();
+    });
+  }
+
+  // Only pages with cards follow the log.
+  if (!cards) { live.textContent = ""; needsYou(); return; }
   const after = meta("after");
+  let opened = 0;
   const es = new EventSource("/events" + (after ? "?after=" + encodeURIComponent(after) : ""));
-  es.onopen = () => { live.textContent = "live"; live.className = "live on"; };
+  es.onopen = () => {
+    opened++;
+    document.body.dataset.opened = String(opened);
+    live.textContent = "live"; live.className = "live on";
+  };
   es.onerror = () => { live.textContent = "reconnecting…"; live.className = "live"; };
   es.onmessage = (e) => {
     try { onRecord(JSON.parse(e.data)); } catch (_) { /* a line we cannot read is skipped */ }

@@ -148,6 +148,7 @@ mod tests {
                 commits: None,
             },
             worktree: None,
+            comments_waiting: 0,
         }
     }
 

@@ -175,10 +175,13 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; 
 /// Adds the security headers to a response.
 pub fn harden(res: &mut Response<Body>) {
     let h = res.headers_mut();
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CSP),
-    );
+    // A response that set a stricter policy (an artifact's `sandbox`) keeps it.
+    if !h.contains_key(header::CONTENT_SECURITY_POLICY) {
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(CSP),
+        );
+    }
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),

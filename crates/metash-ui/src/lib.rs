@@ -10,12 +10,16 @@
 //! - [`live`]: the log as Server-Sent Events, resumable by `Last-Event-ID`;
 //! - [`server`]: the routes.
 
+pub mod artifacts;
 pub mod dag;
+pub mod diffview;
 pub mod error;
 pub mod guard;
 pub mod live;
 pub mod model;
+pub mod notify;
 pub mod pages;
+pub mod review;
 pub mod server;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -31,6 +35,9 @@ pub struct UiOptions {
     pub port: u16,
     /// Listen there instead of 127.0.0.1 (`--listen`: the caller warns).
     pub listen: Option<IpAddr>,
+    /// How long one live stream lasts before the browser reconnects (resuming by
+    /// `Last-Event-ID`); `None`: ten minutes.
+    pub stream_seconds: Option<u64>,
 }
 
 /// A running UI: where it is and how to stop it.
@@ -40,11 +47,15 @@ pub struct Served {
     pub url: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
+    /// Ends the notifier's thread.
+    watching: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Served {
     /// Stops serving and waits for the server to end.
     pub async fn stop(mut self) {
+        self.watching
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
@@ -81,11 +92,21 @@ pub async fn serve(root: &Path, options: &UiOptions) -> Result<Served> {
         Vec::new(),
     );
     let url = format!("http://{addr}/login?token={}", guard.token);
+    // A wrong `[ui]` stops the start: a notifier that silently never runs is worse.
+    let ui = notify::load(root)?;
+    let redactor = Arc::new(redactor);
+    let watching = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if let Some(argv) = ui.notify_command {
+        let url = format!("http://{addr}/");
+        let stop = Arc::clone(&watching);
+        notify::watch(store.clone(), argv, Arc::clone(&redactor), url, stop);
+    }
     let app = server::App {
         root: root.to_path_buf(),
         store,
         guard,
-        redactor: Arc::new(redactor),
+        redactor,
+        stream_lasts: std::time::Duration::from_secs(options.stream_seconds.unwrap_or(600).max(1)),
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let router = server::router(app);
@@ -101,5 +122,6 @@ pub async fn serve(root: &Path, options: &UiOptions) -> Result<Served> {
         url,
         stop: Some(stop_tx),
         task,
+        watching,
     })
 }

@@ -3,6 +3,10 @@
 //! reconnects (it sends `Last-Event-ID`) resumes exactly after the last record it got: nothing
 //! missed, nothing twice. What leaves is redacted like every other output (seed 002 §9).
 //!
+//! A stream ends after [`UiOptions::stream_seconds`](crate::UiOptions) (ten minutes unless set),
+//! and the browser reconnects at once (`retry`) with its `Last-Event-ID`: a forgotten or stuck
+//! connection is renewed, and the resume path is the everyday one, not a rare one.
+//!
 //! The log is read from a byte offset in batches of at most [`BATCH`] records, and the next batch
 //! is read only when the connection has taken the previous one, so a flooding agent costs the
 //! server one batch of memory per page, whatever the browser's speed.
@@ -32,13 +36,17 @@ struct Cursor {
     /// The last seq sent (or the client's `Last-Event-ID`).
     sent: u64,
     pending: std::collections::VecDeque<LogRecord>,
+    /// When this response ends (the browser reconnects).
+    until: tokio::time::Instant,
+    /// Whether the reconnect delay was sent.
+    told_retry: bool,
 }
 
 impl Cursor {
     /// The next batch after `sent`: reads on from the offset, from the start again when the log
     /// was cut back.
     async fn fill(&mut self) {
-        loop {
+        while tokio::time::Instant::now() < self.until {
             let (store, offset) = (self.store.clone(), self.offset);
             let read =
                 tokio::task::spawn_blocking(move || store.log().read_from(offset, BATCH)).await;
@@ -63,21 +71,31 @@ impl Cursor {
         }
     }
 
-    fn event(&self, rec: &LogRecord) -> Event {
+    fn event(&mut self, rec: &LogRecord) -> Event {
         let r = self.redactor.redact_record(rec);
         let data =
             json!({"seq": r.seq, "ts": r.ts, "kind": r.kind, "agent": r.agent, "data": r.data});
-        Event::default()
+        let ev = Event::default()
             .id(r.seq.to_string())
-            .data(data.to_string())
+            .data(data.to_string());
+        if std::mem::replace(&mut self.told_retry, true) {
+            ev
+        } else {
+            ev.retry(RETRY)
+        }
     }
 }
 
-/// The stream for one page, starting after `after` (its `Last-Event-ID`, or 0).
+/// How soon the browser reconnects after a stream ends.
+const RETRY: Duration = Duration::from_millis(250);
+
+/// The stream for one page, starting after `after` (its `Last-Event-ID`, or 0), for at most
+/// `lasts`.
 pub fn stream(
     store: Store,
     redactor: Arc<Redactor>,
     after: u64,
+    lasts: Duration,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let cursor = Cursor {
         store,
@@ -85,6 +103,8 @@ pub fn stream(
         offset: 0,
         sent: after,
         pending: std::collections::VecDeque::new(),
+        until: tokio::time::Instant::now() + lasts,
+        told_retry: false,
     };
     let events = futures_util::stream::unfold(cursor, |mut c| async move {
         if c.pending.is_empty() {

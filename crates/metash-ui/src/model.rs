@@ -18,6 +18,16 @@ pub struct TaskRow {
     pub task: Task,
     /// `.meta/worktrees/<id>` when it exists.
     pub worktree: Option<PathBuf>,
+    /// Review comments not yet handed to its agent.
+    pub comments_waiting: usize,
+}
+
+/// What an agent's manifest says about how to show it (`ui.hints`: `streaming`, `diff`,
+/// `preview`, …).
+#[derive(Debug, Clone)]
+pub struct AgentHints {
+    pub agent: String,
+    pub hints: Vec<String>,
 }
 
 /// The run view's data.
@@ -31,6 +41,7 @@ pub struct Run {
     pub budget: Budget,
     /// Agents' questions waiting for any client (`[host] consent_wait_seconds`).
     pub asks: Vec<metash_host::asks::Ask>,
+    pub hints: Vec<AgentHints>,
 }
 
 /// A grant as the ledger view shows it.
@@ -55,7 +66,18 @@ impl Run {
                 TaskRow {
                     task: t.clone(),
                     worktree: wt.is_dir().then_some(wt),
+                    comments_waiting: metash_orchestrator::review::waiting(store, &t.id)
+                        .map_or(0, |c| c.len()),
                 }
+            })
+            .collect();
+        let registry =
+            metash_policy::Registry::discover(&metash_policy::AgentDirs::new(root, None));
+        let hints = registry
+            .agents()
+            .map(|a| AgentHints {
+                agent: a.id.clone(),
+                hints: a.manifest.ui.hints.clone(),
             })
             .collect();
         // A config that does not parse shows no budget rather than no page: `metash run` reports
@@ -69,6 +91,7 @@ impl Run {
             used: metash_host::budget::used(store)?,
             budget,
             asks: metash_host::asks::pending(store)?,
+            hints,
         })
     }
 

@@ -41,7 +41,7 @@ pub fn frame(title: &str, csrf: &str, after: u64, needs_you: bool, body: &str) -
          <link rel=\"stylesheet\" href=\"/assets/app.css\"></head><body>\
          <nav><a href=\"/\">run</a> <a href=\"/ledger\">ledger</a> \
          <span id=\"live\" class=\"live\">connecting…</span></nav>{body}\
-         <script src=\"/assets/app.js\"></script></body></html>",
+         <script src=\"/assets/render.js\"></script><script src=\"/assets/app.js\"></script></body></html>",
         csrf = esc(csrf),
         t = esc(&title)
     )
@@ -76,11 +76,20 @@ pub fn run(run: &Run, csrf: &str, after: u64) -> String {
         b.push_str(&consent_card(ask, csrf));
     }
     if let Some(cp) = &run.checkpoint {
-        b.push_str(&checkpoint_card(cp, csrf));
+        if cp.id == metash_host::checkpoint::BUDGET_CHECKPOINT {
+            b.push_str(&budget_card(run, cp, csrf));
+        } else {
+            b.push_str(&checkpoint_card(
+                cp,
+                csrf,
+                "checkpoint",
+                &format!("checkpoint <code>{}</code>", esc(&cp.id)),
+            ));
+        }
     }
     b.push_str("<h2>Plan</h2>");
     b.push_str(&crate::dag::svg(&run.tasks));
-    b.push_str("<table class=\"plan\"><tr><th>task</th><th>title</th><th>status</th><th>depends on</th><th>commits</th><th>worktree</th></tr>");
+    b.push_str("<table class=\"plan\"><tr><th>task</th><th>title</th><th>status</th><th>depends on</th><th>commits</th><th>worktree</th><th>change</th></tr>");
     for row in &run.tasks {
         let t = &row.task;
         let commits: Vec<String> = t
@@ -92,7 +101,8 @@ pub fn run(run: &Run, csrf: &str, after: u64) -> String {
         let _ = write!(
             b,
             "<tr class=\"{cls}\" data-task=\"{id}\"><td>{id}</td><td>{title}</td><td>{st:?}</td>\
-             <td>{deps}</td><td><code>{commits}</code></td><td>{wt}</td></tr>",
+             <td>{deps}</td><td><code>{commits}</code></td><td>{wt}</td><td><a class=\"difflink\" \
+             href=\"/diff?task={id}\">diff</a>{waiting}</td></tr>",
             cls = status_class(t.status),
             id = esc(&t.id),
             title = esc(&t.title),
@@ -103,10 +113,26 @@ pub fn run(run: &Run, csrf: &str, after: u64) -> String {
                 .worktree
                 .as_ref()
                 .map(|w| esc(&w.display().to_string()))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            waiting = if row.comments_waiting > 0 {
+                format!(" · {} comment(s) waiting", row.comments_waiting)
+            } else {
+                String::new()
+            }
         );
     }
-    b.push_str("</table></main><h2>Agents</h2><div id=\"cards\" class=\"cards\"></div>");
+    b.push_str("</table></main><h2>Agents</h2>");
+    // What each agent's manifest asks of its card (read by the script; never executed).
+    b.push_str("<ul id=\"agents\" hidden>");
+    for h in &run.hints {
+        let _ = write!(
+            b,
+            "<li data-agent=\"{}\" data-hints=\"{}\"></li>",
+            esc(&h.agent),
+            esc(&h.hints.join(" "))
+        );
+    }
+    b.push_str("</ul><div id=\"cards\" class=\"cards\"></div>");
     frame("metash: run", csrf, after, run.needs_you(), &b)
 }
 
@@ -156,14 +182,29 @@ fn consent_card(ask: &metash_host::asks::Ask, csrf: &str) -> String {
     )
 }
 
-fn checkpoint_card(cp: &metash_protocol::PendingCheckpoint, csrf: &str) -> String {
+/// The budget bar turned into a checkpoint: the run stopped before a spawn that would pass the
+/// budget; `continue` lets one spawn through.
+fn budget_card(run: &Run, cp: &metash_protocol::PendingCheckpoint, csrf: &str) -> String {
+    let (used, max) = (run.used.tokens_used, run.budget.max_tokens);
+    let what = match max {
+        Some(m) => format!("budget exhausted: {used} of {m} tokens"),
+        None => format!("budget exhausted: ${:.4} spent", run.used.cost_usd),
+    };
+    checkpoint_card(cp, csrf, "checkpoint budget-out", &esc(&what))
+}
+
+fn checkpoint_card(
+    cp: &metash_protocol::PendingCheckpoint,
+    csrf: &str,
+    class: &str,
+    heading: &str,
+) -> String {
     let sig = &cp.signal;
     let mut b = format!(
-        "<section class=\"card checkpoint\" id=\"checkpoint\"><h2>Needs you: checkpoint \
-         <code>{}</code></h2><p class=\"from\">from {}</p><p class=\"message\">{}</p>\
+        "<section class=\"card {class}\" id=\"checkpoint\"><h2>Needs you: {heading}</h2>\
+         <p class=\"from\">from {}</p><p class=\"message\">{}</p>\
          <form method=\"post\" action=\"/checkpoint\"><input type=\"hidden\" name=\"csrf\" \
          value=\"{}\"><input type=\"hidden\" name=\"id\" value=\"{}\">",
-        esc(&cp.id),
         esc(&cp.agent),
         esc(&sig.message),
         esc(csrf),

@@ -27,6 +27,8 @@ pub struct App {
     pub store: Store,
     pub guard: Arc<Guard>,
     pub redactor: Arc<Redactor>,
+    /// How long one live stream lasts.
+    pub stream_lasts: std::time::Duration,
 }
 
 /// The routes, behind the guard.
@@ -40,8 +42,13 @@ pub fn router(app: App) -> Router {
         .route("/checkpoint", post(answer_checkpoint))
         .route("/revoke", post(revoke))
         .route("/consent", post(answer_consent))
+        .route("/diff", get(crate::review::diff_view))
+        .route("/comment", post(crate::review::comment))
+        .route("/preview/{id}", get(crate::artifacts::preview_info))
+        .route("/artifact/{id}", get(crate::artifacts::artifact))
         .route("/assets/app.js", get(app_js))
         .route("/assets/app.css", get(app_css))
+        .route("/assets/render.js", get(render_js))
         .layer(middleware::from_fn_with_state(app.clone(), guarded))
         .with_state(app)
 }
@@ -60,7 +67,7 @@ async fn guarded(State(app): State<App>, req: Request, next: Next) -> Response {
 }
 
 /// A failure as a page with its status (the message names the file or the reason).
-fn failure(status: StatusCode, e: impl std::fmt::Display) -> Response {
+pub(crate) fn failure(status: StatusCode, e: impl std::fmt::Display) -> Response {
     (status, Html(pages::message("metash ui", &e.to_string()))).into_response()
 }
 
@@ -167,11 +174,17 @@ async fn events(State(app): State<App>, headers: HeaderMap, Query(q): Query<Afte
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     let after = last.or(q.after).unwrap_or(0);
-    live::stream(app.store.clone(), Arc::clone(&app.redactor), after).into_response()
+    live::stream(
+        app.store.clone(),
+        Arc::clone(&app.redactor),
+        after,
+        app.stream_lasts,
+    )
+    .into_response()
 }
 
 /// The forms' CSRF field (checked here: the guard has not read the body).
-fn csrf_refused(app: &App, csrf: &str) -> Option<Response> {
+pub(crate) fn csrf_refused(app: &App, csrf: &str) -> Option<Response> {
     (!app.guard.csrf_ok(csrf)).then(|| {
         failure(
             StatusCode::FORBIDDEN,
@@ -259,6 +272,14 @@ async fn app_js() -> Response {
     (
         [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
         include_str!("../assets/app.js"),
+    )
+        .into_response()
+}
+
+async fn render_js() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        include_str!("../assets/render.js"),
     )
         .into_response()
 }

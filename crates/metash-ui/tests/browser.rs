@@ -15,6 +15,8 @@ use metash_protocol::{CheckpointReason, CheckpointSignal, LogKind};
 use metash_store::Store;
 use serde_json::json;
 
+#[path = "browser/agents.rs"]
+mod agents;
 mod common;
 
 fn repo() -> PathBuf {
@@ -143,6 +145,67 @@ fn act(store: &Store, root: &Path, step: &str) {
     }
 }
 
+/// Runs `script` (under `tests/browser/`) against `served`, doing `act(step)` at each of its
+/// steps; the steps it went through. Fails when the script fails.
+fn drive(
+    script: &str,
+    served: &metash_ui::Served,
+    tools: &Path,
+    chromium: &Path,
+    mut act: impl FnMut(&str),
+) -> Vec<String> {
+    let shots = repo().join("target/ui-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let mut node = Command::new("node")
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/browser")
+                .join(script),
+        )
+        .args([tools, Path::new(&served.url), &shots, chromium])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut to_node = node.stdin.take().unwrap();
+    let from_node = BufReader::new(node.stdout.take().unwrap());
+    let mut steps = Vec::new();
+    let mut done = false;
+    for line in from_node.lines() {
+        let line = line.unwrap();
+        if let Some(step) = line.strip_prefix("step ") {
+            act(step);
+            steps.push(step.to_string());
+            writeln!(to_node, "ok").unwrap();
+        } else if line == "done" {
+            done = true;
+        }
+    }
+    let status = node.wait().unwrap();
+    assert!(status.success() && done, "{script} failed after {steps:?}");
+    steps
+}
+
+/// The project's log on stderr when the test fails: what the agents and the host did.
+struct Dump(Store);
+
+impl Drop for Dump {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for r in self.0.log().read_all().unwrap_or_default() {
+                eprintln!("log {} {} {:?} {}", r.seq, r.kind, r.agent, r.data);
+            }
+        }
+    }
+}
+
+fn shot(view: &str) -> PathBuf {
+    repo()
+        .join("target/ui-screenshots")
+        .join(format!("{view}.png"))
+}
+
 #[test]
 fn the_ui_in_chromium_streams_answers_and_revokes() {
     let (tools, chromium) = match prerequisites() {
@@ -156,36 +219,10 @@ fn the_ui_in_chromium_streams_answers_and_revokes() {
         served,
     } = common::serve_new_project();
     let store = Store::open(&root).unwrap();
-    let shots = repo().join("target/ui-screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
-    let mut node = Command::new("node")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/ui.mjs"))
-        .args([&tools, Path::new(&served.url), &shots, &chromium])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut to_node = node.stdin.take().unwrap();
-    let from_node = BufReader::new(node.stdout.take().unwrap());
-    let mut steps = Vec::new();
-    let mut done = false;
-    for line in from_node.lines() {
-        let line = line.unwrap();
-        if let Some(step) = line.strip_prefix("step ") {
-            act(&store, &root, step);
-            steps.push(step.to_string());
-            writeln!(to_node, "ok").unwrap();
-        } else if line == "done" {
-            done = true;
-        }
-    }
-    let status = node.wait().unwrap();
+    let steps = drive("ui.mjs", &served, &tools, &chromium, |step| {
+        act(&store, &root, step)
+    });
     rt.block_on(served.stop());
-    assert!(
-        status.success() && done,
-        "the browser script failed after {steps:?}"
-    );
     assert_eq!(
         steps,
         [
@@ -199,6 +236,132 @@ fn the_ui_in_chromium_streams_answers_and_revokes() {
         ]
     );
     for view in ["run", "checkpoint", "consent", "ledger"] {
-        assert!(shots.join(format!("{view}.png")).is_file(), "{view}.png");
+        assert!(shot(view).is_file(), "{view}.png");
+    }
+}
+
+/// Real native agents under the sandbox, answered from the page: a question granted and the
+/// agent goes on (its chart previewed, as it now holds `media.preview`), a second denied and the
+/// agent told; a `files.read` grant revoked in the ledger view stops the agent's next read; an
+/// agent without `media.preview` gets no preview; a task's diff shown and commented on; and a
+/// flood of output streamed through reconnects (each stream lasts 1 s here) with nothing missed
+/// and nothing twice.
+#[test]
+fn native_agents_answered_from_chromium_previews_diffs_and_reconnects() {
+    let (tools, chromium) = match prerequisites() {
+        Ok(p) => p,
+        Err(why) => return metash_testkit::skip("browser agents test", &why),
+    };
+    let abi = metash_runtime::native::isolate::landlock_abi();
+    if abi < 4 {
+        return metash_testkit::skip(
+            "browser agents test",
+            &format!("Landlock ABI {abi} < 4: native agents cannot be sandboxed here"),
+        );
+    }
+    let showcase = metash_testkit::build_example("showcase", None).unwrap();
+    let common::Served {
+        dir: _dir,
+        root,
+        rt,
+        served,
+    } = common::serve_new_project_with(&metash_ui::UiOptions {
+        stream_seconds: Some(1),
+        ..metash_ui::UiOptions::default()
+    });
+    let store = Store::open(&root).unwrap();
+    let _dump = Dump(store.clone());
+    let mut running = None;
+    let steps = drive(
+        "agents.mjs",
+        &served,
+        &tools,
+        &chromium,
+        |step| match step {
+            "painter" => {
+                let caps = ["files.read", "files.write:out", "media.preview", "codegen"];
+                agents::register(
+                    &root,
+                    "painter",
+                    &showcase,
+                    &caps,
+                    &["streaming", "preview"],
+                );
+                std::fs::create_dir_all(root.join("out")).unwrap();
+                agents::grant(&root, "painter", "files.read");
+                agents::grant(&root, "painter", "files.write:out");
+                std::fs::write(root.join("notes.txt"), "the notes\n").unwrap();
+                running = Some(agents::spawn(&root, "painter", "wait notes.txt"));
+            }
+            "painter-done" => {
+                let r = running.take().unwrap().join().unwrap();
+                assert_eq!(r.status, metash_protocol::AgentStatus::Success, "{r:?}");
+                for said in [
+                    "media.preview: granted",
+                    "codegen: refused consent_denied",
+                    "read before: the notes",
+                    "read after: refused",
+                ] {
+                    assert!(r.data.contains(said), "{said}: {}", r.data);
+                }
+                let replied = common::replies(&store);
+                let answers: Vec<_> = replied
+                    .iter()
+                    .map(|r| r.data["answer"].as_str().unwrap().to_string())
+                    .collect();
+                assert_eq!(
+                answers,
+                ["allow_once", "deny", "deny", "allow_for", "deny"],
+                "native, media.preview, codegen at the spawn, then the agent's own media.preview \
+                 and codegen: each answered once, from the page"
+            );
+            }
+            "sketcher" => {
+                let caps = ["files.read", "files.write:out"];
+                agents::register(&root, "sketcher", &showcase, &caps, &["preview"]);
+                for cap in ["files.read", "files.write:out"] {
+                    agents::grant(&root, "sketcher", cap);
+                }
+                running = Some(agents::spawn(&root, "sketcher", "draw"));
+            }
+            "sketcher-done" => {
+                let r = running.take().unwrap().join().unwrap();
+                assert!(r.data.contains("media.preview: refused"), "{}", r.data);
+            }
+            "diff" => {
+                store
+                    .update_state(
+                        "plan",
+                        json!({"currentTaskIdx": 0, "tasks": [
+                        {"id": "api", "title": "REST endpoints", "status": "pending"}]}),
+                    )
+                    .unwrap();
+                agents::task_at_work(&root, &store);
+            }
+            "commented" => {
+                let c = metash_orchestrator::review::waiting(&store, "api").unwrap();
+                assert_eq!(c.len(), 1, "{c:?}");
+                assert_eq!((c[0].file.as_str(), c[0].line), ("src/api.rs", 2));
+                assert_eq!(c[0].text, "use a constant for the paths");
+            }
+            "flood" => agents::flood(&store, 0, 3000),
+            other => panic!("unknown step {other}"),
+        },
+    );
+    rt.block_on(served.stop());
+    assert_eq!(
+        steps,
+        [
+            "painter",
+            "painter-done",
+            "sketcher",
+            "sketcher-done",
+            "diff",
+            "commented",
+            "flood"
+        ]
+    );
+    for view in ["cards", "diff"] {
+        assert!(shot(view).is_file(), "{view}.png");
     }
 }

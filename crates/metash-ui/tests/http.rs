@@ -4,9 +4,7 @@
 //! `Last-Event-ID` with nothing missed and nothing twice.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use metash_protocol::host::CheckpointTag;
 use metash_protocol::{CheckpointReason, CheckpointSignal, LogKind};
@@ -15,128 +13,7 @@ use serde_json::json;
 
 mod common;
 
-struct Ui {
-    _dir: tempfile::TempDir,
-    root: std::path::PathBuf,
-    rt: tokio::runtime::Runtime,
-    served: Option<metash_ui::Served>,
-    addr: SocketAddr,
-    cookie: String,
-    csrf: String,
-}
-
-struct Reply {
-    status: u16,
-    head: String,
-    body: String,
-}
-
-fn request(addr: SocketAddr, raw: &str) -> Reply {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(raw.as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    Reply {
-        status,
-        head: head.to_string(),
-        body: body.to_string(),
-    }
-}
-
-impl Ui {
-    fn start() -> Self {
-        let common::Served {
-            dir,
-            root,
-            rt,
-            served,
-        } = common::serve_new_project();
-        let addr = served.addr;
-        let path = served
-            .url
-            .split_once(&addr.to_string())
-            .unwrap()
-            .1
-            .to_string();
-        let login = request(
-            addr,
-            &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
-        );
-        assert_eq!(login.status, 303, "{}", login.head);
-        let set = login
-            .head
-            .lines()
-            .find_map(|l| l.strip_prefix("set-cookie: "))
-            .expect("a session cookie")
-            .to_string();
-        assert!(
-            set.contains("HttpOnly") && set.contains("SameSite=Strict"),
-            "{set}"
-        );
-        let cookie = set.split(';').next().unwrap().to_string();
-        let mut ui = Self {
-            _dir: dir,
-            root,
-            rt,
-            served: Some(served),
-            addr,
-            cookie,
-            csrf: String::new(),
-        };
-        let page = ui.get("/");
-        ui.csrf = page
-            .body
-            .split("name=\"csrf\" content=\"")
-            .nth(1)
-            .and_then(|r| r.split('"').next())
-            .unwrap()
-            .to_string();
-        ui
-    }
-
-    fn store(&self) -> Store {
-        Store::open(&self.root).unwrap()
-    }
-
-    fn get(&self, path: &str) -> Reply {
-        request(
-            self.addr,
-            &format!(
-                "GET {path} HTTP/1.1\r\nHost: {}\r\nCookie: {}\r\nConnection: close\r\n\r\n",
-                self.addr, self.cookie
-            ),
-        )
-    }
-
-    fn post_form(&self, path: &str, form: &str, extra: &str) -> Reply {
-        request(
-            self.addr,
-            &format!(
-                "POST {path} HTTP/1.1\r\nHost: {}\r\nCookie: {}\r\n{extra}Content-Type: \
-                 application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: \
-                 close\r\n\r\n{form}",
-                self.addr,
-                self.cookie,
-                form.len()
-            ),
-        )
-    }
-}
-
-impl Drop for Ui {
-    fn drop(&mut self) {
-        if let Some(s) = self.served.take() {
-            self.rt.block_on(s.stop());
-        }
-    }
-}
+use common::client::{read_events, request, Ui};
 
 #[test]
 fn every_check_refuses_what_it_is_for() {
@@ -290,38 +167,6 @@ fn markup_from_an_agent_or_a_plan_is_text() {
         1,
         "only the page's own script"
     );
-}
-
-/// Reads `n` SSE events (id and data) from `/events`, sending `Last-Event-ID: last`.
-fn read_events(ui: &Ui, last: Option<u64>, n: usize) -> Vec<(u64, serde_json::Value)> {
-    let mut s = TcpStream::connect(ui.addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let resume = last
-        .map(|l| format!("Last-Event-ID: {l}\r\n"))
-        .unwrap_or_default();
-    write!(
-        s,
-        "GET /events HTTP/1.1\r\nHost: {}\r\nCookie: {}\r\n{resume}Accept: text/event-stream\r\n\r\n",
-        ui.addr, ui.cookie
-    )
-    .unwrap();
-    let mut r = BufReader::new(s);
-    let (mut out, mut id) = (Vec::new(), None);
-    let until = Instant::now() + Duration::from_secs(10);
-    let mut line = String::new();
-    while out.len() < n && Instant::now() < until {
-        line.clear();
-        if r.read_line(&mut line).unwrap_or(0) == 0 {
-            break;
-        }
-        // Chunked framing lines (sizes) carry no "id:"/"data:" prefix and are skipped.
-        if let Some(v) = line.trim_end().strip_prefix("id: ") {
-            id = v.parse().ok();
-        } else if let Some(v) = line.trim_end().strip_prefix("data: ") {
-            out.push((id.take().unwrap(), serde_json::from_str(v).unwrap()));
-        }
-    }
-    out
 }
 
 #[test]

@@ -6,6 +6,7 @@
 //! orchestrator's back. When the repository has no identity configured, commits are made as
 //! `metash <metash@localhost>`.
 
+pub mod diff;
 mod libgit;
 
 use std::path::{Path, PathBuf};

@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+pub mod client;
+
 /// A project (kept while this lives), the runtime the server runs on, and the server.
 pub struct Served {
     pub dir: tempfile::TempDir,
@@ -12,6 +14,10 @@ pub struct Served {
 }
 
 pub fn serve_new_project() -> Served {
+    serve_new_project_with(&metash_ui::UiOptions::default())
+}
+
+pub fn serve_new_project_with(options: &metash_ui::UiOptions) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     metash_store::Store::init(&root, Some("# ui test\n")).unwrap();
@@ -20,9 +26,7 @@ pub fn serve_new_project() -> Served {
         .enable_all()
         .build()
         .unwrap();
-    let served = rt
-        .block_on(metash_ui::serve(&root, &metash_ui::UiOptions::default()))
-        .unwrap();
+    let served = rt.block_on(metash_ui::serve(&root, options)).unwrap();
     Served {
         dir,
         root,

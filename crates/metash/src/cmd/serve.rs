@@ -116,6 +116,7 @@ fn ui(ctx: &Ctx, args: &UiArgs) -> Result<()> {
             &metash_ui::UiOptions {
                 port: args.port,
                 listen: args.listen,
+                ..metash_ui::UiOptions::default()
             },
         )
         .await?;

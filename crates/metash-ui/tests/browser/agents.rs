@@ -1,0 +1,145 @@
+//! What the browser test does to its project besides writing records: real native agents run
+//! under metash's sandbox (the `showcase` example of `metash-agent`, whose questions wait for
+//! the page), a task with a change in its git worktree, a flood of output.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::thread::JoinHandle;
+
+use metash_host::SpawnRequest;
+use metash_host::{Host, HostOptions, Spawner, Terminal};
+use metash_protocol::{AgentResponse, LogKind};
+use metash_store::Store;
+use serde_json::json;
+
+/// Registers `name` as a native agent running `exe`.
+pub fn register(root: &Path, name: &str, exe: &Path, caps: &[&str], hints: &[&str]) {
+    let dir = root.join(".meta/agents").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let q = |v: &[&str]| {
+        v.iter()
+            .map(|c| format!("{c:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    std::fs::write(
+        dir.join("manifest.toml"),
+        format!(
+            "schema_version = \"0.1\"\nname = \"{name}\"\nversion = \"0.1.0\"\nentry = {exe:?}\n\
+             sandbox = \"native\"\ncapabilities = [{}]\nresources.mem = \"256Mi\"\n\
+             ui.hints = [{}]\n",
+            q(caps),
+            q(hints)
+        ),
+    )
+    .unwrap();
+}
+
+fn policy(root: &Path) -> metash_policy::Policy {
+    let registry = metash_policy::Registry::discover(&metash_policy::AgentDirs::new(root, None));
+    metash_policy::Policy::new(Store::open(root).unwrap(), registry)
+}
+
+/// Grants `cap` to `agent` for ten minutes, as a person would before the run.
+pub fn grant(root: &Path, agent: &str, cap: &str) {
+    policy(root)
+        .grant(agent, &cap.parse().unwrap(), 600, false, "test")
+        .unwrap();
+}
+
+/// Spawns `agent` with `prompt` on a thread, in a host whose unanswered questions wait (60 s)
+/// for any client: the page answers them.
+pub fn spawn(root: &Path, agent: &str, prompt: &str) -> JoinHandle<AgentResponse> {
+    std::fs::write(
+        root.join(".meta/config.toml"),
+        "[host]\nconsent_wait_seconds = 60\n",
+    )
+    .unwrap();
+    let (root, agent, prompt) = (root.to_path_buf(), agent.to_string(), prompt.to_string());
+    std::thread::spawn(move || {
+        let host = Host::open(
+            &root,
+            HostOptions {
+                terminal: Terminal::Silent,
+                ..HostOptions::default()
+            },
+        )
+        .unwrap();
+        host.spawn_agent(&SpawnRequest::new(&agent, "", &prompt))
+            .unwrap()
+    })
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@localhost"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Task `api` at work: the project is a repository, the task's worktree (made as the loop makes
+/// it) holds an uncommitted change, and the book says where its attempt started.
+pub fn task_at_work(root: &Path, store: &Store) -> PathBuf {
+    git(root, &["init", "-q", "-b", "main"]);
+    std::fs::write(root.join(".gitignore"), ".meta/\n").unwrap();
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::write(
+        root.join("src/api.rs"),
+        "pub fn routes() -> Vec<&'static str> {\n    vec![\"/health\"]\n}\n",
+    )
+    .unwrap();
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "base"]);
+    let head = git(root, &["rev-parse", "HEAD"]);
+    let wt = root.join(".meta/worktrees/api");
+    let wt_s = wt.to_string_lossy().to_string();
+    git(
+        root,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "metash/task/api",
+            &wt_s,
+            "HEAD",
+        ],
+    );
+    std::fs::write(
+        wt.join("src/api.rs"),
+        "pub fn routes() -> Vec<&'static str> {\n    vec![\"/health\", \"/users\"]\n}\n\n\
+         pub fn users() -> &'static str {\n    \"<b>users</b>\"\n}\n",
+    )
+    .unwrap();
+    store
+        .update_state(
+            "variables.metash.running.api",
+            json!({"attempt": 1, "head": head, "since": metash_store::log::now()}),
+        )
+        .unwrap();
+    wt
+}
+
+/// `n` output chunks of agent `flood`, numbered `#i;`, about 1,000 a second (so a flood of
+/// 3,000 spans a few of the test's 1 s streams).
+pub fn flood(store: &Store, from: usize, n: usize) {
+    let start = std::time::Instant::now();
+    for i in from..from + n {
+        let due = start + std::time::Duration::from_millis((i - from) as u64);
+        if let Some(wait) = due.checked_duration_since(std::time::Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        store
+            .append(
+                LogKind::AgentEvent,
+                Some("flood"),
+                json!({"type": "output", "agent_id": "flood", "chunk_id": format!("f:{i}"),
+                       "content_type": "text/plain", "data": format!("#{i};")}),
+            )
+            .unwrap();
+    }
+}
