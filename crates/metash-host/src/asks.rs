@@ -168,7 +168,7 @@ pub fn reply(store: &Store, id: &str, answer: Answer, by: &str) -> Result<()> {
 }
 
 /// The answer to `id`, once there is one.
-fn answer_of(store: &Store, id: &str) -> Option<Answer> {
+pub(crate) fn answer_of(store: &Store, id: &str) -> Option<Answer> {
     let doc = store.read_doc(ASKS_DOC).ok()?;
     asks_of(&doc)
         .into_iter()

@@ -169,6 +169,14 @@ impl Host {
 
     pub(crate) fn prompter(&self) -> Box<dyn ConsentPrompter + Send> {
         match self.options.consent {
+            // With a wait configured, the terminal races every other client for the question.
+            #[cfg(unix)]
+            ConsentMode::Interactive if !self.config.host.consent_wait().is_zero() => {
+                Box::new(crate::race::RacingPrompter::new(
+                    self.store.clone(),
+                    self.config.host.consent_wait(),
+                ))
+            }
             ConsentMode::Interactive => Box::new(TerminalPrompter::new(
                 std::io::BufReader::new(std::io::stdin()),
                 std::io::stderr(),

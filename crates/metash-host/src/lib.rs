@@ -12,6 +12,8 @@ mod host;
 mod journal;
 pub mod pricing;
 pub mod progress;
+#[cfg(unix)]
+mod race;
 pub mod redaction;
 pub mod sandbox;
 pub mod serve;

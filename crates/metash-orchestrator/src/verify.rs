@@ -379,6 +379,16 @@ impl Orchestrator<'_> {
                 Err(checkpoint) => return Ok(checkpoint),
             }
         };
+        // And what a person said while the verifier worked: a pass does not hide it.
+        let review = crate::review::waiting(self.store(), id)?;
+        let mut verdict = verdict;
+        for c in &review {
+            let f = c.as_finding();
+            verdict.pass = false;
+            if !verdict.findings.contains(&f) {
+                verdict.findings.push(f);
+            }
+        }
         if verdict.pass {
             self.update(vec![
                 book::set_for(Entry::Verified, id, json!(true)),

@@ -63,7 +63,8 @@ pub use policy::{
 };
 pub use policy_file::PolicyFile;
 pub use prompt::{
-    Answer, ConsentPrompter, ConsentQuestion, DenyAll, NonInteractive, TerminalPrompter,
+    parse_answer, Answer, ConsentPrompter, ConsentQuestion, DenyAll, NonInteractive,
+    TerminalPrompter,
 };
 pub use redact::Redactor;
 pub use registry::{Agent, AgentDirs, Registry, Source};

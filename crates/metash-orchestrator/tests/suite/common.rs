@@ -150,6 +150,9 @@ pub struct Sim {
     pub idle: Vec<String>,
     /// The verifier passes these tasks whatever their files.
     pub verifier_passes: Vec<String>,
+    /// `(agent, during, task, text)`: during that agent's first spawn for task `during`, a
+    /// person comments on line 1 of `<task>.txt` (as from `metash ui`'s diff card).
+    pub review_during: Vec<(String, String, String, String)>,
     pub spawns: Mutex<Vec<Spawned>>,
 }
 
@@ -173,6 +176,7 @@ impl Sim {
             timeout_first: vec![],
             idle: vec![],
             verifier_passes: vec![],
+            review_during: vec![],
             spawns: Mutex::new(vec![]),
         }
     }
@@ -196,6 +200,26 @@ impl Spawner for Sim {
         // As the host does: the answered checkpoint goes to this spawn, once.
         let resume = metash_host::checkpoint::take_resume(&self.store, &req.agent_name)?
             .map(|r| serde_json::to_value(r).unwrap());
+        let task = req.task_id.clone().unwrap_or_default();
+        let first = !self
+            .spawns
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|s| s.agent == req.agent_name && s.task == req.task_id);
+        for (agent, during, on, text) in &self.review_during {
+            if first && *agent == req.agent_name && *during == task {
+                let file = format!("{on}.txt");
+                let new = metash_orchestrator::review::NewComment {
+                    task: on,
+                    file: &file,
+                    line: 1,
+                    text,
+                    by: "ui",
+                };
+                metash_orchestrator::review::comment(&self.store, &new).unwrap();
+            }
+        }
         let ws: PathBuf = req
             .workdir
             .clone()

@@ -299,3 +299,72 @@ fn a_task_that_changed_nothing_fails_unless_it_expects_no_change() {
     assert_eq!(state["variables"]["metash"]["noChange"]["look"], true);
     assert_eq!(state["gapCount"], 2);
 }
+
+/// A person's line comments on a task's diff (`metash ui`) go back to its agent: one made while
+/// the executor works sends the completed task back at verification (its findings, a gap); one
+/// made while the task waits for its next attempt reaches that attempt; one made while the
+/// verifier works is not hidden by a pass. Each is delivered once.
+#[test]
+fn review_comments_reach_the_executor_once() {
+    let p = Project::new("max_gap_retries = 5");
+    p.decide("english");
+    let mut sim = Sim::new(&p);
+    let during = |agent: &str, t: &str, on: &str, text: &str| {
+        (
+            agent.to_string(),
+            t.to_string(),
+            on.to_string(),
+            text.to_string(),
+        )
+    };
+    sim.review_during = vec![
+        during("executor", "hello", "hello", "say hello to the team"),
+        // hello was sent back by then: its next attempt takes this.
+        during("verifier", "bye", "hello", "and keep it short"),
+        // During hello's own (second) verification: the pass does not hide it.
+        during("verifier", "hello", "hello", "no exclamation mark"),
+    ];
+    assert_eq!(run(&p, &sim, RunOptions::default()), complete(2));
+    let store = p.store();
+    let comments = metash_orchestrator::review::of_task(&store, "hello").unwrap();
+    assert_eq!(comments.len(), 3, "{comments:?}");
+    let to: Vec<_> = comments.iter().map(|c| c.delivered_to.as_deref()).collect();
+    assert_eq!(
+        to,
+        [Some("verification"), Some("executor"), Some("verification")]
+    );
+    let hello: Vec<_> = sim
+        .spawned()
+        .into_iter()
+        .filter(|s| s.agent == "executor" && s.task.as_deref() == Some("hello"))
+        .collect();
+    assert_eq!(hello.len(), 3, "sent back twice by the review");
+    assert!(!hello[0].user_message.contains("review comment"));
+    for said in [
+        "review comment on hello.txt:1: say hello to the team",
+        "review comment on hello.txt:1: and keep it short",
+    ] {
+        assert!(
+            hello[1].user_message.contains(said),
+            "{}",
+            hello[1].user_message
+        );
+        let listed = format!("- {said}\n");
+        assert_eq!(
+            hello[1].user_message.matches(&listed).count(),
+            1,
+            "once: {said}"
+        );
+    }
+    let third = "review comment on hello.txt:1: no exclamation mark";
+    assert!(!hello[1].user_message.contains(third));
+    assert!(
+        hello[2].user_message.contains(third),
+        "{}",
+        hello[2].user_message
+    );
+    assert!(p
+        .state_updates()
+        .iter()
+        .any(|(_, k, v)| k == "gapCount" && v == 2));
+}
