@@ -50,10 +50,10 @@
     fig.dataset.artifact = id;
     fig.append(R.el("figcaption", "", "artifact " + id));
     c.querySelector(".body").append(fig);
-    const show = () => fetch("/preview/" + encodeURIComponent(id), { credentials: "same-origin" })
+    const show = () => fetch("preview/" + encodeURIComponent(id), { credentials: "same-origin" })
       .then((r) => r.json())
       .then((p) => {
-        const src = "/artifact/" + encodeURIComponent(id);
+        const src = "artifact/" + encodeURIComponent(id);
         if (p.content_type && p.content_type.startsWith("image/")) {
           const img = R.el("img", "preview");
           img.alt = id;
@@ -151,7 +151,7 @@
   if (!cards) { live.textContent = ""; needsYou(); return; }
   const after = meta("after");
   let opened = 0;
-  const es = new EventSource("/events" + (after ? "?after=" + encodeURIComponent(after) : ""));
+  const es = new EventSource("events" + (after ? "?after=" + encodeURIComponent(after) : ""));
   es.onopen = () => {
     opened++;
     document.body.dataset.opened = String(opened);

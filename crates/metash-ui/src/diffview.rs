@@ -26,8 +26,9 @@ pub fn page(
     diff: Option<&TaskDiff>,
     comments: &[Comment],
     layout: Layout,
-    csrf: &str,
+    page: &crate::pages::Page<'_>,
 ) -> String {
+    let csrf = page.csrf;
     let t = esc(task);
     let mut b = format!(
         "<section class=\"card diff\" id=\"diff\" data-task=\"{t}\"><h1>Task {t}: {}</h1>",
@@ -36,17 +37,17 @@ pub fn page(
     let (unified, split) = match layout {
         Layout::Unified => (
             "<b>unified</b>".to_string(),
-            format!("<a href=\"/diff?task={t}&amp;view=split\">side by side</a>"),
+            format!("<a href=\"diff?task={t}&amp;view=split\">side by side</a>"),
         ),
         Layout::Split => (
-            format!("<a href=\"/diff?task={t}\">unified</a>"),
+            format!("<a href=\"diff?task={t}\">unified</a>"),
             "<b>side by side</b>".to_string(),
         ),
     };
     let _ = write!(b, "<p class=\"layout\">{unified} · {split}</p>");
     let Some(diff) = diff else {
         b.push_str("<p class=\"empty\">No change to show yet: the task has no commits, branch or worktree.</p></section>");
-        return frame(&format!("metash: diff {task}"), csrf, 0, false, &b);
+        return frame(&format!("metash: diff {task}"), page, 0, false, &b);
     };
     let end = match &diff.end {
         DiffEnd::Worktree(p) => format!(
@@ -75,14 +76,14 @@ pub fn page(
     let _ = write!(
         b,
         "<template id=\"comment-form\"><tr class=\"new-comment\"><td colspan=\"4\"><form \
-         method=\"post\" action=\"/comment\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+         method=\"post\" action=\"comment\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
          <input type=\"hidden\" name=\"task\" value=\"{t}\"><input type=\"hidden\" name=\"file\">\
          <input type=\"hidden\" name=\"line\"><textarea name=\"text\" required maxlength=\"4000\" \
          placeholder=\"comment for the agent\"></textarea> <button type=\"submit\">comment</button>\
          </form></td></tr></template></section>",
         esc(csrf)
     );
-    frame(&format!("metash: diff {task}"), csrf, 0, false, &b)
+    frame(&format!("metash: diff {task}"), page, 0, false, &b)
 }
 
 fn short(sha: &str) -> &str {
@@ -179,7 +180,7 @@ fn file(task: &str, f: &FileDiff, comments: &[Comment], layout: Layout, csrf: &s
     b.push_str("</table>");
     let _ = write!(
         b,
-        "<form method=\"post\" action=\"/comment\" class=\"file-comment\"><input type=\"hidden\" \
+        "<form method=\"post\" action=\"comment\" class=\"file-comment\"><input type=\"hidden\" \
          name=\"csrf\" value=\"{}\"><input type=\"hidden\" name=\"task\" value=\"{}\"><input \
          type=\"hidden\" name=\"file\" value=\"{}\"><input type=\"hidden\" name=\"line\" \
          value=\"0\"><input name=\"text\" required maxlength=\"4000\" placeholder=\"comment on \

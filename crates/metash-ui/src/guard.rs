@@ -170,7 +170,7 @@ impl Guard {
 /// plugins, no frames; images also from `data:` (previews) and this origin.
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' \
                        data:; media-src 'self'; connect-src 'self'; form-action 'self'; \
-                       frame-ancestors 'none'; base-uri 'none'";
+                       frame-ancestors 'none'; base-uri 'self'";
 
 /// Adds the security headers to a response.
 pub fn harden(res: &mut Response<Body>) {

@@ -19,6 +19,7 @@ pub mod live;
 pub mod model;
 pub mod notify;
 pub mod pages;
+pub mod projects;
 pub mod review;
 pub mod server;
 
@@ -71,9 +72,35 @@ impl Served {
 /// Starts serving the project at `root` on the current tokio runtime.
 ///
 /// # Errors
-/// Not a metash project (the store cannot be opened), or the address cannot be bound.
+/// Not a metash project (the store cannot be opened), a wrong `[ui]` section, or the address
+/// cannot be bound.
 pub async fn serve(root: &Path, options: &UiOptions) -> Result<Served> {
-    let store = metash_store::Store::open(root)?;
+    metash_store::Store::open(root)?;
+    let (listener, addr, guard) = bind(options).await?;
+    let watching = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let app = app_for(root, String::new(), &guard, options, addr, &watching)?;
+    start(listener, addr, &guard, server::single(app), watching)
+}
+
+/// Starts serving every project in `dir` and one level below (`metash ui --under DIR`): an index
+/// at `/`, each project under `/p/NAME`.
+///
+/// # Errors
+/// A project whose `[ui]` section is wrong, or the address cannot be bound.
+pub async fn serve_under(dir: &Path, options: &UiOptions) -> Result<Served> {
+    let (listener, addr, guard) = bind(options).await?;
+    let watching = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut apps = Vec::new();
+    for (name, root) in projects::discover(dir) {
+        let app = app_for(&root, format!("/p/{name}"), &guard, options, addr, &watching)?;
+        apps.push((name, app));
+    }
+    start(listener, addr, &guard, server::many(Arc::clone(&guard), apps), watching)
+}
+
+async fn bind(
+    options: &UiOptions,
+) -> Result<(tokio::net::TcpListener, SocketAddr, Arc<guard::Guard>)> {
     let ip = options.listen.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, options.port))
         .await
@@ -82,34 +109,51 @@ pub async fn serve(root: &Path, options: &UiOptions) -> Result<Served> {
         .local_addr()
         .map_err(|e| UiError::io("the listening address", e))?;
     let extra = options.listen.map(|_| addr.to_string());
-    let guard = Arc::new(guard::Guard::new(addr.port(), extra));
+    Ok((listener, addr, Arc::new(guard::Guard::new(addr.port(), extra))))
+}
+
+/// One project's handlers' state, and its notifier started.
+fn app_for(
+    root: &Path,
+    base: String,
+    guard: &Arc<guard::Guard>,
+    options: &UiOptions,
+    addr: SocketAddr,
+    watching: &Arc<std::sync::atomic::AtomicBool>,
+) -> Result<server::App> {
+    let store = metash_store::Store::open(root)?;
     // A config that does not parse still gets every token shape redacted.
     let config = metash_host::config::HostConfig::load(root).unwrap_or_default();
-    let redactor = metash_host::redaction::output_redactor(
+    let redactor = Arc::new(metash_host::redaction::output_redactor(
         &store,
         &config,
         &|v: &str| std::env::var(v).ok(),
         Vec::new(),
-    );
-    let url = format!("http://{addr}/login?token={}", guard.token);
+    ));
     // A wrong `[ui]` stops the start: a notifier that silently never runs is worse.
-    let ui = notify::load(root)?;
-    let redactor = Arc::new(redactor);
-    let watching = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    if let Some(argv) = ui.notify_command {
-        let url = format!("http://{addr}/");
-        let stop = Arc::clone(&watching);
-        notify::watch(store.clone(), argv, Arc::clone(&redactor), url, stop);
+    if let Some(argv) = notify::load(root)?.notify_command {
+        let url = format!("http://{addr}{base}/");
+        notify::watch(store.clone(), argv, Arc::clone(&redactor), url, Arc::clone(watching));
     }
-    let app = server::App {
+    Ok(server::App {
         root: root.to_path_buf(),
         store,
-        guard,
+        guard: Arc::clone(guard),
         redactor,
         stream_lasts: std::time::Duration::from_secs(options.stream_seconds.unwrap_or(600).max(1)),
-    };
+        base,
+    })
+}
+
+fn start(
+    listener: tokio::net::TcpListener,
+    addr: SocketAddr,
+    guard: &guard::Guard,
+    router: axum::Router,
+    watching: Arc<std::sync::atomic::AtomicBool>,
+) -> Result<Served> {
+    let url = format!("http://{addr}/login?token={}", guard.token);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let router = server::router(app);
     let task = tokio::spawn(async move {
         let _ = axum::serve(listener, router)
             .with_graceful_shutdown(async {

@@ -25,9 +25,17 @@ pub fn esc(s: &str) -> String {
     out
 }
 
+/// What every page of one project needs: where the project's routes are (`""`, or `/p/NAME`
+/// when one server serves many projects; links are relative to it) and the CSRF token.
+#[derive(Debug, Clone, Copy)]
+pub struct Page<'a> {
+    pub base: &'a str,
+    pub csrf: &'a str,
+}
+
 /// The frame of every page: title (prefixed when a person is needed), navigation, the CSRF token
 /// for the script's POSTs, the live cards' container.
-pub fn frame(title: &str, csrf: &str, after: u64, needs_you: bool, body: &str) -> String {
+pub fn frame(title: &str, page: &Page<'_>, after: u64, needs_you: bool, body: &str) -> String {
     let title = if needs_you {
         format!("(needs you) {title}")
     } else {
@@ -36,14 +44,17 @@ pub fn frame(title: &str, csrf: &str, after: u64, needs_you: bool, body: &str) -
     format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width\">\
+         <base href=\"{base}/\">\
          <meta name=\"csrf\" content=\"{csrf}\"><meta name=\"after\" content=\"{after}\">\
          <title>{t}</title>\
-         <link rel=\"stylesheet\" href=\"/assets/app.css\"></head><body>\
-         <nav><a href=\"/\">run</a> <a href=\"/ledger\">ledger</a> \
+         <link rel=\"stylesheet\" href=\"assets/app.css\"></head><body>\
+         <nav>{home}<a href=\"./\">run</a> <a href=\"ledger\">ledger</a> \
          <span id=\"live\" class=\"live\">connecting…</span></nav>{body}\
-         <script src=\"/assets/render.js\"></script><script src=\"/assets/app.js\"></script></body></html>",
-        csrf = esc(csrf),
-        t = esc(&title)
+         <script src=\"assets/render.js\"></script><script src=\"assets/app.js\"></script></body></html>",
+        base = esc(page.base),
+        csrf = esc(page.csrf),
+        t = esc(&title),
+        home = if page.base.is_empty() { "" } else { "<a href=\"/\">projects</a> " }
     )
 }
 
@@ -58,7 +69,8 @@ fn status_class(s: TaskStatus) -> &'static str {
 /// The run view: session, budget, the checkpoint card, the plan (the server-rendered `main`, which
 /// the script fetches again when the session changes), and the live cards, which stream from
 /// `after` on.
-pub fn run(run: &Run, csrf: &str, after: u64) -> String {
+pub fn run(run: &Run, page: &Page<'_>, after: u64) -> String {
+    let csrf = page.csrf;
     let s = &run.state;
     let mut b = String::from("<main id=\"main\">");
     let _ = write!(
@@ -102,7 +114,7 @@ pub fn run(run: &Run, csrf: &str, after: u64) -> String {
             b,
             "<tr class=\"{cls}\" data-task=\"{id}\"><td>{id}</td><td>{title}</td><td>{st:?}</td>\
              <td>{deps}</td><td><code>{commits}</code></td><td>{wt}</td><td><a class=\"difflink\" \
-             href=\"/diff?task={id}\">diff</a>{waiting}</td></tr>",
+             href=\"diff?task={id}\">diff</a>{waiting}</td></tr>",
             cls = status_class(t.status),
             id = esc(&t.id),
             title = esc(&t.title),
@@ -133,7 +145,7 @@ pub fn run(run: &Run, csrf: &str, after: u64) -> String {
         );
     }
     b.push_str("</ul><div id=\"cards\" class=\"cards\"></div>");
-    frame("metash: run", csrf, after, run.needs_you(), &b)
+    frame("metash: run", page, after, run.needs_you(), &b)
 }
 
 fn budget(run: &Run) -> String {
@@ -164,7 +176,7 @@ fn consent_card(ask: &metash_host::asks::Ask, csrf: &str) -> String {
         "<section class=\"card consent\" id=\"{id}\"><h2>Needs you: {agent} asks for \
          <code>{cap}</code></h2><p class=\"message\">{reason}</p><p class=\"from\">asked for \
          {asked} · denied unless answered in <span class=\"countdown\" data-deadline=\"{dl}\">\
-         {dl}</span></p><form method=\"post\" action=\"/consent\"><input type=\"hidden\" \
+         {dl}</span></p><form method=\"post\" action=\"consent\"><input type=\"hidden\" \
          name=\"csrf\" value=\"{csrf}\"><input type=\"hidden\" name=\"id\" value=\"{id}\">\
          <button type=\"submit\" name=\"answer\" value=\"once\">allow once</button> \
          <button type=\"submit\" name=\"answer\" value=\"for\">allow for</button> <input \
@@ -203,7 +215,7 @@ fn checkpoint_card(
     let mut b = format!(
         "<section class=\"card {class}\" id=\"checkpoint\"><h2>Needs you: {heading}</h2>\
          <p class=\"from\">from {}</p><p class=\"message\">{}</p>\
-         <form method=\"post\" action=\"/checkpoint\"><input type=\"hidden\" name=\"csrf\" \
+         <form method=\"post\" action=\"checkpoint\"><input type=\"hidden\" name=\"csrf\" \
          value=\"{}\"><input type=\"hidden\" name=\"id\" value=\"{}\">",
         esc(&cp.agent),
         esc(&sig.message),
@@ -229,11 +241,12 @@ fn checkpoint_card(
 }
 
 /// The ledger view: grants (revocable), then the records, with the chain's check.
-pub fn ledger(grants: &[GrantRow], records: &[LogRecord], chain: &str, csrf: &str) -> String {
+pub fn ledger(grants: &[GrantRow], records: &[LogRecord], chain: &str, page: &Page<'_>) -> String {
+    let csrf = page.csrf;
     let mut b = format!(
         "<h1>Ledger</h1><p class=\"chain\">hash chain: {}</p>\
-         <p><a href=\"/ledger/export\">export (redacted JSON lines)</a></p>\
-         <form method=\"get\" action=\"/ledger\" class=\"filter\">\
+         <p><a href=\"ledger/export\">export (redacted JSON lines)</a></p>\
+         <form method=\"get\" action=\"ledger\" class=\"filter\">\
          <input name=\"agent\" placeholder=\"agent\"> <input name=\"capability\" \
          placeholder=\"capability\"> <button>filter</button></form>\
          <h2>Grants</h2><table class=\"grants\"><tr><th>agent</th><th>capability</th>\
@@ -249,7 +262,7 @@ pub fn ledger(grants: &[GrantRow], records: &[LogRecord], chain: &str, csrf: &st
         };
         let button = if row.live {
             format!(
-                "<form method=\"post\" action=\"/revoke\"><input type=\"hidden\" name=\"csrf\" \
+                "<form method=\"post\" action=\"revoke\"><input type=\"hidden\" name=\"csrf\" \
                  value=\"{}\"><input type=\"hidden\" name=\"agent\" value=\"{}\"><input \
                  type=\"hidden\" name=\"capability\" value=\"{}\"><button>revoke</button></form>",
                 esc(csrf),
@@ -278,7 +291,7 @@ pub fn ledger(grants: &[GrantRow], records: &[LogRecord], chain: &str, csrf: &st
         );
     }
     b.push_str("</table>");
-    frame("metash: ledger", csrf, 0, false, &b)
+    frame("metash: ledger", page, 0, false, &b)
 }
 
 /// A refusal or an error, as a page.
@@ -302,7 +315,16 @@ mod tests {
             esc("<script>alert('x')</script>&\""),
             "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;"
         );
-        let page = frame("<b>", "c\"sr", 0, false, "");
+        let page = frame(
+            "<b>",
+            &Page {
+                base: "",
+                csrf: "c\"sr",
+            },
+            0,
+            false,
+            "",
+        );
         assert!(page.contains("<title>&lt;b&gt;</title>"));
         assert!(page.contains("content=\"c&quot;sr\""));
         assert!(!page.contains("<script>") || page.contains("<script src="));

@@ -4,7 +4,7 @@
 
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::response::{Html, IntoResponse, Response};
 use axum::Form;
 use metash_orchestrator::git::diff;
 use metash_orchestrator::review;
@@ -39,7 +39,7 @@ pub(crate) async fn diff_view(State(app): State<App>, Query(q): Query<DiffQuery>
             d.as_ref(),
             &comments,
             layout,
-            &app.guard.csrf,
+            &app.page(),
         )))
     };
     match tokio::task::spawn_blocking(read).await {
@@ -78,8 +78,7 @@ pub(crate) async fn comment(State(app): State<App>, Form(f): Form<CommentForm>) 
     };
     match review::comment(&app.store, &new) {
         Ok(id) => {
-            let to = format!("/diff?task={}#{id}", urlencode(&f.task));
-            Redirect::to(&to).into_response()
+            app.redirect(&format!("diff?task={}#{id}", urlencode(&f.task)))
         }
         Err(e) => failure(StatusCode::BAD_REQUEST, e),
     }

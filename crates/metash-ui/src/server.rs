@@ -29,13 +29,28 @@ pub struct App {
     pub redactor: Arc<Redactor>,
     /// How long one live stream lasts.
     pub stream_lasts: std::time::Duration,
+    /// Where this project's routes are: `""`, or `/p/NAME` when the server serves many.
+    pub base: String,
 }
 
-/// The routes, behind the guard.
-pub fn router(app: App) -> Router {
+impl App {
+    pub(crate) fn page(&self) -> pages::Page<'_> {
+        pages::Page {
+            base: &self.base,
+            csrf: &self.guard.csrf,
+        }
+    }
+
+    /// A redirect to `to` (relative to the project: `""` is its run view).
+    pub(crate) fn redirect(&self, to: &str) -> Response {
+        Redirect::to(&format!("{}/{to}", self.base)).into_response()
+    }
+}
+
+/// One project's routes (the guard is put in front by [`single`] or [`many`]).
+pub fn project_routes(app: App) -> Router {
     Router::new()
         .route("/", get(run_view))
-        .route("/login", get(login))
         .route("/ledger", get(ledger_view))
         .route("/ledger/export", get(ledger_export))
         .route("/events", get(events))
@@ -46,15 +61,55 @@ pub fn router(app: App) -> Router {
         .route("/comment", post(crate::review::comment))
         .route("/preview/{id}", get(crate::artifacts::preview_info))
         .route("/artifact/{id}", get(crate::artifacts::artifact))
-        .route("/assets/app.js", get(app_js))
-        .route("/assets/app.css", get(app_css))
-        .route("/assets/render.js", get(render_js))
-        .layer(middleware::from_fn_with_state(app.clone(), guarded))
+        .merge(assets())
         .with_state(app)
 }
 
-async fn guarded(State(app): State<App>, req: Request, next: Next) -> Response {
-    let mut res = match app.guard.check(&req) {
+fn assets<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    Router::new()
+        .route("/assets/app.js", get(app_js))
+        .route("/assets/app.css", get(app_css))
+        .route("/assets/render.js", get(render_js))
+}
+
+/// The server of one project, behind the guard.
+pub fn single(app: App) -> Router {
+    let guard = Arc::clone(&app.guard);
+    project_routes(app)
+        .route("/login", get(login).with_state(Arc::clone(&guard)))
+        .layer(middleware::from_fn_with_state(guard, guarded))
+}
+
+/// The server of many projects: an index at `/`, each project under `/p/NAME`, one guard.
+pub fn many(guard: Arc<Guard>, projects: Vec<(String, App)>) -> Router {
+    let names: Vec<(String, PathBuf)> = projects
+        .iter()
+        .map(|(n, a)| (n.clone(), a.root.clone()))
+        .collect();
+    let mut r = Router::new()
+        .route(
+            "/",
+            get(move || {
+                let names = names.clone();
+                async move { crate::projects::index(&names) }
+            }),
+        )
+        .route("/login", get(login))
+        .merge(assets())
+        .with_state(Arc::clone(&guard));
+    for (name, app) in projects {
+        // A nested `/` answers the bare prefix only; the run view also lives at `/p/NAME/`,
+        // where the page's `<base>` points.
+        let view = get(run_view).with_state(app.clone());
+        r = r
+            .route(&format!("/p/{name}/"), view)
+            .nest(&format!("/p/{name}"), project_routes(app));
+    }
+    r.layer(middleware::from_fn_with_state(guard, guarded))
+}
+
+async fn guarded(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Response {
+    let mut res = match guard.check(&req) {
         Ok(()) => next.run(req).await,
         Err(refusal) => (
             refusal.status,
@@ -82,7 +137,7 @@ async fn run_view(State(app): State<App>) -> Response {
         .map(|t| t.seq.saturating_sub(RECENT))
         .unwrap_or(0);
     match model::Run::read(&app.store, &app.root) {
-        Ok(run) => Html(pages::run(&run, &app.guard.csrf, after)).into_response(),
+        Ok(run) => Html(pages::run(&run, &app.page(), after)).into_response(),
         Err(e) => failure(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
@@ -92,15 +147,15 @@ struct Login {
     token: String,
 }
 
-async fn login(State(app): State<App>, Query(q): Query<Login>) -> Response {
-    if !app.guard.token_ok(&q.token) {
+async fn login(State(guard): State<Arc<Guard>>, Query(q): Query<Login>) -> Response {
+    if !guard.token_ok(&q.token) {
         return failure(
             StatusCode::UNAUTHORIZED,
             "that token is not this server's: open the URL `metash ui` printed",
         );
     }
     let mut res = Redirect::to("/").into_response();
-    if let Ok(v) = HeaderValue::from_str(&app.guard.session_cookie()) {
+    if let Ok(v) = HeaderValue::from_str(&guard.session_cookie()) {
         res.headers_mut().insert(header::SET_COOKIE, v);
     }
     res
@@ -136,7 +191,7 @@ async fn ledger_view(State(app): State<App>, Query(q): Query<LedgerQuery>) -> Re
             Ok(n) => format!("verified, {n} records"),
             Err(e) => format!("BROKEN: {e}"),
         };
-        Ok(pages::ledger(&grants, &records, &chain, &app.guard.csrf))
+        Ok(pages::ledger(&grants, &records, &chain, &app.page()))
     };
     match read() {
         Ok(html) => Html(html).into_response(),
@@ -205,7 +260,7 @@ async fn answer_checkpoint(State(app): State<App>, Form(f): Form<Answer>) -> Res
         return r;
     }
     match metash_host::checkpoint::answer(&app.store, Some(&f.id), &f.answer) {
-        Ok(_) => Redirect::to("/").into_response(),
+        Ok(_) => app.redirect(""),
         // Answered by someone else first, or not one of the options: say so.
         Err(e) => failure(StatusCode::CONFLICT, e),
     }
@@ -238,7 +293,7 @@ async fn answer_consent(State(app): State<App>, Form(f): Form<ConsentForm>) -> R
         other => return failure(StatusCode::BAD_REQUEST, format!("no answer `{other}`")),
     };
     match metash_host::asks::reply(&app.store, &f.id, answer, "ui") {
-        Ok(()) => Redirect::to("/").into_response(),
+        Ok(()) => app.redirect(""),
         // Answered elsewhere first, or too late: say so.
         Err(e) => failure(StatusCode::CONFLICT, e),
     }
@@ -263,7 +318,7 @@ async fn revoke(State(app): State<App>, Form(f): Form<Revoke>) -> Response {
         metash_policy::Registry::discover(&metash_policy::AgentDirs::new(&app.root, None));
     let policy = metash_policy::Policy::new(app.store.clone(), registry);
     match policy.revoke(&f.agent, &cap, "ui") {
-        Ok(_) => Redirect::to("/ledger").into_response(),
+        Ok(_) => app.redirect("ledger"),
         Err(e) => failure(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }

@@ -130,7 +130,7 @@ fn a_grant_is_revoked_from_the_ledger_view() {
         "{}",
         ledger.body
     );
-    assert!(ledger.body.contains("action=\"/revoke\""));
+    assert!(ledger.body.contains("action=\"revoke\""));
     let form = format!(
         "csrf={}&agent=fetcher&capability=network%3Aapi.example.com",
         ui.csrf
@@ -164,8 +164,13 @@ fn markup_from_an_agent_or_a_plan_is_text() {
     assert!(page.body.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
     assert_eq!(
         page.body.matches("<script").count(),
-        1,
-        "only the page's own script"
+        2,
+        "only the page's own scripts"
+    );
+    assert_eq!(
+        page.body.matches("<script src=\"assets/").count(),
+        2,
+        "both from this origin"
     );
 }
 

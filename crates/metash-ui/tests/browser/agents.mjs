@@ -45,7 +45,7 @@ async function revoke(page, agent, capability) {
   await page.goto(new URL("/ledger", url).href);
   const row = page.locator("table.grants tr", { has: page.locator("td", { hasText: agent }) })
     .filter({ has: page.locator("td", { hasText: capability }) })
-    .filter({ has: page.locator('form[action="/revoke"]') });
+    .filter({ has: page.locator('form[action="revoke"]') });
   const [res] = await Promise.all([
     page.waitForResponse((r) => new URL(r.url()).pathname === "/revoke"),
     row.first().locator("button").click(),

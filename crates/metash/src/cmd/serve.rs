@@ -47,6 +47,10 @@ pub struct UiArgs {
     /// Open the URL in the desktop's browser (xdg-open / open).
     #[arg(long)]
     open: bool,
+    /// Serve every metash project in DIR and one level below (an index at `/`, each project
+    /// under `/p/NAME`) instead of the one project.
+    #[arg(long, value_name = "DIR")]
+    under: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -110,20 +114,30 @@ fn ui(ctx: &Ctx, args: &UiArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    let options = metash_ui::UiOptions {
+        port: args.port,
+        listen: args.listen,
+        ..metash_ui::UiOptions::default()
+    };
+    let under = args
+        .under
+        .as_ref()
+        .map(|d| std::fs::canonicalize(d).with_context(|| format!("--under {}", d.display())))
+        .transpose()?;
     runtime.block_on(async {
-        let served = metash_ui::serve(
-            &workspace,
-            &metash_ui::UiOptions {
-                port: args.port,
-                listen: args.listen,
-                ..metash_ui::UiOptions::default()
-            },
-        )
-        .await?;
+        let (served, what) = match &under {
+            Some(dir) => (
+                metash_ui::serve_under(dir, &options).await?,
+                format!("the projects under {}", dir.display()),
+            ),
+            None => (
+                metash_ui::serve(&workspace, &options).await?,
+                workspace.display().to_string(),
+            ),
+        };
         println!("{}", served.url);
         eprintln!(
-            "metash ui: serving {} at http://{}/ (open the URL above; Ctrl-C to stop)",
-            workspace.display(),
+            "metash ui: serving {what} at http://{}/ (open the URL above; Ctrl-C to stop)",
             served.addr
         );
         if args.open {
