@@ -9,7 +9,6 @@
   };
   const live = document.getElementById("live");
   const cards = document.getElementById("cards");
-  const seen = new Set();
   let refreshTimer = null;
 
   // What each agent's manifest asks of its card (`ui.hints`).
@@ -39,7 +38,7 @@
     const c = card(agent);
     const body = c.querySelector(".body");
     R.append(body, type || "text/plain", text, (c.dataset.hints || "").split(" "));
-    body.scrollTop = body.scrollHeight;
+    return body;
   }
 
   // An artifact: previewed (image or video) only when the server says its agent holds
@@ -117,21 +116,39 @@
       .catch(() => {});
   }
 
-  let dups = 0;
+  // Records are drawn in batches (at most one per 16 ms), so a flooding agent costs the page one
+  // layout per batch, not one per chunk; `metash-rendered` tells who cares what is on screen.
+  let dups = 0, lastSeq = 0, flushTimer = null;
+  const queue = [];
   function onRecord(rec) {
-    if (seen.has(rec.seq)) { dups++; document.body.dataset.dups = String(dups); return; } // never twice
-    seen.add(rec.seq);
-    document.body.dataset.seq = String(rec.seq);
-    const d = rec.data || {};
-    if (cards && rec.kind === "agent_event" && d.type === "output") {
-      output(rec.agent || "?", d.content_type, String(d.data || ""));
-    } else if (cards && rec.kind === "artifact" && rec.agent && d.id) {
-      artifact(rec.agent, String(d.id));
+    // The server sends records in order: one at or before the last is a duplicate.
+    if (rec.seq <= lastSeq) { dups++; document.body.dataset.dups = String(dups); return; }
+    lastSeq = rec.seq;
+    queue.push(rec);
+    if (!flushTimer) flushTimer = setTimeout(flush, 16);
+  }
+
+  function flush() {
+    flushTimer = null;
+    const batch = queue.splice(0, queue.length);
+    const touched = new Set();
+    let refreshNeeded = false;
+    for (const rec of batch) {
+      const d = rec.data || {};
+      if (cards && rec.kind === "agent_event" && d.type === "output") {
+        touched.add(output(rec.agent || "?", d.content_type, String(d.data || "")));
+      } else if (cards && rec.kind === "artifact" && rec.agent && d.id) {
+        artifact(rec.agent, String(d.id));
+      }
+      if (rec.kind !== "agent_event") refreshNeeded = true;
     }
-    if (rec.kind !== "agent_event") {
+    for (const body of touched) body.scrollTop = body.scrollHeight;
+    document.body.dataset.seq = String(lastSeq);
+    if (refreshNeeded) {
       clearTimeout(refreshTimer);
       refreshTimer = setTimeout(refresh, 100);
     }
+    document.dispatchEvent(new CustomEvent("metash-rendered", { detail: lastSeq }));
   }
 
   // The diff card: a click on a line number opens a comment form under that line.

@@ -25,9 +25,13 @@
   function ansi(pre, text, state) {
     let last = 0;
     const put = (s) => {
+      s = s.replace(/\u001b\[[0-9;?]*[A-Za-z]/g, "");
       if (!s) return;
-      const span = el("span", state.cls.join(" "), s.replace(/\u001b\[[0-9;?]*[A-Za-z]/g, ""));
-      pre.append(span);
+      const cls = state.cls.join(" ");
+      // A chunk in the same colours as the last one continues its text node.
+      const last = pre.lastChild;
+      if (last && last.className === cls && last.firstChild) last.firstChild.appendData(s);
+      else pre.append(el("span", cls, s));
     };
     text.replace(SGR, (m, codes, at) => {
       put(text.slice(last, at));

@@ -14,6 +14,8 @@ use metash_protocol::LogKind;
 use metash_store::Store;
 use serde_json::json;
 
+#[path = "stream/browser.rs"]
+mod browser;
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -175,7 +177,6 @@ fn main() {
     let got = page.join().unwrap();
     let bare = bare.join().unwrap();
     let rss_after = rss_kib();
-    rt.block_on(served.stop());
 
     let sent = sent.lock().unwrap().clone();
     let mut page_ms = latencies(&sent, &got);
@@ -204,4 +205,30 @@ fn main() {
         rss_after,
         rss_after as i64 - rss_before as i64
     );
+
+    // The same flood with a real browser showing the run view.
+    let rss_before = rss_kib();
+    match browser::run(&root, &served.url, n, rate) {
+        Ok(mut seen) => {
+            let rss_after = rss_kib();
+            let (am, a99) = (
+                percentile(&mut seen.arrived, 0.5),
+                percentile(&mut seen.arrived, 0.99),
+            );
+            let (dm, d99) = (
+                percentile(&mut seen.drawn, 0.5),
+                percentile(&mut seen.drawn, 0.99),
+            );
+            println!(
+                "append -> Chromium page: arrived median {am:.1} ms, p99 {a99:.1} ms; drawn \
+                 median {dm:.1} ms, p99 {d99:.1} ms over {} of {n} events (target: median <= \
+                 100 ms); drawn/bare median = {:.2}x; server memory {:+} KiB",
+                seen.count,
+                dm / bm.max(0.001),
+                rss_after as i64 - rss_before as i64
+            );
+        }
+        Err(why) => println!("append -> Chromium page: not measured ({why})"),
+    }
+    rt.block_on(served.stop());
 }

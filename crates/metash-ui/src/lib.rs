@@ -92,10 +92,23 @@ pub async fn serve_under(dir: &Path, options: &UiOptions) -> Result<Served> {
     let watching = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut apps = Vec::new();
     for (name, root) in projects::discover(dir) {
-        let app = app_for(&root, format!("/p/{name}"), &guard, options, addr, &watching)?;
+        let app = app_for(
+            &root,
+            format!("/p/{name}"),
+            &guard,
+            options,
+            addr,
+            &watching,
+        )?;
         apps.push((name, app));
     }
-    start(listener, addr, &guard, server::many(Arc::clone(&guard), apps), watching)
+    start(
+        listener,
+        addr,
+        &guard,
+        server::many(Arc::clone(&guard), apps),
+        watching,
+    )
 }
 
 async fn bind(
@@ -109,7 +122,11 @@ async fn bind(
         .local_addr()
         .map_err(|e| UiError::io("the listening address", e))?;
     let extra = options.listen.map(|_| addr.to_string());
-    Ok((listener, addr, Arc::new(guard::Guard::new(addr.port(), extra))))
+    Ok((
+        listener,
+        addr,
+        Arc::new(guard::Guard::new(addr.port(), extra)),
+    ))
 }
 
 /// One project's handlers' state, and its notifier started.
@@ -133,7 +150,13 @@ fn app_for(
     // A wrong `[ui]` stops the start: a notifier that silently never runs is worse.
     if let Some(argv) = notify::load(root)?.notify_command {
         let url = format!("http://{addr}{base}/");
-        notify::watch(store.clone(), argv, Arc::clone(&redactor), url, Arc::clone(watching));
+        notify::watch(
+            store.clone(),
+            argv,
+            Arc::clone(&redactor),
+            url,
+            Arc::clone(watching),
+        );
     }
     Ok(server::App {
         root: root.to_path_buf(),

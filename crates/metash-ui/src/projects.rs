@@ -135,7 +135,9 @@ pub fn index(projects: &[(String, PathBuf)]) -> Response {
     }
     b.push_str("</table>");
     if projects.is_empty() {
-        b.push_str("<p>No metash project here (a project has <code>.meta/session.json</code>).</p>");
+        b.push_str(
+            "<p>No metash project here (a project has <code>.meta/session.json</code>).</p>",
+        );
     }
     let title = if waiting_total > 0 {
         "(needs you) metash: projects"

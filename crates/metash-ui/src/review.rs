@@ -77,9 +77,7 @@ pub(crate) async fn comment(State(app): State<App>, Form(f): Form<CommentForm>) 
         by: "ui",
     };
     match review::comment(&app.store, &new) {
-        Ok(id) => {
-            app.redirect(&format!("diff?task={}#{id}", urlencode(&f.task)))
-        }
+        Ok(id) => app.redirect(&format!("diff?task={}#{id}", urlencode(&f.task))),
         Err(e) => failure(StatusCode::BAD_REQUEST, e),
     }
 }

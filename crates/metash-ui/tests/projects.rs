@@ -15,7 +15,9 @@ use common::client::{request, Reply};
 fn get(addr: SocketAddr, cookie: &str, path: &str) -> Reply {
     request(
         addr,
-        &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n"),
+        &format!(
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n"
+        ),
     )
 }
 
@@ -43,13 +45,21 @@ fn every_project_under_a_directory_is_served_with_its_own_views() {
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     let served = rt
-        .block_on(metash_ui::serve_under(&top, &metash_ui::UiOptions::default()))
+        .block_on(metash_ui::serve_under(
+            &top,
+            &metash_ui::UiOptions::default(),
+        ))
         .unwrap();
     let addr = served.addr;
     // Nothing without the session, the projects' pages included.
     assert_eq!(get(addr, "", "/").status, 401);
     assert_eq!(get(addr, "", "/p/alpha/").status, 401);
-    let path = served.url.split_once(&addr.to_string()).unwrap().1.to_string();
+    let path = served
+        .url
+        .split_once(&addr.to_string())
+        .unwrap()
+        .1
+        .to_string();
     let login = get(addr, "", &path);
     assert_eq!(login.status, 303);
     let cookie = login
@@ -65,15 +75,26 @@ fn every_project_under_a_directory_is_served_with_its_own_views() {
     let index = get(addr, &cookie, "/");
     assert_eq!(index.status, 200, "{}", index.body);
     assert!(index.body.contains("href=\"/p/alpha/\""), "{}", index.body);
-    assert!(index.body.contains("href=\"/p/team/beta/\""), "{}", index.body);
-    assert_eq!(index.body.matches("href=\"/p/").count(), 2, "two projects: {}", index.body);
+    assert!(
+        index.body.contains("href=\"/p/team/beta/\""),
+        "{}",
+        index.body
+    );
+    assert_eq!(
+        index.body.matches("href=\"/p/").count(),
+        2,
+        "two projects: {}",
+        index.body
+    );
     assert!(index.body.contains("<title>(needs you)"), "beta waits");
 
     let page = get(addr, &cookie, "/p/team/beta/");
     assert_eq!(page.status, 200);
     assert!(page.body.contains("<base href=\"/p/team/beta/\">"));
     assert!(page.body.contains("Deploy beta?"));
-    assert!(!get(addr, &cookie, "/p/alpha/").body.contains("Deploy beta?"));
+    assert!(!get(addr, &cookie, "/p/alpha/")
+        .body
+        .contains("Deploy beta?"));
     let csrf = page
         .body
         .split("name=\"csrf\" content=\"")
@@ -93,7 +114,10 @@ fn every_project_under_a_directory_is_served_with_its_own_views() {
     );
     assert_eq!(answered.status, 303, "{}", answered.body);
     assert!(
-        answered.head.to_ascii_lowercase().contains("location: /p/team/beta/"),
+        answered
+            .head
+            .to_ascii_lowercase()
+            .contains("location: /p/team/beta/"),
         "{}",
         answered.head
     );
