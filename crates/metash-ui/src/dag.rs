@@ -149,6 +149,7 @@ mod tests {
             },
             worktree: None,
             comments_waiting: 0,
+            agent: None,
         }
     }
 

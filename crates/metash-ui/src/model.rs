@@ -20,6 +20,8 @@ pub struct TaskRow {
     pub worktree: Option<PathBuf>,
     /// Review comments not yet handed to its agent.
     pub comments_waiting: usize,
+    /// Who works on it now: the executor's name and the attempt, while an attempt runs.
+    pub agent: Option<String>,
 }
 
 /// What an agent's manifest says about how to show it (`ui.hints`: `streaming`, `diff`,
@@ -58,6 +60,9 @@ impl Run {
     /// The store cannot be read (the error names the file).
     pub fn read(store: &Store, root: &Path) -> Result<Self> {
         let state = store.state()?;
+        let book = metash_orchestrator::Book::of(&state);
+        // A config that does not parse names no agent: `metash run` reports it where it matters.
+        let roles = metash_orchestrator::OrchestratorConfig::load(root).ok();
         let tasks = state
             .tasks()
             .iter()
@@ -68,6 +73,10 @@ impl Run {
                     worktree: wt.is_dir().then_some(wt),
                     comments_waiting: metash_orchestrator::review::waiting(store, &t.id)
                         .map_or(0, |c| c.len()),
+                    agent: book.running.get(&t.id).and_then(|r| r.as_ref()).map(|r| {
+                        let who = roles.as_ref().map_or("executor", |c| c.executor.as_str());
+                        format!("{who} (attempt {})", r.attempt)
+                    }),
                 }
             })
             .collect();

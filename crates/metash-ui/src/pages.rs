@@ -101,7 +101,7 @@ pub fn run(run: &Run, page: &Page<'_>, after: u64) -> String {
     }
     b.push_str("<h2>Plan</h2>");
     b.push_str(&crate::dag::svg(&run.tasks));
-    b.push_str("<table class=\"plan\"><tr><th>task</th><th>title</th><th>status</th><th>depends on</th><th>commits</th><th>worktree</th><th>change</th></tr>");
+    b.push_str("<table class=\"plan\"><tr><th>task</th><th>title</th><th>status</th><th>agent</th><th>depends on</th><th>commits</th><th>worktree</th><th>change</th></tr>");
     for row in &run.tasks {
         let t = &row.task;
         let commits: Vec<String> = t
@@ -112,13 +112,14 @@ pub fn run(run: &Run, page: &Page<'_>, after: u64) -> String {
             .collect();
         let _ = write!(
             b,
-            "<tr class=\"{cls}\" data-task=\"{id}\"><td>{id}</td><td>{title}</td><td>{st:?}</td>\
+            "<tr class=\"{cls}\" data-task=\"{id}\"><td>{id}</td><td>{title}</td><td>{st:?}</td><td>{agent}</td>\
              <td>{deps}</td><td><code>{commits}</code></td><td>{wt}</td><td><a class=\"difflink\" \
              href=\"diff?task={id}\">diff</a>{waiting}</td></tr>",
             cls = status_class(t.status),
             id = esc(&t.id),
             title = esc(&t.title),
             st = t.status,
+            agent = esc(row.agent.as_deref().unwrap_or("")),
             deps = esc(&t.dependencies.join(", ")),
             commits = commits.join(" "),
             wt = row

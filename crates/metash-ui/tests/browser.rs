@@ -365,3 +365,40 @@ fn native_agents_answered_from_chromium_previews_diffs_and_reconnects() {
         assert!(shot(view).is_file(), "{view}.png");
     }
 }
+
+/// `metash ui --under DIR`: the index in Chromium, and the way into the project that waits.
+#[test]
+fn the_projects_index_in_chromium() {
+    let (tools, chromium) = match prerequisites() {
+        Ok(p) => p,
+        Err(why) => return metash_testkit::skip("browser index test", &why),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let top = dir.path().canonicalize().unwrap();
+    for p in ["alpha", "team/beta"] {
+        std::fs::create_dir_all(top.join(p)).unwrap();
+        Store::init(&top.join(p), None).unwrap();
+    }
+    let signal = CheckpointSignal {
+        kind: CheckpointTag::Checkpoint,
+        reason: CheckpointReason::DecisionRequired,
+        message: "Deploy beta?".into(),
+        options: vec!["yes".into(), "no".into()],
+        resume_id: None,
+    };
+    let beta = Store::open(&top.join("team/beta")).unwrap();
+    metash_host::checkpoint::raise(&beta, "deployer", &signal).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let served = rt
+        .block_on(metash_ui::serve_under(
+            &top,
+            &metash_ui::UiOptions::default(),
+        ))
+        .unwrap();
+    let steps = drive("index.mjs", &served, &tools, &chromium, |step| {
+        panic!("no steps expected: {step}")
+    });
+    rt.block_on(served.stop());
+    assert!(steps.is_empty());
+    assert!(shot("projects").is_file());
+}

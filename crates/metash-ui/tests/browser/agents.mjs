@@ -111,6 +111,12 @@ try {
 
   // A task's change in its worktree, as a diff card; a line commented on for the agent.
   await step("diff");
+  // The run view names who works on the task.
+  await page.goto(new URL("/", url).href);
+  await page.waitForFunction(() => {
+    const row = document.querySelector('tr[data-task="api"]');
+    return row && row.textContent.includes("executor (attempt 1)");
+  }, null, T);
   await page.goto(new URL("/diff?task=api", url).href);
   await page.waitForSelector('.file[data-file="src/api.rs"]', T);
   expect(await page.locator("td.add", { hasText: "/users" }).count() > 0, "the added line");
