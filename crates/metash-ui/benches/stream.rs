@@ -38,13 +38,7 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
 /// Appends `n` events at `rate`/s; each carries its index; `sent[i]` is when its append returned.
 fn flood(root: &std::path::Path, n: usize, rate: u32, base: Instant, sent: Arc<Mutex<Vec<f64>>>) {
     let store = Store::open(root).unwrap();
-    let gap = Duration::from_secs(1) / rate;
-    let start = Instant::now();
-    for i in 0..n {
-        let due = start + gap * i as u32;
-        if let Some(wait) = due.checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
-        }
+    common::paced(n, rate, |i| {
         store
             .append(
                 LogKind::AgentEvent,
@@ -54,7 +48,7 @@ fn flood(root: &std::path::Path, n: usize, rate: u32, base: Instant, sent: Arc<M
             )
             .unwrap();
         sent.lock().unwrap()[i] = base.elapsed().as_secs_f64();
-    }
+    });
 }
 
 fn latencies(sent: &[f64], got: &[(usize, f64)]) -> Vec<f64> {
@@ -62,26 +56,6 @@ fn latencies(sent: &[f64], got: &[(usize, f64)]) -> Vec<f64> {
         .filter(|(i, _)| sent[*i] > 0.0)
         .map(|(i, t)| (t - sent[*i]).max(0.0) * 1e3)
         .collect()
-}
-
-/// Exchanges the start URL's token for the session cookie.
-fn login(addr: std::net::SocketAddr, url: &str) -> String {
-    let path = url.split_once(&addr.to_string()).unwrap().1.to_string();
-    let mut s = TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut head = String::new();
-    std::io::Read::read_to_string(&mut s, &mut head).unwrap();
-    head.lines()
-        .find_map(|l| l.strip_prefix("set-cookie: "))
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string()
 }
 
 /// Reads `/events` after `start_seq` until `n` flood events arrived: (index, arrival time).
@@ -158,7 +132,7 @@ fn main() {
     } = common::serve_new_project();
     let start_seq = Store::open(&root).unwrap().log().tail().unwrap().seq;
     let addr = served.addr;
-    let cookie = login(addr, &served.url);
+    let cookie = common::client::login(addr, &served.url);
 
     let base = Instant::now();
     let sent = Arc::new(Mutex::new(vec![0.0f64; n]));

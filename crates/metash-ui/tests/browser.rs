@@ -10,8 +10,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use metash_protocol::host::CheckpointTag;
-use metash_protocol::{CheckpointReason, CheckpointSignal, LogKind};
+use metash_protocol::LogKind;
 use metash_store::Store;
 use serde_json::json;
 
@@ -21,27 +20,6 @@ mod common;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Chromium and the driver, or why not.
-fn prerequisites() -> Result<(PathBuf, PathBuf), String> {
-    let tools = repo().join(".tools");
-    if !tools
-        .join("node_modules/playwright-core/package.json")
-        .is_file()
-    {
-        return Err("playwright-core is not installed under .tools (run scripts/setup)".into());
-    }
-    let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-        .ok_or("Debian's chromium is not installed (run scripts/setup)")?;
-    Command::new("node")
-        .arg("--version")
-        .output()
-        .map_err(|e| format!("node: {e}"))?;
-    Ok((tools, chromium))
 }
 
 fn agent_manifest(root: &Path, name: &str, cap: &str) {
@@ -86,13 +64,7 @@ fn act(store: &Store, root: &Path, step: &str) {
                 .unwrap();
         }
         "checkpoint" => {
-            let signal = CheckpointSignal {
-                kind: CheckpointTag::Checkpoint,
-                reason: CheckpointReason::DecisionRequired,
-                message: "Which language?".into(),
-                options: vec!["french".into(), "german".into()],
-                resume_id: None,
-            };
+            let signal = common::checkpoint("Which language?", &["french", "german"]);
             metash_host::checkpoint::raise(store, "planner", &signal).unwrap();
         }
         "answered" => {
@@ -208,7 +180,7 @@ fn shot(view: &str) -> PathBuf {
 
 #[test]
 fn the_ui_in_chromium_streams_answers_and_revokes() {
-    let (tools, chromium) = match prerequisites() {
+    let (tools, chromium) = match common::browser_tools() {
         Ok(p) => p,
         Err(why) => return metash_testkit::skip("browser test", &why),
     };
@@ -248,7 +220,7 @@ fn the_ui_in_chromium_streams_answers_and_revokes() {
 /// and nothing twice.
 #[test]
 fn native_agents_answered_from_chromium_previews_diffs_and_reconnects() {
-    let (tools, chromium) = match prerequisites() {
+    let (tools, chromium) = match common::browser_tools() {
         Ok(p) => p,
         Err(why) => return metash_testkit::skip("browser agents test", &why),
     };
@@ -369,7 +341,7 @@ fn native_agents_answered_from_chromium_previews_diffs_and_reconnects() {
 /// `metash ui --under DIR`: the index in Chromium, and the way into the project that waits.
 #[test]
 fn the_projects_index_in_chromium() {
-    let (tools, chromium) = match prerequisites() {
+    let (tools, chromium) = match common::browser_tools() {
         Ok(p) => p,
         Err(why) => return metash_testkit::skip("browser index test", &why),
     };
@@ -379,13 +351,7 @@ fn the_projects_index_in_chromium() {
         std::fs::create_dir_all(top.join(p)).unwrap();
         Store::init(&top.join(p), None).unwrap();
     }
-    let signal = CheckpointSignal {
-        kind: CheckpointTag::Checkpoint,
-        reason: CheckpointReason::DecisionRequired,
-        message: "Deploy beta?".into(),
-        options: vec!["yes".into(), "no".into()],
-        resume_id: None,
-    };
+    let signal = common::checkpoint("Deploy beta?", &["yes", "no"]);
     let beta = Store::open(&top.join("team/beta")).unwrap();
     metash_host::checkpoint::raise(&beta, "deployer", &signal).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();

@@ -14,6 +14,7 @@ use serde_json::json;
 mod common;
 
 use common::client::Ui;
+use common::git;
 
 fn policy(ui: &Ui) -> metash_policy::Policy {
     let registry =
@@ -89,17 +90,6 @@ fn artifacts_are_previewed_only_for_an_agent_holding_media_preview() {
         .revoke("painter", &"media.preview".parse().unwrap(), "test")
         .unwrap();
     assert_eq!(ui.get("/artifact/a.png").status, 403);
-}
-
-fn git(dir: &std::path::Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .current_dir(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@localhost"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// A completed task's diff (from its commits) is shown, escaped; a comment on a line is stored

@@ -6,8 +6,7 @@
 
 use std::time::Duration;
 
-use metash_protocol::host::CheckpointTag;
-use metash_protocol::{CheckpointReason, CheckpointSignal, LogKind};
+use metash_protocol::LogKind;
 use metash_store::Store;
 use serde_json::json;
 
@@ -76,13 +75,7 @@ fn every_check_refuses_what_it_is_for() {
 fn a_checkpoint_is_answered_from_the_page_once_and_reaches_the_next_spawn() {
     let ui = Ui::start();
     let store = ui.store();
-    let signal = CheckpointSignal {
-        kind: CheckpointTag::Checkpoint,
-        reason: CheckpointReason::DecisionRequired,
-        message: "Which language? <b>pick</b>".into(),
-        options: vec!["french".into(), "german".into()],
-        resume_id: None,
-    };
+    let signal = common::checkpoint("Which language? <b>pick</b>", &["french", "german"]);
     let pending = metash_host::checkpoint::raise(&store, "planner", &signal).unwrap();
     let page = ui.get("/");
     assert!(

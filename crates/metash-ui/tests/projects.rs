@@ -5,9 +5,6 @@
 
 use std::net::SocketAddr;
 
-use metash_protocol::host::CheckpointTag;
-use metash_protocol::{CheckpointReason, CheckpointSignal};
-
 mod common;
 
 use common::client::{request, Reply};
@@ -33,13 +30,7 @@ fn every_project_under_a_directory_is_served_with_its_own_views() {
     }
     std::fs::create_dir_all(top.join("notes/deep/deeper")).unwrap();
     std::fs::create_dir_all(top.join("node_modules/x/.meta")).unwrap();
-    let signal = CheckpointSignal {
-        kind: CheckpointTag::Checkpoint,
-        reason: CheckpointReason::DecisionRequired,
-        message: "Deploy beta?".into(),
-        options: vec!["yes".into(), "no".into()],
-        resume_id: None,
-    };
+    let signal = common::checkpoint("Deploy beta?", &["yes", "no"]);
     let beta = metash_store::Store::open(&b).unwrap();
     let cp = metash_host::checkpoint::raise(&beta, "deployer", &signal).unwrap();
 
@@ -54,23 +45,7 @@ fn every_project_under_a_directory_is_served_with_its_own_views() {
     // Nothing without the session, the projects' pages included.
     assert_eq!(get(addr, "", "/").status, 401);
     assert_eq!(get(addr, "", "/p/alpha/").status, 401);
-    let path = served
-        .url
-        .split_once(&addr.to_string())
-        .unwrap()
-        .1
-        .to_string();
-    let login = get(addr, "", &path);
-    assert_eq!(login.status, 303);
-    let cookie = login
-        .head
-        .lines()
-        .find_map(|l| l.strip_prefix("set-cookie: "))
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string();
+    let cookie = common::client::login(addr, &served.url);
 
     let index = get(addr, &cookie, "/");
     assert_eq!(index.status, 200, "{}", index.body);
@@ -95,13 +70,7 @@ fn every_project_under_a_directory_is_served_with_its_own_views() {
     assert!(!get(addr, &cookie, "/p/alpha/")
         .body
         .contains("Deploy beta?"));
-    let csrf = page
-        .body
-        .split("name=\"csrf\" content=\"")
-        .nth(1)
-        .and_then(|r| r.split('"').next())
-        .unwrap()
-        .to_string();
+    let csrf = common::client::csrf_of(&page.body);
     let form = format!("csrf={csrf}&id={}&answer=yes", cp.id);
     let answered = request(
         addr,

@@ -3,30 +3,13 @@
 //! the page's EventSource receiving it (the page's wall clock, same machine).
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use metash_protocol::LogKind;
 use metash_store::Store;
 use serde_json::json;
-
-/// Chromium and the driver, or why not.
-pub fn prerequisites() -> Result<(PathBuf, PathBuf), String> {
-    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools");
-    if !tools
-        .join("node_modules/playwright-core/package.json")
-        .is_file()
-    {
-        return Err("playwright-core is not installed under .tools (scripts/setup)".into());
-    }
-    let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-        .ok_or("Debian's chromium is not installed (scripts/setup)")?;
-    Ok((tools, chromium))
-}
 
 fn epoch_ms() -> f64 {
     SystemTime::now()
@@ -43,7 +26,7 @@ pub struct Seen {
 
 /// Floods `n` chunks `b<i>` at `rate`/s with the page open.
 pub fn run(root: &Path, url: &str, n: usize, rate: u32) -> Result<Seen, String> {
-    let (tools, chromium) = prerequisites()?;
+    let (tools, chromium) = super::common::browser_tools()?;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/stream/page.mjs");
     let mut node = Command::new("node")
         .arg(script)
@@ -65,22 +48,21 @@ pub fn run(root: &Path, url: &str, n: usize, rate: u32) -> Result<Seen, String> 
     }
     let store = Store::open(root).map_err(|e| e.to_string())?;
     let mut sent = vec![0.0f64; n];
-    let gap = Duration::from_secs(1) / rate;
-    let start = Instant::now();
-    for (i, at) in sent.iter_mut().enumerate() {
-        let due = start + gap * i as u32;
-        if let Some(wait) = due.checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
+    let mut failed = None;
+    super::common::paced(n, rate, |i| {
+        let appended = store.append(
+            LogKind::AgentEvent,
+            Some("flood"),
+            json!({"type": "output", "agent_id": "flood", "chunk_id": format!("b:{i}"),
+                   "content_type": "text/plain", "data": format!("b{i}")}),
+        );
+        match appended {
+            Ok(_) => sent[i] = epoch_ms(),
+            Err(e) => failed = Some(e.to_string()),
         }
-        store
-            .append(
-                LogKind::AgentEvent,
-                Some("flood"),
-                json!({"type": "output", "agent_id": "flood", "chunk_id": format!("b:{i}"),
-                       "content_type": "text/plain", "data": format!("b{i}")}),
-            )
-            .map_err(|e| e.to_string())?;
-        *at = epoch_ms();
+    });
+    if let Some(e) = failed {
+        return Err(e);
     }
     line.clear();
     out.read_line(&mut line).map_err(|e| e.to_string())?;

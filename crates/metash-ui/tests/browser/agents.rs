@@ -3,7 +3,6 @@
 //! the page), a task with a change in its git worktree, a flood of output.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::thread::JoinHandle;
 
 use metash_host::SpawnRequest;
@@ -11,6 +10,8 @@ use metash_host::{Host, HostOptions, Spawner, Terminal};
 use metash_protocol::{AgentResponse, LogKind};
 use metash_store::Store;
 use serde_json::json;
+
+use super::common::{git, paced};
 
 /// Registers `name` as a native agent running `exe`.
 pub fn register(root: &Path, name: &str, exe: &Path, caps: &[&str], hints: &[&str]) {
@@ -70,17 +71,6 @@ pub fn spawn(root: &Path, agent: &str, prompt: &str) -> JoinHandle<AgentResponse
     })
 }
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@localhost"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 /// Task `api` at work: the project is a repository, the task's worktree (made as the loop makes
 /// it) holds an uncommitted change, and the book says where its attempt started.
 pub fn task_at_work(root: &Path, store: &Store) -> PathBuf {
@@ -127,12 +117,8 @@ pub fn task_at_work(root: &Path, store: &Store) -> PathBuf {
 /// `n` output chunks of agent `flood`, numbered `#i;`, about 1,000 a second (so a flood of
 /// 3,000 spans a few of the test's 1 s streams).
 pub fn flood(store: &Store, from: usize, n: usize) {
-    let start = std::time::Instant::now();
-    for i in from..from + n {
-        let due = start + std::time::Duration::from_millis((i - from) as u64);
-        if let Some(wait) = due.checked_duration_since(std::time::Instant::now()) {
-            std::thread::sleep(wait);
-        }
+    paced(n, 1000, |k| {
+        let i = from + k;
         store
             .append(
                 LogKind::AgentEvent,
@@ -141,5 +127,5 @@ pub fn flood(store: &Store, from: usize, n: usize) {
                        "content_type": "text/plain", "data": format!("#{i};")}),
             )
             .unwrap();
-    }
+    });
 }

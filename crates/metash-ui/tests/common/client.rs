@@ -18,6 +18,36 @@ pub struct Ui {
     pub csrf: String,
 }
 
+/// Exchanges the start URL's token for the session cookie (`name=value`), checking its flags.
+pub fn login(addr: SocketAddr, url: &str) -> String {
+    let path = url.split_once(&addr.to_string()).unwrap().1.to_string();
+    let login = request(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+    );
+    assert_eq!(login.status, 303, "{}", login.head);
+    let set = login
+        .head
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .expect("a session cookie")
+        .to_string();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    set.split(';').next().unwrap().to_string()
+}
+
+/// The page's CSRF token.
+pub fn csrf_of(page: &str) -> String {
+    page.split("name=\"csrf\" content=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap()
+        .to_string()
+}
+
 pub struct Reply {
     pub status: u16,
     pub head: String,
@@ -57,28 +87,7 @@ impl Ui {
             served,
         } = super::serve_new_project_with(options);
         let addr = served.addr;
-        let path = served
-            .url
-            .split_once(&addr.to_string())
-            .unwrap()
-            .1
-            .to_string();
-        let login = request(
-            addr,
-            &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
-        );
-        assert_eq!(login.status, 303, "{}", login.head);
-        let set = login
-            .head
-            .lines()
-            .find_map(|l| l.strip_prefix("set-cookie: "))
-            .expect("a session cookie")
-            .to_string();
-        assert!(
-            set.contains("HttpOnly") && set.contains("SameSite=Strict"),
-            "{set}"
-        );
-        let cookie = set.split(';').next().unwrap().to_string();
+        let cookie = login(addr, &served.url);
         let mut ui = Self {
             _dir: dir,
             root,
@@ -89,13 +98,7 @@ impl Ui {
             csrf: String::new(),
         };
         let page = ui.get("/");
-        ui.csrf = page
-            .body
-            .split("name=\"csrf\" content=\"")
-            .nth(1)
-            .and_then(|r| r.split('"').next())
-            .unwrap()
-            .to_string();
+        ui.csrf = csrf_of(&page.body);
         ui
     }
 

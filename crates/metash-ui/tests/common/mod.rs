@@ -1,4 +1,5 @@
-//! What both test files start with: a fresh project and `metash ui` serving it on its own runtime.
+//! What the UI's tests and benches share: a fresh project and `metash ui` serving it on its own
+//! runtime, paced appends, a checkpoint, git, and where the browser and its driver are.
 #![allow(clippy::unwrap_used, dead_code)]
 
 use std::path::PathBuf;
@@ -44,4 +45,61 @@ pub fn replies(store: &metash_store::Store) -> Vec<metash_protocol::LogRecord> {
         .into_iter()
         .filter(|r| r.kind == metash_protocol::LogKind::ConsentReplied)
         .collect()
+}
+
+/// Calls `each(i)` for `i` in `0..n`, `rate` times a second (each at its due time, never early).
+pub fn paced(n: usize, rate: u32, mut each: impl FnMut(usize)) {
+    let gap = std::time::Duration::from_secs(1) / rate;
+    let start = std::time::Instant::now();
+    for i in 0..n {
+        let due = start + gap * i as u32;
+        if let Some(wait) = due.checked_duration_since(std::time::Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        each(i);
+    }
+}
+
+/// A `decision_required` checkpoint with `options`.
+pub fn checkpoint(message: &str, options: &[&str]) -> metash_protocol::CheckpointSignal {
+    metash_protocol::CheckpointSignal {
+        kind: metash_protocol::host::CheckpointTag::Checkpoint,
+        reason: metash_protocol::CheckpointReason::DecisionRequired,
+        message: message.into(),
+        options: options.iter().map(|o| o.to_string()).collect(),
+        resume_id: None,
+    }
+}
+
+/// git in `dir` with a fixed identity; its trimmed stdout.
+pub fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@localhost"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Playwright's core library (under `.tools`) and Debian's Chromium, or why not.
+pub fn browser_tools() -> Result<(PathBuf, PathBuf), String> {
+    let tools = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools");
+    if !tools
+        .join("node_modules/playwright-core/package.json")
+        .is_file()
+    {
+        return Err("playwright-core is not installed under .tools (run scripts/setup)".into());
+    }
+    let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .ok_or("Debian's chromium is not installed (run scripts/setup)")?;
+    std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("node: {e}"))?;
+    Ok((tools, chromium))
 }
