@@ -69,6 +69,17 @@ pub struct ResumeFor {
     pub role: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<String>,
+    /// The checkpoint, its asker and its question: an answer given by another client (`metash
+    /// ui`, `metash resume`, JSON-RPC) is recorded from them as `--answer` records it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked: Option<Asked>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Asked {
+    pub id: String,
+    pub agent: String,
+    pub question: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -192,6 +192,7 @@ impl<'a> Orchestrator<'a> {
         if let Some(answer) = &options.answer {
             self.answer(answer)?;
         }
+        self.adopt_answer()?;
         if let Some(p) = self.host.pending_checkpoint()? {
             return Ok(RunOutcome::Checkpoint(p));
         }
@@ -254,19 +255,24 @@ impl<'a> Orchestrator<'a> {
             ),
             LogLevel::Info,
         );
-        if pending.agent == ORCHESTRATOR_AGENT {
-            // Our own question (a merge conflict): no agent should receive the answer.
-            metash_host::checkpoint::take_resume(self.store(), ORCHESTRATOR_AGENT)?;
-            self.update(vec![book::set(Entry::LastAnswer, json!(resume.user_input))])?;
-            return Ok(());
-        }
         if pending.agent == "host" {
             return Ok(());
         }
+        self.record_answer(&asked(&pending), &resume.user_input)
+    }
+
+    /// Where an answer goes: for the orchestrator's own question (a merge conflict) the answer it
+    /// reads, taken so no agent receives it; otherwise a decision every later prompt shows.
+    fn record_answer(&self, asked: &crate::book::Asked, answer: &str) -> Result<()> {
+        if asked.agent == ORCHESTRATOR_AGENT {
+            metash_host::checkpoint::take_resume(self.store(), ORCHESTRATOR_AGENT)?;
+            self.update(vec![book::set(Entry::LastAnswer, json!(answer))])?;
+            return Ok(());
+        }
         let decision = Decision {
-            id: resume.checkpoint_id.clone(),
-            question: pending.signal.message.clone(),
-            answer: resume.user_input.clone(),
+            id: asked.id.clone(),
+            question: asked.question.clone(),
+            answer: answer.to_string(),
         };
         self.store().transact(Some(ORCHESTRATOR_AGENT), |state| {
             let mut decisions = Book::of(state).decisions;
@@ -275,6 +281,34 @@ impl<'a> Orchestrator<'a> {
             Ok(vec![book::set(Entry::Decisions, json!(decisions))])
         })?;
         Ok(())
+    }
+
+    /// A checkpoint answered by another client since the last run (`metash ui`, `metash resume
+    /// --answer`, JSON-RPC's `answerCheckpoint`): recorded as `--answer` records it, a decision
+    /// every later prompt shows, or, for the orchestrator's own question, the answer it reads.
+    fn adopt_answer(&self) -> Result<()> {
+        let state = self.store().state()?;
+        let book = Book::of(&state);
+        let (Some(resume), Some(asked)) = (
+            state.resume_data.as_ref(),
+            book.resume_for.as_ref().and_then(|r| r.asked.as_ref()),
+        ) else {
+            return Ok(());
+        };
+        if state.pending_checkpoint.is_some()
+            || resume.checkpoint_id != asked.id
+            || book.decisions.iter().any(|d| d.id == asked.id)
+        {
+            return Ok(());
+        }
+        self.progress(
+            &format!(
+                "checkpoint `{}` was answered elsewhere: {}",
+                asked.id, resume.user_input
+            ),
+            LogLevel::Info,
+        );
+        self.record_answer(asked, &resume.user_input)
     }
 
     /// A run killed mid-task left `running` markers: those tasks failed (retryable, the attempt
@@ -422,7 +456,7 @@ impl<'a> Orchestrator<'a> {
         &self,
         agent: &str,
         response: &AgentResponse,
-        resume_for: ResumeFor,
+        mut resume_for: ResumeFor,
     ) -> Result<PendingCheckpoint> {
         let pending = match self.host.pending_checkpoint()? {
             Some(p) => p,
@@ -438,6 +472,7 @@ impl<'a> Orchestrator<'a> {
                 self.host.raise_checkpoint(agent, &signal)?
             }
         };
+        resume_for.asked = Some(asked(&pending));
         self.update(vec![book::set(
             Entry::ResumeFor,
             serde_json::to_value(&resume_for).unwrap_or(Value::Null),
@@ -457,7 +492,7 @@ impl<'a> Orchestrator<'a> {
         &self,
         message: String,
         options: Vec<String>,
-        resume_for: ResumeFor,
+        mut resume_for: ResumeFor,
     ) -> Result<Step> {
         let signal = CheckpointSignal {
             kind: Default::default(),
@@ -467,11 +502,21 @@ impl<'a> Orchestrator<'a> {
             resume_id: None,
         };
         let pending = self.host.raise_checkpoint(ORCHESTRATOR_AGENT, &signal)?;
+        resume_for.asked = Some(asked(&pending));
         self.update(vec![book::set(
             Entry::ResumeFor,
             serde_json::to_value(&resume_for).unwrap_or(Value::Null),
         )])?;
         self.progress(&pending.signal.message, LogLevel::Warn);
         Ok(Step::Stop(RunOutcome::Checkpoint(pending)))
+    }
+}
+
+/// What a checkpoint asked, kept with who must get the answer.
+fn asked(p: &PendingCheckpoint) -> crate::book::Asked {
+    crate::book::Asked {
+        id: p.id.clone(),
+        agent: p.agent.clone(),
+        question: p.signal.message.clone(),
     }
 }

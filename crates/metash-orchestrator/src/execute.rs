@@ -357,6 +357,7 @@ impl Orchestrator<'_> {
             ResumeFor {
                 role: "executor".into(),
                 task: Some(id.to_string()),
+                asked: None,
             },
         )?;
         self.update(vec![
@@ -422,6 +423,7 @@ impl Orchestrator<'_> {
                     ResumeFor {
                         role: "executor".into(),
                         task: Some(id.to_string()),
+                        asked: None,
                     },
                 )?;
                 if let Step::Stop(outcome) = step {

@@ -84,6 +84,7 @@ impl Orchestrator<'_> {
                     ResumeFor {
                         role: "merge".into(),
                         task,
+                        asked: None,
                     },
                 )
                 .map(Some);
@@ -110,6 +111,7 @@ impl Orchestrator<'_> {
                 ResumeFor {
                     role: "merge".into(),
                     task: Some(id.clone()),
+                    asked: None,
                 },
             )
             .map(Some)

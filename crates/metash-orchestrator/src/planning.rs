@@ -130,6 +130,7 @@ impl Orchestrator<'_> {
                     ResumeFor {
                         role: "planner".into(),
                         task: None,
+                        asked: None,
                     },
                 )?;
                 return Ok(Planned::Stop(Step::Stop(RunOutcome::Checkpoint(p))));

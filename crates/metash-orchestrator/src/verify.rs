@@ -329,6 +329,7 @@ impl Orchestrator<'_> {
                     ResumeFor {
                         role: "verifier".into(),
                         task: Some(id.to_string()),
+                        asked: None,
                     },
                 )?;
                 return Ok(Err(Checked::Checkpoint(p)));

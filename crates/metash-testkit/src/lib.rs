@@ -6,6 +6,7 @@
 
 pub mod anthropic;
 pub mod cli;
+pub mod greetings;
 pub mod openai;
 pub mod procs;
 pub mod wasm;

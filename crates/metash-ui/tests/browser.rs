@@ -368,3 +368,94 @@ fn the_projects_index_in_chromium() {
     assert!(steps.is_empty());
     assert!(shot("projects").is_file());
 }
+
+/// The example project (`examples/greetings`, its WASM agents) under the loop `metash run` runs,
+/// watched and answered in Chromium: the planner's checkpoint answered from the page reaches the
+/// planner's next spawn once; the plan fills the graph and the agents' cards stream while phase 1
+/// is executed, verified and merged.
+#[test]
+fn the_example_project_runs_while_chromium_watches_and_answers() {
+    let (tools, chromium) = match common::browser_tools() {
+        Ok(p) => p,
+        Err(why) => return metash_testkit::skip("browser example test", &why),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    common::git(&root, &["init", "-q"]);
+    common::git(
+        &root,
+        &["commit", "-q", "--allow-empty", "-m", "empty project"],
+    );
+    Store::init(&root, Some(&metash_testkit::greetings::context())).unwrap();
+    let policy = metash_testkit::greetings::copy_into(&root);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let served = rt
+        .block_on(metash_ui::serve(&root, &metash_ui::UiOptions::default()))
+        .unwrap();
+    let run = |options: metash_orchestrator::RunOptions| {
+        let (root, policy) = (root.clone(), policy.clone());
+        std::thread::spawn(move || {
+            let host = metash_host::Host::open(
+                &root,
+                metash_host::HostOptions {
+                    terminal: metash_host::Terminal::Silent,
+                    policy_file: Some(policy),
+                    ..metash_host::HostOptions::default()
+                },
+            )
+            .unwrap();
+            let mut orch = metash_orchestrator::Orchestrator::new(&host, &host).unwrap();
+            orch.run(&options).unwrap()
+        })
+    };
+    let mut running = None;
+    let steps = drive(
+        "example.mjs",
+        &served,
+        &tools,
+        &chromium,
+        |step| match step {
+            "run" => {
+                let outcome = run(metash_orchestrator::RunOptions::default())
+                    .join()
+                    .unwrap();
+                assert!(
+                    matches!(outcome, metash_orchestrator::RunOutcome::Checkpoint(_)),
+                    "{outcome:?}"
+                );
+            }
+            "answered" => {
+                running = Some(run(metash_orchestrator::RunOptions {
+                    max_phases: Some(1),
+                    ..metash_orchestrator::RunOptions::default()
+                }));
+            }
+            "phase-done" => {
+                let outcome = running.take().unwrap().join().unwrap();
+                assert_eq!(
+                    outcome,
+                    metash_orchestrator::RunOutcome::PhaseLimit {
+                        phases_completed: 1
+                    }
+                );
+            }
+            other => panic!("unknown step {other}"),
+        },
+    );
+    rt.block_on(served.stop());
+    assert_eq!(steps, ["run", "answered", "phase-done"]);
+    // The page's answer reached the planner's next spawn, once.
+    let records = Store::open(&root).unwrap().log().read_all().unwrap();
+    let resumed: Vec<_> = records
+        .iter()
+        .filter(|r| r.kind == LogKind::Spawn && !r.data["resume_data"].is_null())
+        .collect();
+    assert_eq!(resumed.len(), 1, "{resumed:?}");
+    assert_eq!(resumed[0].agent.as_deref(), Some("planner"));
+    assert_eq!(resumed[0].data["resume_data"]["user_input"], "french");
+    assert_eq!(
+        common::git(&root, &["show", "HEAD:hello.txt"]),
+        "Bonjour, le monde !"
+    );
+    assert!(shot("example").is_file());
+}

@@ -368,3 +368,23 @@ fn review_comments_reach_the_executor_once() {
         .iter()
         .any(|(_, k, v)| k == "gapCount" && v == 2));
 }
+
+/// A checkpoint answered by another client (`metash ui`, `metash resume --answer`, JSON-RPC: the
+/// host's `checkpoint::answer`, not `run --answer`) is recorded by the next run as a decision,
+/// exactly as `--answer` records it: the executors write French.
+#[test]
+fn a_checkpoint_answered_elsewhere_becomes_a_decision() {
+    let p = Project::new("jobs = 2");
+    let sim = Sim::new(&p);
+    let RunOutcome::Checkpoint(cp) = run(&p, &sim, RunOptions::default()) else {
+        panic!("the planner asks first");
+    };
+    metash_host::checkpoint::answer(&p.store(), Some(&cp.id), "french").unwrap();
+    assert_eq!(run(&p, &sim, RunOptions::default()), complete(2));
+    let state = p.state();
+    let decisions = &state["variables"]["metash"]["decisions"];
+    assert_eq!(decisions.as_array().unwrap().len(), 1, "{decisions}");
+    assert_eq!(decisions[0]["answer"], "french");
+    assert_eq!(decisions[0]["id"], cp.id.as_str());
+    assert_eq!(p.file_at_head("hello.txt"), "Bonjour, le monde !");
+}
