@@ -37,7 +37,10 @@
   function output(agent, type, text) {
     const c = card(agent);
     const body = c.querySelector(".body");
-    R.append(body, type || "text/plain", text, (c.dataset.hints || "").split(" "));
+    // Each spawn's output starts a block of its own.
+    const fresh = c.dataset.fresh === "1";
+    delete c.dataset.fresh;
+    R.append(body, type || "text/plain", text, (c.dataset.hints || "").split(" "), fresh);
     return body;
   }
 
@@ -139,6 +142,8 @@
         touched.add(output(rec.agent || "?", d.content_type, String(d.data || "")));
       } else if (cards && rec.kind === "artifact" && rec.agent && d.id) {
         artifact(rec.agent, String(d.id));
+      } else if (cards && rec.kind === "spawn" && rec.agent && document.getElementById("card-" + rec.agent.replace(/[^A-Za-z0-9_-]/g, "_"))) {
+        card(rec.agent).dataset.fresh = "1";
       }
       if (rec.kind !== "agent_event") refreshNeeded = true;
     }

@@ -138,12 +138,12 @@
   }
 
   // Appends `text` of `type` to the card body `box`: a chunk of the same kind as the last one
-  // continues it (streamed output), another kind starts a new block.
-  function append(box, type, text, hints) {
+  // continues it (streamed output), another kind, or `fresh` (a new spawn), starts a new block.
+  function append(box, type, text, hints, fresh) {
     let kind = kindOf(type);
     if (kind === "log" && hints.includes("diff") && /^(diff --git|--- )/m.test(text)) kind = "diff";
     let seg = box.lastElementChild;
-    if (!seg || seg.dataset.kind !== kind || seg.dataset.type !== type) {
+    if (fresh || !seg || seg.dataset.kind !== kind || seg.dataset.type !== type) {
       seg = el(kind === "markdown" ? "div" : "pre", "seg " + kind);
       seg.dataset.kind = kind;
       seg.dataset.type = type;
