@@ -149,22 +149,33 @@ pub fn run(run: &Run, page: &Page<'_>, after: u64) -> String {
     frame("metash: run", page, after, run.needs_you(), &b)
 }
 
+/// The budget: tokens and cost used, each of its allowance when one is set, and one bar for
+/// whichever is nearer its limit.
 fn budget(run: &Run) -> String {
-    let (used, max) = (run.used.tokens_used, run.budget.max_tokens);
-    let Some(max) = max else {
-        return format!(
-            "<p class=\"budget\">tokens used {used} · cost ${:.4} · no budget set</p>",
-            run.used.cost_usd
-        );
+    let (used, cost) = (run.used.tokens_used, run.used.cost_usd);
+    let (max_tokens, max_cost) = (run.budget.max_tokens, run.budget.max_cost_usd);
+    let tokens = match max_tokens {
+        Some(m) => format!("tokens {used} of {m}"),
+        None => format!("tokens used {used}"),
     };
-    let pct = used
-        .saturating_mul(100)
-        .checked_div(max)
-        .map_or(100, |p| p.min(100));
+    let money = match max_cost {
+        Some(m) => format!("cost ${cost:.4} of ${m:.2}"),
+        None => format!("cost ${cost:.4}"),
+    };
+    let token_pct = max_tokens.map(|m| {
+        used.saturating_mul(100)
+            .checked_div(m)
+            .map_or(100, |p| p.min(100))
+    });
+    let cost_pct = max_cost
+        .filter(|m| *m > 0.0)
+        .map(|m| ((cost / m * 100.0).clamp(0.0, 100.0)) as u64);
+    let Some(pct) = token_pct.into_iter().chain(cost_pct).max() else {
+        return format!("<p class=\"budget\">{tokens} · {money} · no budget set</p>");
+    };
     format!(
-        "<p class=\"budget\">tokens {used} of {max} · cost ${:.4}</p>\
+        "<p class=\"budget\">{tokens} · {money}</p>\
          <div class=\"bar\"><div class=\"fill p{}\"></div></div>",
-        run.used.cost_usd,
         pct / 5 * 5
     )
 }

@@ -181,9 +181,21 @@ fn the_budget_checkpoint_is_its_own_card() {
     let ui = Ui::start();
     std::fs::write(
         ui.root.join(".meta/config.toml"),
-        "[budget]\nmax_tokens = 1000\n",
+        "[budget]\nmax_tokens = 1000\nmax_cost_usd = 5.0\n",
     )
     .unwrap();
+    metash_host::budget::charge(&ui.store(), "w", 250, Some(2.0)).unwrap();
+    let page = ui.get("/");
+    assert!(
+        page.body
+            .contains("tokens 250 of 1000 · cost $2.0000 of $5.00"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("fill p40"),
+        "the bar follows the nearer limit (cost, 40%)"
+    );
     let signal = metash_protocol::CheckpointSignal {
         kind: Default::default(),
         reason: metash_protocol::CheckpointReason::DecisionRequired,
@@ -194,7 +206,7 @@ fn the_budget_checkpoint_is_its_own_card() {
     metash_host::checkpoint::raise(&ui.store(), "w", &signal).unwrap();
     let page = ui.get("/");
     assert!(page.body.contains("budget-out"), "{}", page.body);
-    assert!(page.body.contains("budget exhausted: 0 of 1000 tokens"));
+    assert!(page.body.contains("budget exhausted: 250 of 1000 tokens"));
     assert!(page.body.contains("value=\"continue\""));
     assert!(page.body.contains("<title>(needs you)"));
 }
