@@ -181,8 +181,14 @@ fn main() {
     );
 
     // The same flood with a real browser showing the run view.
+    browser_phase(&root, &served.url, n, rate, bm);
+    rt.block_on(served.stop());
+}
+
+/// The flood again with Chromium showing the run view; `bare_median` is the baseline's.
+fn browser_phase(root: &std::path::Path, url: &str, n: usize, rate: u32, bare_median: f64) {
     let rss_before = rss_kib();
-    match browser::run(&root, &served.url, n, rate) {
+    match browser::run(root, url, n, rate) {
         Ok(mut seen) => {
             let rss_after = rss_kib();
             let (am, a99) = (
@@ -198,11 +204,10 @@ fn main() {
                  median {dm:.1} ms, p99 {d99:.1} ms over {} of {n} events (target: median <= \
                  100 ms); drawn/bare median = {:.2}x; server memory {:+} KiB",
                 seen.count,
-                dm / bm.max(0.001),
+                dm / bare_median.max(0.001),
                 rss_after as i64 - rss_before as i64
             );
         }
         Err(why) => println!("append -> Chromium page: not measured ({why})"),
     }
-    rt.block_on(served.stop());
 }

@@ -243,83 +243,15 @@ fn native_agents_answered_from_chromium_previews_diffs_and_reconnects() {
     });
     let store = Store::open(&root).unwrap();
     let _dump = Dump(store.clone());
-    let mut running = None;
-    let steps = drive(
-        "agents.mjs",
-        &served,
-        &tools,
-        &chromium,
-        |step| match step {
-            "painter" => {
-                let caps = ["files.read", "files.write:out", "media.preview", "codegen"];
-                agents::register(
-                    &root,
-                    "painter",
-                    &showcase,
-                    &caps,
-                    &["streaming", "preview"],
-                );
-                std::fs::create_dir_all(root.join("out")).unwrap();
-                agents::grant(&root, "painter", "files.read");
-                agents::grant(&root, "painter", "files.write:out");
-                std::fs::write(root.join("notes.txt"), "the notes\n").unwrap();
-                running = Some(agents::spawn(&root, "painter", "wait notes.txt"));
-            }
-            "painter-done" => {
-                let r = running.take().unwrap().join().unwrap();
-                assert_eq!(r.status, metash_protocol::AgentStatus::Success, "{r:?}");
-                for said in [
-                    "media.preview: granted",
-                    "codegen: refused consent_denied",
-                    "read before: the notes",
-                    "read after: refused",
-                ] {
-                    assert!(r.data.contains(said), "{said}: {}", r.data);
-                }
-                let replied = common::replies(&store);
-                let answers: Vec<_> = replied
-                    .iter()
-                    .map(|r| r.data["answer"].as_str().unwrap().to_string())
-                    .collect();
-                assert_eq!(
-                answers,
-                ["allow_once", "deny", "deny", "allow_for", "deny"],
-                "native, media.preview, codegen at the spawn, then the agent's own media.preview \
-                 and codegen: each answered once, from the page"
-            );
-            }
-            "sketcher" => {
-                let caps = ["files.read", "files.write:out"];
-                agents::register(&root, "sketcher", &showcase, &caps, &["preview"]);
-                for cap in ["files.read", "files.write:out"] {
-                    agents::grant(&root, "sketcher", cap);
-                }
-                running = Some(agents::spawn(&root, "sketcher", "draw"));
-            }
-            "sketcher-done" => {
-                let r = running.take().unwrap().join().unwrap();
-                assert!(r.data.contains("media.preview: refused"), "{}", r.data);
-            }
-            "diff" => {
-                store
-                    .update_state(
-                        "plan",
-                        json!({"currentTaskIdx": 0, "tasks": [
-                        {"id": "api", "title": "REST endpoints", "status": "pending"}]}),
-                    )
-                    .unwrap();
-                agents::task_at_work(&root, &store);
-            }
-            "commented" => {
-                let c = metash_orchestrator::review::waiting(&store, "api").unwrap();
-                assert_eq!(c.len(), 1, "{c:?}");
-                assert_eq!((c[0].file.as_str(), c[0].line), ("src/api.rs", 2));
-                assert_eq!(c[0].text, "use a constant for the paths");
-            }
-            "flood" => agents::flood(&store, 0, 3000),
-            other => panic!("unknown step {other}"),
-        },
-    );
+    let mut steps = agents::Steps {
+        root: root.clone(),
+        store: store.clone(),
+        showcase,
+        running: None,
+    };
+    let steps = drive("agents.mjs", &served, &tools, &chromium, |step| {
+        steps.act(step)
+    });
     rt.block_on(served.stop());
     assert_eq!(
         steps,
@@ -369,6 +301,28 @@ fn the_projects_index_in_chromium() {
     assert!(shot("projects").is_file());
 }
 
+/// `metash run`'s loop on the project at `root`, on a thread, with its own host.
+fn run_loop(
+    root: &Path,
+    policy: &Path,
+    options: metash_orchestrator::RunOptions,
+) -> std::thread::JoinHandle<metash_orchestrator::RunOutcome> {
+    let (root, policy) = (root.to_path_buf(), policy.to_path_buf());
+    std::thread::spawn(move || {
+        let host = metash_host::Host::open(
+            &root,
+            metash_host::HostOptions {
+                terminal: metash_host::Terminal::Silent,
+                policy_file: Some(policy),
+                ..metash_host::HostOptions::default()
+            },
+        )
+        .unwrap();
+        let mut orch = metash_orchestrator::Orchestrator::new(&host, &host).unwrap();
+        orch.run(&options).unwrap()
+    })
+}
+
 /// The example project (`examples/greetings`, its WASM agents) under the loop `metash run` runs,
 /// watched and answered in Chromium: the planner's checkpoint answered from the page reaches the
 /// planner's next spawn once; the plan fills the graph and the agents' cards stream while phase 1
@@ -392,22 +346,7 @@ fn the_example_project_runs_while_chromium_watches_and_answers() {
     let served = rt
         .block_on(metash_ui::serve(&root, &metash_ui::UiOptions::default()))
         .unwrap();
-    let run = |options: metash_orchestrator::RunOptions| {
-        let (root, policy) = (root.clone(), policy.clone());
-        std::thread::spawn(move || {
-            let host = metash_host::Host::open(
-                &root,
-                metash_host::HostOptions {
-                    terminal: metash_host::Terminal::Silent,
-                    policy_file: Some(policy),
-                    ..metash_host::HostOptions::default()
-                },
-            )
-            .unwrap();
-            let mut orch = metash_orchestrator::Orchestrator::new(&host, &host).unwrap();
-            orch.run(&options).unwrap()
-        })
-    };
+    let run = |options| run_loop(&root, &policy, options);
     let mut running = None;
     let steps = drive(
         "example.mjs",

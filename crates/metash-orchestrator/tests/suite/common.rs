@@ -200,26 +200,7 @@ impl Spawner for Sim {
         // As the host does: the answered checkpoint goes to this spawn, once.
         let resume = metash_host::checkpoint::take_resume(&self.store, &req.agent_name)?
             .map(|r| serde_json::to_value(r).unwrap());
-        let task = req.task_id.clone().unwrap_or_default();
-        let first = !self
-            .spawns
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|s| s.agent == req.agent_name && s.task == req.task_id);
-        for (agent, during, on, text) in &self.review_during {
-            if first && *agent == req.agent_name && *during == task {
-                let file = format!("{on}.txt");
-                let new = metash_orchestrator::review::NewComment {
-                    task: on,
-                    file: &file,
-                    line: 1,
-                    text,
-                    by: "ui",
-                };
-                metash_orchestrator::review::comment(&self.store, &new).unwrap();
-            }
-        }
+        self.review_now(req);
         let ws: PathBuf = req
             .workdir
             .clone()
@@ -298,6 +279,30 @@ impl Spawner for Sim {
 }
 
 impl Sim {
+    /// A person's comments due during this spawn (`review_during`).
+    fn review_now(&self, req: &SpawnRequest) {
+        let task = req.task_id.clone().unwrap_or_default();
+        let first = !self
+            .spawns
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|s| s.agent == req.agent_name && s.task == req.task_id);
+        for (agent, during, on, text) in &self.review_during {
+            if first && *agent == req.agent_name && *during == task {
+                let file = format!("{on}.txt");
+                let new = metash_orchestrator::review::NewComment {
+                    task: on,
+                    file: &file,
+                    line: 1,
+                    text,
+                    by: "ui",
+                };
+                metash_orchestrator::review::comment(&self.store, &new).unwrap();
+            }
+        }
+    }
+
     /// Remembers a spawn that ran from `start` until now.
     fn record(&self, req: &SpawnRequest, resume: Option<Value>, start: Instant) {
         self.spawns.lock().unwrap().push(Spawned {

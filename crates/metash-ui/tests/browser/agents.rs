@@ -129,3 +129,91 @@ pub fn flood(store: &Store, from: usize, n: usize) {
             .unwrap();
     });
 }
+
+/// What the agents test does at each of `agents.mjs`'s steps.
+pub struct Steps {
+    pub root: PathBuf,
+    pub store: Store,
+    /// The `showcase` example agent's binary.
+    pub showcase: PathBuf,
+    pub running: Option<JoinHandle<AgentResponse>>,
+}
+
+impl Steps {
+    pub fn act(&mut self, step: &str) {
+        let (root, store) = (&self.root, &self.store);
+        match step {
+            "painter" => {
+                let caps = ["files.read", "files.write:out", "media.preview", "codegen"];
+                register(
+                    root,
+                    "painter",
+                    &self.showcase,
+                    &caps,
+                    &["streaming", "preview"],
+                );
+                std::fs::create_dir_all(root.join("out")).unwrap();
+                grant(root, "painter", "files.read");
+                grant(root, "painter", "files.write:out");
+                std::fs::write(root.join("notes.txt"), "the notes\n").unwrap();
+                self.running = Some(spawn(root, "painter", "wait notes.txt"));
+            }
+            "painter-done" => self.painter_done(),
+            "sketcher" => {
+                let caps = ["files.read", "files.write:out"];
+                register(root, "sketcher", &self.showcase, &caps, &["preview"]);
+                for cap in caps {
+                    grant(root, "sketcher", cap);
+                }
+                self.running = Some(spawn(root, "sketcher", "draw"));
+            }
+            "sketcher-done" => {
+                let r = self.running.take().unwrap().join().unwrap();
+                assert!(r.data.contains("media.preview: refused"), "{}", r.data);
+            }
+            "diff" => {
+                store
+                    .update_state(
+                        "plan",
+                        json!({"currentTaskIdx": 0, "tasks": [
+                            {"id": "api", "title": "REST endpoints", "status": "pending"}]}),
+                    )
+                    .unwrap();
+                task_at_work(root, store);
+            }
+            "commented" => {
+                let c = metash_orchestrator::review::waiting(store, "api").unwrap();
+                assert_eq!(c.len(), 1, "{c:?}");
+                assert_eq!((c[0].file.as_str(), c[0].line), ("src/api.rs", 2));
+                assert_eq!(c[0].text, "use a constant for the paths");
+            }
+            "flood" => flood(store, 0, 3000),
+            other => panic!("unknown step {other}"),
+        }
+    }
+
+    /// The painter went on after each answer and was told of each denial; each question was
+    /// answered once, from the page.
+    fn painter_done(&mut self) {
+        let r = self.running.take().unwrap().join().unwrap();
+        assert_eq!(r.status, metash_protocol::AgentStatus::Success, "{r:?}");
+        for said in [
+            "media.preview: granted",
+            "codegen: refused consent_denied",
+            "read before: the notes",
+            "read after: refused",
+        ] {
+            assert!(r.data.contains(said), "{said}: {}", r.data);
+        }
+        let answers: Vec<_> = super::common::replies(&self.store)
+            .iter()
+            .map(|r| r.data["answer"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            answers,
+            ["allow_once", "deny", "deny", "allow_for", "deny"],
+            "native, media.preview, codegen at the spawn, then the agent's own media.preview and \
+             codegen: each answered once, from the page"
+        );
+    }
+}
