@@ -2,7 +2,8 @@
 // (pinned in scripts/setup), on 127.0.0.1 at a free port. It issues opaque access tokens for one
 // API ("resource"), rotates refresh tokens, and serves device authorization, PKCE, revocation
 // and introspection. The person who signs in is simulated: every interaction signs in "alice"
-// and grants what the client asked. Prints `ready ISSUER` on stdout.
+// and grants what the client asked. Prints `ready ISSUER` on stdout, then `grant TYPE` for each
+// token granted and `grant-error TYPE ERROR` for each refused.
 // Args: tools_dir [access_token_ttl_s] [refresh_token_ttl_s]
 import { createRequire } from "node:module";
 import http from "node:http";
@@ -83,4 +84,7 @@ server.on("request", (req, res) => {
   }
   callback(req, res);
 });
+// What the tests count: each token granted, by grant type, and each refresh refused.
+provider.on("grant.success", (ctx) => process.stdout.write(`grant ${ctx.oidc.params.grant_type}\n`));
+provider.on("grant.error", (ctx, err) => process.stdout.write(`grant-error ${ctx.oidc.params && ctx.oidc.params.grant_type} ${err.error}\n`));
 process.stdout.write(`ready ${issuer}\n`);
