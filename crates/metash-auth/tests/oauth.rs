@@ -5,145 +5,19 @@
 //! spending the refresh token once, an expired login said so, logout revoking at the server.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use metash_auth::broker::Login;
 use metash_auth::flow::Opener;
 use metash_auth::{AuthError, Broker, KeyOptions, Secret};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The OIDC server, its issuer, and the lines it printed since (grants).
-struct Oidc {
-    child: Child,
-    issuer: String,
-    lines: Arc<Mutex<Vec<String>>>,
-}
-
-impl Drop for Oidc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Oidc {
-    fn grants(&self, kind: &str) -> usize {
-        let want = format!("grant {kind}");
-        self.lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|l| **l == want)
-            .count()
-    }
-
-    /// Refused grants of `kind`.
-    fn errors(&self, kind: &str) -> Vec<String> {
-        let want = format!("grant-error {kind} ");
-        let lines = self.lines.lock().unwrap();
-        lines
-            .iter()
-            .filter(|l| l.starts_with(&want))
-            .cloned()
-            .collect()
-    }
-}
-
-/// Node, the server package, and Chromium with its driver, or why not.
-fn prerequisites() -> Result<(PathBuf, PathBuf), String> {
-    let tools = repo().join(".tools");
-    for pkg in ["oidc-provider", "playwright-core"] {
-        if !tools
-            .join("node_modules")
-            .join(pkg)
-            .join("package.json")
-            .is_file()
-        {
-            return Err(format!(
-                "{pkg} is not installed under .tools (run scripts/setup)"
-            ));
-        }
-    }
-    let chromium = PathBuf::from("/usr/bin/chromium");
-    if !chromium.is_file() {
-        return Err("Debian's chromium is not installed (run scripts/setup)".into());
-    }
-    Ok((tools, chromium))
-}
-
-fn oidc(tools: &Path, at_ttl: u32, rt_ttl: u32) -> Oidc {
-    let mut child = Command::new("node")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oidc/server.mjs"))
-        .arg(tools)
-        .args([at_ttl.to_string(), rt_ttl.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let issuer = line
-        .trim()
-        .strip_prefix("ready ")
-        .expect("the server starts")
-        .to_string();
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let sink = Arc::clone(&lines);
-    std::thread::spawn(move || {
-        for l in out.lines().map_while(Result::ok) {
-            sink.lock().unwrap().push(l);
-        }
-    });
-    Oidc {
-        child,
-        issuer,
-        lines,
-    }
-}
+use metash_testkit::oidc::{browser, prerequisites, Oidc};
 
 /// A project whose config names the server as provider `test`.
-fn project(issuer: &str) -> tempfile::TempDir {
+fn project(server: &Oidc) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join(".meta")).unwrap();
-    std::fs::write(
-        dir.path().join(".meta/config.toml"),
-        format!(
-            "[oauth.providers.test]\nissuer = \"{issuer}\"\nclient_id = \"metash-cli\"\n\
-             scopes = [\"openid\", \"offline_access\", \"repo\"]\n\
-             api_bases = [\"http://127.0.0.1:9/\"]\n"
-        ),
-    )
-    .unwrap();
+    std::fs::write(dir.path().join(".meta/config.toml"), server.provider_toml()).unwrap();
     dir
-}
-
-/// `$BROWSER` for the tests: the person's browser, Chromium through browse.mjs.
-fn browser(dir: &Path, tools: &Path, chromium: &Path) -> String {
-    let script = dir.join("browser.sh");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\nexec node {:?} {:?} {:?} \"$1\" >> {:?} 2>&1\n",
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oidc/browse.mjs"),
-            tools,
-            chromium,
-            dir.join("browser.log")
-        ),
-    )
-    .unwrap();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    script.display().to_string()
 }
 
 fn passphrase() -> KeyOptions {
@@ -174,8 +48,8 @@ fn login_by_pkce_and_by_device_then_logout_revokes_at_the_server() {
         Ok(p) => p,
         Err(why) => return metash_testkit::skip("oauth test", &why),
     };
-    let server = oidc(&tools, 600, 3600);
-    let dir = project(&server.issuer);
+    let server = Oidc::start(&tools, 600, 3600);
+    let dir = project(&server);
     let vault = dir.path().join("config/metash/vault.json");
     let browse = browser(dir.path(), &tools, &chromium);
     let broker = Broker::new(dir.path(), &vault, passphrase()).unwrap();
@@ -240,8 +114,8 @@ fn two_concurrent_refreshes_spend_the_refresh_token_once() {
         Err(why) => return metash_testkit::skip("oauth refresh test", &why),
     };
     // Access tokens live 4 s: refreshed once less than half their life is left.
-    let server = oidc(&tools, 4, 3600);
-    let dir = project(&server.issuer);
+    let server = Oidc::start(&tools, 4, 3600);
+    let dir = project(&server);
     let vault = dir.path().join("config/metash/vault.json");
     let browse = browser(dir.path(), &tools, &chromium);
     let first = Broker::new(dir.path(), &vault, passphrase()).unwrap();
@@ -272,12 +146,7 @@ fn two_concurrent_refreshes_spend_the_refresh_token_once() {
         .collect();
     assert_eq!(tokens[0], tokens[1], "the second used the first's refresh");
     assert_ne!(tokens[0], before.expose());
-    assert_eq!(
-        server.grants("refresh_token"),
-        1,
-        "{:?}",
-        server.lines.lock().unwrap()
-    );
+    assert_eq!(server.grants("refresh_token"), 1, "{:?}", server.lines());
     let refused = server.errors("refresh_token");
     assert!(
         refused.is_empty(),
@@ -292,8 +161,8 @@ fn an_expired_login_says_to_log_in_again() {
         Err(why) => return metash_testkit::skip("oauth expiry test", &why),
     };
     // Refresh tokens live 2 s.
-    let server = oidc(&tools, 2, 2);
-    let dir = project(&server.issuer);
+    let server = Oidc::start(&tools, 2, 2);
+    let dir = project(&server);
     let vault = dir.path().join("config/metash/vault.json");
     let browse = browser(dir.path(), &tools, &chromium);
     let broker = Broker::new(dir.path(), &vault, passphrase()).unwrap();

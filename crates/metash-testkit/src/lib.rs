@@ -7,6 +7,7 @@
 pub mod anthropic;
 pub mod cli;
 pub mod greetings;
+pub mod oidc;
 pub mod openai;
 pub mod procs;
 pub mod wasm;

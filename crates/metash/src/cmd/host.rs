@@ -59,7 +59,7 @@ impl HostArgs {
 }
 
 /// `$XDG_CONFIG_HOME`, else `~/.config`.
-fn config_home() -> Option<PathBuf> {
+pub(crate) fn config_home() -> Option<PathBuf> {
     std::env::var_os("XDG_CONFIG_HOME")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())

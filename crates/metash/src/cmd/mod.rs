@@ -7,6 +7,7 @@ use clap::Subcommand;
 
 mod artifacts;
 mod asks;
+mod auth;
 mod control;
 mod harness;
 pub(crate) mod host;
@@ -42,6 +43,8 @@ pub enum Command {
     Host(host::HostCommand),
     #[command(flatten)]
     Onboard(onboard::OnboardCommand),
+    #[command(flatten)]
+    Auth(auth::AuthCommand),
 }
 
 pub fn run(command: Command, ctx: &Ctx) -> anyhow::Result<ExitCode> {
@@ -53,5 +56,6 @@ pub fn run(command: Command, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         Command::Serve(c) => serve::run(c, ctx),
         Command::Host(c) => host::run(c, ctx),
         Command::Onboard(c) => onboard::run(c, ctx),
+        Command::Auth(c) => auth::run(c, ctx),
     }
 }
