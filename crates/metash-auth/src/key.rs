@@ -93,6 +93,16 @@ impl KeyRecord {
                 entry
                     .set_secret(key.0.as_ref())
                     .map_err(|e| keychain_error(&e))?;
+                // Read back before trusting it: a keychain that takes a key and cannot give it
+                // back (a process with no session keyring) would lose every token.
+                let back = Zeroizing::new(entry.get_secret().map_err(|e| keychain_error(&e))?);
+                if back.as_slice() != key.0.as_slice() {
+                    return Err(AuthError::NoKey(
+                        "the OS keychain did not give back the key it was given; give a \
+                         passphrase instead (METASH_VAULT_PASSPHRASE)"
+                            .into(),
+                    ));
+                }
                 Ok((Self::Keychain { account }, key))
             }
             KeySource::Passphrase(p) => {
