@@ -264,6 +264,11 @@ impl Host {
         Ok(())
     }
 
+    /// The user's config directory (agents of the user, the vault), when known.
+    pub fn config_home(&self) -> Option<std::path::PathBuf> {
+        self.options.config_home.clone()
+    }
+
     /// A variable from the host's extra env, else its process environment.
     pub fn env_var(&self, name: &str) -> Option<String> {
         self.options

@@ -10,6 +10,7 @@ pub mod control;
 mod error;
 mod host;
 mod journal;
+pub mod oauth;
 pub mod pricing;
 pub mod progress;
 #[cfg(unix)]

@@ -1,0 +1,204 @@
+//! OAuth handles (seed 002 §6): an agent that holds a live `oauth:PROVIDER.SCOPE` grant is given
+//! a handle, an opaque id and a base URL on a credential proxy, never the token. The proxy adds
+//! the person's token (from the vault, through `metash_auth::Broker`, refreshed when due) only on
+//! requests to the provider's API base, and only while the grant is live: the grant is looked up
+//! at every request, so a revocation or an expiry stops the next one. Anything else (another
+//! path, another host, `CONNECT`) is refused by the proxy with a clear body.
+//!
+//! The broker does network round trips (a refresh), and the proxy asks for a credential on its
+//! own async runtime, so the broker lives on a thread of its own (the token server) that the
+//! proxy's source asks through a channel.
+
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use metash_auth::{Broker, KeyOptions, Provider, Vault};
+use metash_policy::{consent, Capability, Category};
+use metash_runtime::credential::{
+    AuthStyle, CredentialProxy, CredentialSource, Mount, ProxyConfig, Route, Secret, SourceError,
+};
+use metash_store::Store;
+
+use crate::error::{HostError, Result};
+use crate::host::Host;
+
+/// How long a request waits for the token server (a refresh included).
+const TOKEN_WAIT: Duration = Duration::from_secs(60);
+
+/// One handle: what the agent is given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handle {
+    pub provider: String,
+    /// Opaque; names the handle in the log, never a token.
+    pub id: String,
+    /// Where the agent sends its API requests (the proxy's route for the provider).
+    pub base_url: String,
+    pub capability: String,
+}
+
+/// The handles of one spawn, served while this lives.
+pub struct Handles {
+    pub handles: Vec<Handle>,
+    _proxy: CredentialProxy,
+}
+
+impl Handles {
+    /// The variables an agent gets: `METASH_OAUTH_<PROVIDER>` (the base URL) and
+    /// `METASH_OAUTH_<PROVIDER>_HANDLE`.
+    pub fn env(&self) -> Vec<(String, String)> {
+        self.handles
+            .iter()
+            .flat_map(|h| {
+                let p = h
+                    .provider
+                    .to_ascii_uppercase()
+                    .replace(|c: char| !c.is_ascii_alphanumeric(), "_");
+                [
+                    (format!("METASH_OAUTH_{p}"), h.base_url.clone()),
+                    (format!("METASH_OAUTH_{p}_HANDLE"), h.id.clone()),
+                ]
+            })
+            .collect()
+    }
+
+    pub fn port(&self) -> u16 {
+        self._proxy.addr().port()
+    }
+}
+
+type Ask = (String, mpsc::Sender<std::result::Result<Secret, String>>);
+
+/// The broker on its own thread; ends when every sender is dropped.
+fn token_server(broker: Broker) -> mpsc::Sender<Ask> {
+    let (tx, rx) = mpsc::channel::<Ask>();
+    std::thread::spawn(move || {
+        for (provider, reply) in rx {
+            let r = broker
+                .access_token(&provider)
+                .map(|s| Secret::new(s.expose().to_string()))
+                .map_err(|e| e.to_string());
+            let _ = reply.send(r);
+        }
+    });
+    tx
+}
+
+/// The proxy's source: the grant checked at every request, then the token asked for.
+struct HandleSource {
+    store: Store,
+    agent: String,
+    /// route id (the provider) -> the capability that must be live.
+    caps: Vec<(String, Capability)>,
+    tokens: Mutex<mpsc::Sender<Ask>>,
+}
+
+impl CredentialSource for HandleSource {
+    fn credential(&self, route: &str) -> std::result::Result<Secret, SourceError> {
+        let unavailable = |reason: String| SourceError::Unavailable {
+            route: route.to_string(),
+            reason,
+        };
+        let Some((_, cap)) = self.caps.iter().find(|(r, _)| r == route) else {
+            return Err(SourceError::Missing(route.to_string()));
+        };
+        let now = chrono::Utc::now();
+        let live = consent::load_for(&self.store, &self.agent)
+            .map_err(|e| unavailable(format!("the grants cannot be read: {e}")))?
+            .iter()
+            .any(|g| g.active_at(now) && g.capability.covers(cap));
+        if !live {
+            return Err(unavailable(format!(
+                "`{cap}` is no longer granted to {} (revoked or expired)",
+                self.agent
+            )));
+        }
+        let (tx, rx) = mpsc::channel();
+        self.tokens
+            .lock()
+            .map_err(|_| unavailable("the token server is gone".into()))?
+            .send((route.to_string(), tx))
+            .map_err(|_| unavailable("the token server is gone".into()))?;
+        rx.recv_timeout(TOKEN_WAIT)
+            .map_err(|_| unavailable("no token in time".into()))?
+            .map_err(unavailable)
+    }
+}
+
+/// The provider a capability names: `oauth:PROVIDER.SCOPE` (or `oauth:PROVIDER`).
+fn provider_of(cap: &Capability) -> Option<String> {
+    let scope = cap.scope.as_deref()?;
+    Some(scope.split('.').next().unwrap_or(scope).to_string())
+}
+
+/// Starts the handles for `agent`'s live OAuth grants among `caps`; `None` when it holds none.
+///
+/// # Errors
+/// A provider that is not configured or has no API base, the vault, or the proxy.
+pub fn start(host: &Host, agent: &str, caps: &[Capability]) -> Result<Option<Handles>> {
+    let now = chrono::Utc::now();
+    let grants = consent::load_for(host.store(), agent)?;
+    let mut wanted: Vec<(String, Capability)> = Vec::new();
+    for cap in caps.iter().filter(|c| c.category == Category::Oauth) {
+        let Some(provider) = provider_of(cap) else {
+            continue;
+        };
+        let live = grants
+            .iter()
+            .any(|g| g.active_at(now) && g.capability.covers(cap));
+        if live && !wanted.iter().any(|(p, _)| *p == provider) {
+            wanted.push((provider, cap.clone()));
+        }
+    }
+    if wanted.is_empty() {
+        return Ok(None);
+    }
+    let root = host.store().workspace().to_path_buf();
+    let mut routes = Vec::new();
+    for (provider, _) in &wanted {
+        let p = Provider::named(&root, provider).map_err(|e| HostError::Config(e.to_string()))?;
+        let base = p.api_bases.first().ok_or_else(|| {
+            HostError::Config(format!(
+                "[oauth.providers.{provider}] names no api_bases: a handle needs the API it is for"
+            ))
+        })?;
+        routes.push(Route {
+            id: provider.clone(),
+            mount: Mount::Prefix(format!("/oauth/{provider}")),
+            upstream: base.as_str().trim_end_matches('/').to_string(),
+            auth: AuthStyle::Bearer,
+        });
+    }
+    let home = host.config_home().ok_or_else(|| {
+        HostError::Config("no config directory for the vault (XDG_CONFIG_HOME or HOME)".into())
+    })?;
+    let keys = KeyOptions::from_env(|v| host.env_var(v));
+    let broker = Broker::new(&root, &Vault::default_path(&home), keys)
+        .map_err(|e| HostError::Config(e.to_string()))?;
+    let source = HandleSource {
+        store: host.store().clone(),
+        agent: agent.to_string(),
+        caps: wanted.clone(),
+        tokens: Mutex::new(token_server(broker)),
+    };
+    let mut config = ProxyConfig::new(routes);
+    config.agent = Some(agent.to_string());
+    let proxy = CredentialProxy::start(config, Arc::new(source), host.event_sink())
+        .map_err(|e| HostError::Config(format!("the OAuth handles' proxy: {e}")))?;
+    let mut handles = Vec::new();
+    for (provider, cap) in wanted {
+        let base_url = proxy
+            .base_url(&provider)
+            .ok_or_else(|| HostError::Other("the OAuth proxy lost a route".into()))?;
+        handles.push(Handle {
+            id: format!("handle-{}", uuid::Uuid::new_v4().simple()),
+            provider,
+            base_url,
+            capability: cap.to_string(),
+        });
+    }
+    Ok(Some(Handles {
+        handles,
+        _proxy: proxy,
+    }))
+}
