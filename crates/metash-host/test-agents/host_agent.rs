@@ -26,6 +26,10 @@
 //! - `artifact ID PATH`: announces PATH as artifact ID (an `artifact` event); outputs `sent`
 //! - `claim CAPABILITY`: sends a `consent_grant` of CAPABILITY as if it were the host (it is not
 //!   allowed to), then outputs the host's answer (`error CODE HINT`)
+//! - `handle VAR PATH`: a plain-HTTP GET of PATH under the URL in `$VAR` (an OAuth handle's base;
+//!   or VAR itself when it is a URL), with its own made-up `Authorization`; outputs `STATUS BODY`,
+//!   or `refused ERR`
+//! - `env`: outputs its whole environment, one `NAME=VALUE` per line
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -42,6 +46,37 @@ fn host_error<W: Write>(s: &mut Session<W>) -> String {
         }
         other => format!("no error event: {other:?}"),
     }
+}
+
+/// A GET of `path` under `base` (`http://127.0.0.1:PORT/prefix`), sent directly: `STATUS BODY`.
+fn handle_get(base: &str, path: &str) -> String {
+    let rest = base.trim_start_matches("http://");
+    let (addr, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let mut conn = match TcpStream::connect(addr) {
+        Ok(c) => c,
+        Err(e) => return format!("refused {e}"),
+    };
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
+    let mut target = String::new();
+    if !prefix.is_empty() {
+        target.push('/');
+        target.push_str(prefix.trim_end_matches('/'));
+    }
+    target.push_str(path);
+    let req = format!(
+        "GET {target} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer made-up\r\nConnection: close\r\n\r\n"
+    );
+    if let Err(e) = conn.write_all(req.as_bytes()) {
+        return format!("refused {e}");
+    }
+    let mut out = String::new();
+    let _ = conn.read_to_string(&mut out);
+    let status = out.split_whitespace().nth(1).unwrap_or("?").to_string();
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.trim())
+        .unwrap_or("");
+    format!("{status} {body}")
 }
 
 /// `state_get` of `key`, as the test reads it.
@@ -246,6 +281,24 @@ fn main() {
                 .map_err(io)?;
                 let text = host_error(s);
                 s.output("text/plain", &text).map_err(io)
+            }
+            "handle" => {
+                let (var, path) = arg.split_once(' ').unwrap_or((arg, "/"));
+                // A URL instead of a variable: straight there, not through a handle.
+                let base = if var.starts_with("http://") {
+                    Ok(var.to_string())
+                } else {
+                    std::env::var(var)
+                };
+                let text = match base {
+                    Ok(base) => handle_get(&base, path),
+                    Err(_) => format!("refused no ${var}"),
+                };
+                s.output("text/plain", &text).map_err(io)
+            }
+            "env" => {
+                let all: Vec<String> = std::env::vars().map(|(k, v)| format!("{k}={v}")).collect();
+                s.output("text/plain", &all.join("\n")).map_err(io)
             }
             other => Err(format!("unknown command `{other}`")),
         }

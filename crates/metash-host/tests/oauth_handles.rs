@@ -91,13 +91,20 @@ fn keys() -> KeyOptions {
     }
 }
 
-#[test]
-fn a_handle_adds_the_real_token_for_its_api_only_while_the_grant_is_live() {
-    let (tools, chromium) = match prerequisites() {
-        Ok(p) => p,
-        Err(why) => return metash_testkit::skip("oauth handles test", &why),
-    };
-    let server = Oidc::start(&tools, 600, 3600);
+/// The person logged in to the OIDC server as provider `test`, whose API is a loopback server;
+/// a project whose agent `fetcher` (WASM) and `native-fetcher` (native) declare `oauth:test.repo`.
+struct World {
+    _server: Oidc,
+    _dir: tempfile::TempDir,
+    api_addr: SocketAddr,
+    seen: Seen,
+    root: std::path::PathBuf,
+    host: Host,
+    real: Secret,
+}
+
+fn world(tools: &std::path::Path, chromium: &std::path::Path) -> World {
+    let server = Oidc::start(tools, 600, 3600);
     let (api_addr, seen) = api();
     let dir = tempfile::tempdir().unwrap();
     let (root, home) = (dir.path().join("ws"), dir.path().join("home"));
@@ -115,11 +122,23 @@ fn a_handle_adds_the_real_token_for_its_api_only_while_the_grant_is_live() {
          sandbox = \"wasm\"\ncapabilities = [\"oauth:test.repo\"]\n",
     )
     .unwrap();
+    let native_dir = root.join(".meta/agents/native-fetcher");
+    std::fs::create_dir_all(&native_dir).unwrap();
+    std::fs::write(
+        native_dir.join("manifest.toml"),
+        format!(
+            "schema_version = \"0.1\"\nname = \"native-fetcher\"\nversion = \"0.1.0\"\n\
+             entry = {:?}\nsandbox = \"native\"\ncapabilities = [\"oauth:test.repo\"]\n\
+             resources.mem = \"256Mi\"\n",
+            env!("CARGO_BIN_EXE_metash-host-test-agent")
+        ),
+    )
+    .unwrap();
 
     // The person logs in (device flow, Chromium confirming the code).
     let vault = Vault::default_path(&home);
     let broker = Broker::new(&root, &vault, keys()).unwrap();
-    let browse = browser(dir.path(), &tools, &chromium);
+    let browse = browser(dir.path(), tools, chromium);
     let how = Login {
         scopes: None,
         device: true,
@@ -137,6 +156,7 @@ fn a_handle_adds_the_real_token_for_its_api_only_while_the_grant_is_live() {
         HostOptions {
             terminal: Terminal::Silent,
             config_home: Some(home.clone()),
+            yes_to: vec!["native".parse().unwrap()],
             env: [(
                 "METASH_VAULT_PASSPHRASE".to_string(),
                 PASSPHRASE.to_string(),
@@ -147,17 +167,48 @@ fn a_handle_adds_the_real_token_for_its_api_only_while_the_grant_is_live() {
         },
     )
     .unwrap();
+    World {
+        _server: server,
+        _dir: dir,
+        api_addr,
+        seen,
+        root,
+        host,
+        real,
+    }
+}
+
+fn policy(root: &std::path::Path, store: &metash_store::Store) -> metash_policy::Policy {
+    let registry = metash_policy::Registry::discover(&metash_policy::AgentDirs::new(root, None));
+    metash_policy::Policy::new(store.clone(), registry)
+}
+
+#[test]
+fn a_handle_adds_the_real_token_for_its_api_only_while_the_grant_is_live() {
+    let (tools, chromium) = match prerequisites() {
+        Ok(p) => p,
+        Err(why) => return metash_testkit::skip("oauth handles test", &why),
+    };
+    // The world lives to the end of the test (its directory with it).
+    let w = world(&tools, &chromium);
+    let (api_addr, seen, root, host, real) = (
+        w.api_addr,
+        Arc::clone(&w.seen),
+        w.root.clone(),
+        &w.host,
+        w.real.clone(),
+    );
     let cap: metash_policy::Capability = "oauth:test.repo".parse().unwrap();
     // Without a grant: no handle.
     assert!(
-        metash_host::oauth::start(&host, "fetcher", std::slice::from_ref(&cap))
+        metash_host::oauth::start(host, "fetcher", std::slice::from_ref(&cap))
             .unwrap()
             .is_none()
     );
     let registry = metash_policy::Registry::discover(&metash_policy::AgentDirs::new(&root, None));
     let policy = metash_policy::Policy::new(host.store().clone(), registry);
     policy.grant("fetcher", &cap, 600, false, "test").unwrap();
-    let handles = metash_host::oauth::start(&host, "fetcher", std::slice::from_ref(&cap))
+    let handles = metash_host::oauth::start(host, "fetcher", std::slice::from_ref(&cap))
         .unwrap()
         .expect("a handle for a live grant");
     let h = &handles.handles[0];
@@ -222,4 +273,65 @@ fn a_handle_adds_the_real_token_for_its_api_only_while_the_grant_is_live() {
         !log.contains(real.expose()),
         "the token is in no log record"
     );
+}
+
+/// A native agent under metash's sandbox, spawned by the host, calls the API through its handle:
+/// the API sees the real token; the agent's environment holds the handle and never the token;
+/// without a live grant it gets no handle.
+#[test]
+fn a_native_agent_calls_its_api_through_the_handle_and_never_sees_the_token() {
+    let (tools, chromium) = match prerequisites() {
+        Ok(p) => p,
+        Err(why) => return metash_testkit::skip("oauth handles agent test", &why),
+    };
+    let abi = metash_runtime::native::isolate::landlock_abi();
+    if abi < 4 {
+        return metash_testkit::skip(
+            "oauth handles agent test",
+            &format!("Landlock ABI {abi} < 4: native agents cannot be sandboxed here"),
+        );
+    }
+    let w = world(&tools, &chromium);
+    let cap: metash_policy::Capability = "oauth:test.repo".parse().unwrap();
+    let policy = policy(&w.root, w.host.store());
+    policy
+        .grant("native-fetcher", &cap, 600, false, "test")
+        .unwrap();
+    let spawn = |prompt: &str| {
+        use metash_host::Spawner;
+        let r = w
+            .host
+            .spawn_agent(&metash_host::SpawnRequest::new(
+                "native-fetcher",
+                "",
+                prompt,
+            ))
+            .unwrap();
+        assert_eq!(r.status, metash_protocol::AgentStatus::Success, "{r:?}");
+        r.data
+    };
+    let got = spawn("handle METASH_OAUTH_TEST /repos");
+    assert_eq!(got.trim(), "200 api ok", "{got}");
+    let seen = w.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].0, "/repos");
+    assert_eq!(seen[0].1, format!("Bearer {}", w.real.expose()));
+    let env = spawn("env");
+    assert!(env.contains("METASH_OAUTH_TEST=http://127.0.0.1:"), "{env}");
+    assert!(env.contains("METASH_OAUTH_TEST_HANDLE=handle-"), "{env}");
+    assert!(
+        !env.contains(w.real.expose()),
+        "the token is not in the agent's environment"
+    );
+    // Straight to the API (not through its handle): the sandbox refuses the connection.
+    let direct = spawn(&format!("handle http://{} /repos", w.api_addr));
+    assert!(direct.starts_with("refused"), "{direct}");
+    // Revoked: the next spawn gets no handle at all.
+    policy.revoke("native-fetcher", &cap, "test").unwrap();
+    let after = spawn("handle METASH_OAUTH_TEST /repos");
+    assert!(
+        after.starts_with("refused no $METASH_OAUTH_TEST"),
+        "{after}"
+    );
+    assert_eq!(w.seen.lock().unwrap().len(), 1);
 }

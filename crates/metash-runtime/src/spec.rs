@@ -136,6 +136,9 @@ pub struct AgentSpec {
     pub config: Value,
     /// The only environment the agent sees (native) / gets (WASM).
     pub env: Vec<(String, String)>,
+    /// Loopback TCP ports a native agent may connect to whatever its network grant: the host's
+    /// credential proxies (OAuth handles). Nothing else becomes reachable.
+    pub connect_ports: Vec<u16>,
     /// Per-invocation deadline.
     pub timeout: Duration,
     /// How long `shutdown()` (and timeouts) wait between the polite request and the kill.
@@ -182,6 +185,7 @@ impl AgentSpec {
             allow_native: false,
             config: Value::Null,
             env: Vec::new(),
+            connect_ports: Vec::new(),
             timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_millis(500),
             throttle: Throttle::default(),

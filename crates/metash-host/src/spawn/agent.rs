@@ -74,6 +74,21 @@ pub(crate) fn run(
         "task_id": req.task_id,
         "options": req.options,
     });
+    // OAuth handles for a native agent's live `oauth:` grants: a base URL on a credential proxy
+    // (reachable on its port only), never the token. Served until this spawn ends.
+    let _handles = if allow_native {
+        match crate::oauth::start(host, &agent.id, &agent.declared) {
+            Ok(Some(h)) => {
+                spec.env.extend(h.env());
+                spec.connect_ports.push(h.port());
+                Some(h)
+            }
+            Ok(None) => None,
+            Err(e) => return Ok(Ran::error(format!("`{}` was not started: {e}", agent.id))),
+        }
+    } else {
+        None
+    };
     let mut running = host.runtime()?.register(spec)?;
     if let Err(e) = running.start() {
         return Ok(Ran::error(format!("`{}` could not start: {e}", agent.id)));
@@ -133,12 +148,10 @@ impl Grants {
     ) -> Result<Self> {
         let mut g = Grants::default();
         for cap in &agent.declared {
-            // Native is the sandbox choice, OAuth goes through the broker, and starting
-            // processes is decided per program when it happens (the exec gate).
-            if matches!(
-                cap.category,
-                Category::Native | Category::Oauth | Category::ProcessSpawn
-            ) {
+            // Native is the sandbox choice, and starting processes is decided per program when
+            // it happens (the exec gate). An `oauth:` capability is asked like the others; its
+            // handle is served for a live stored grant (`crate::oauth`).
+            if matches!(cap.category, Category::Native | Category::ProcessSpawn) {
                 continue;
             }
             g.consider(host, gate, &agent.id, workspace, cap)?;

@@ -109,9 +109,18 @@ impl Sandbox {
     pub fn prepare(spec: &AgentSpec, sink: &Arc<dyn EventSink>, replier: &Replier) -> Result<Self> {
         let workspace = isolate::canonical(&spec.workspace)?;
         let entry = isolate::canonical(&spec.entry)?;
-        let network = spec.effective_network();
-        let proxy = start_proxy(spec, &network, sink, replier)?;
-        let proxy_ports: Vec<u16> = proxy.iter().map(ConnectProxy::port).collect();
+        let granted = spec.effective_network();
+        let proxy = start_proxy(spec, &granted, sink, replier)?;
+        let mut proxy_ports: Vec<u16> = proxy.iter().map(ConnectProxy::port).collect();
+        proxy_ports.extend(&spec.connect_ports);
+        // Loopback ports without a network grant: confined as an allowlist of no host (TCP
+        // streams may be opened; Landlock lets them connect to these ports only).
+        let network = match granted {
+            NetworkAccess::None if !spec.connect_ports.is_empty() => {
+                NetworkAccess::Allowlist(Vec::new())
+            }
+            other => other,
+        };
         let (ll_fd, abi) = isolate::landlock_ruleset(&isolate::LandlockPlan {
             workspace: &workspace,
             read: spec.has(Category::FilesRead),
