@@ -267,13 +267,21 @@ impl Broker {
     /// Not logged in; the login expired ([`AuthError::LoginExpired`]: a person must log in
     /// again); the provider or the vault failed.
     pub fn access_token(&self, provider: &str) -> Result<Secret> {
+        self.access_token_noting(provider).map(|(s, _)| s)
+    }
+
+    /// [`Broker::access_token`], and whether this call refreshed it (for the ledger).
+    ///
+    /// # Errors
+    /// As [`Broker::access_token`].
+    pub fn access_token_noting(&self, provider: &str) -> Result<(Secret, bool)> {
         let mut vault = self.vault()?;
         let name = entry(provider);
         let stored = vault
             .get::<Stored>(&name)?
             .ok_or_else(|| AuthError::NotLoggedIn(provider.into()))?;
         if stored.fresh_for(REFRESH_MARGIN) {
-            return Ok(stored.access_token);
+            return Ok((stored.access_token, false));
         }
         let p = self.provider(provider)?;
         let mut locked = vault.locked()?;
@@ -281,7 +289,7 @@ impl Broker {
             .get::<Stored>(&name)?
             .ok_or_else(|| AuthError::NotLoggedIn(provider.into()))?;
         if current.fresh_for(REFRESH_MARGIN) {
-            return Ok(current.access_token);
+            return Ok((current.access_token, false));
         }
         let rt = current
             .refresh_token
@@ -290,7 +298,7 @@ impl Broker {
         let granted = self.rt.block_on(flow::refresh(&self.http, &p, &rt))?;
         let next = Stored::from_granted(granted, &current.scopes, &current.flow, Some(&current));
         locked.put(&name, &next)?;
-        Ok(next.access_token)
+        Ok((next.access_token, true))
     }
 
     /// Whether the provider still holds `token` active (RFC 7662), for `metash auth status`

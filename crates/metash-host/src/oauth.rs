@@ -15,10 +15,12 @@ use std::time::Duration;
 
 use metash_auth::{Broker, KeyOptions, Provider, Vault};
 use metash_policy::{consent, Capability, Category};
+use metash_protocol::LogKind;
 use metash_runtime::credential::{
     AuthStyle, CredentialProxy, CredentialSource, Mount, ProxyConfig, Route, Secret, SourceError,
 };
 use metash_store::Store;
+use serde_json::json;
 
 use crate::error::{HostError, Result};
 use crate::host::Host;
@@ -67,7 +69,10 @@ impl Handles {
     }
 }
 
-type Ask = (String, mpsc::Sender<std::result::Result<Secret, String>>);
+type Ask = (
+    String,
+    mpsc::Sender<std::result::Result<(Secret, bool), String>>,
+);
 
 /// The broker on its own thread; ends when every sender is dropped.
 fn token_server(broker: Broker) -> mpsc::Sender<Ask> {
@@ -75,8 +80,8 @@ fn token_server(broker: Broker) -> mpsc::Sender<Ask> {
     std::thread::spawn(move || {
         for (provider, reply) in rx {
             let r = broker
-                .access_token(&provider)
-                .map(|s| Secret::new(s.expose().to_string()))
+                .access_token_noting(&provider)
+                .map(|(s, refreshed)| (Secret::new(s.expose().to_string()), refreshed))
                 .map_err(|e| e.to_string());
             let _ = reply.send(r);
         }
@@ -84,22 +89,41 @@ fn token_server(broker: Broker) -> mpsc::Sender<Ask> {
     tx
 }
 
-/// The proxy's source: the grant checked at every request, then the token asked for.
+/// The proxy's source: the grant checked at every request, then the token asked for. Each
+/// request is a ledger entry (`oauth_use`), refused or not.
 struct HandleSource {
     store: Store,
     agent: String,
-    /// route id (the provider) -> the capability that must be live.
-    caps: Vec<(String, Capability)>,
+    /// route id (the provider) -> the capability that must be live, and the handle's id.
+    caps: Vec<(String, Capability, String)>,
     tokens: Mutex<mpsc::Sender<Ask>>,
 }
 
 impl CredentialSource for HandleSource {
     fn credential(&self, route: &str) -> std::result::Result<Secret, SourceError> {
+        let r = self.lookup(route);
+        if let Some((_, cap, handle)) = self.caps.iter().find(|(p, _, _)| p == route) {
+            let mut data =
+                json!({"provider": route, "handle": handle, "capability": cap.to_string()});
+            match &r {
+                Ok((_, refreshed)) => data["refreshed"] = json!(refreshed),
+                Err(e) => data["refused"] = json!(e.to_string()),
+            }
+            let _ = self
+                .store
+                .append(LogKind::OauthUse, Some(&self.agent), data);
+        }
+        r.map(|(s, _)| s)
+    }
+}
+
+impl HandleSource {
+    fn lookup(&self, route: &str) -> std::result::Result<(Secret, bool), SourceError> {
         let unavailable = |reason: String| SourceError::Unavailable {
             route: route.to_string(),
             reason,
         };
-        let Some((_, cap)) = self.caps.iter().find(|(r, _)| r == route) else {
+        let Some((_, cap, _)) = self.caps.iter().find(|(r, _, _)| r == route) else {
             return Err(SourceError::Missing(route.to_string()));
         };
         let now = chrono::Utc::now();
@@ -175,10 +199,18 @@ pub fn start(host: &Host, agent: &str, caps: &[Capability]) -> Result<Option<Han
     let keys = KeyOptions::from_env(|v| host.env_var(v));
     let broker = Broker::new(&root, &Vault::default_path(&home), keys)
         .map_err(|e| HostError::Config(e.to_string()))?;
+    let ids: Vec<String> = wanted
+        .iter()
+        .map(|_| format!("handle-{}", uuid::Uuid::new_v4().simple()))
+        .collect();
     let source = HandleSource {
         store: host.store().clone(),
         agent: agent.to_string(),
-        caps: wanted.clone(),
+        caps: wanted
+            .iter()
+            .zip(&ids)
+            .map(|((p, c), id)| (p.clone(), c.clone(), id.clone()))
+            .collect(),
         tokens: Mutex::new(token_server(broker)),
     };
     let mut config = ProxyConfig::new(routes);
@@ -186,16 +218,23 @@ pub fn start(host: &Host, agent: &str, caps: &[Capability]) -> Result<Option<Han
     let proxy = CredentialProxy::start(config, Arc::new(source), host.event_sink())
         .map_err(|e| HostError::Config(format!("the OAuth handles' proxy: {e}")))?;
     let mut handles = Vec::new();
-    for (provider, cap) in wanted {
+    for ((provider, cap), id) in wanted.into_iter().zip(ids) {
         let base_url = proxy
             .base_url(&provider)
             .ok_or_else(|| HostError::Other("the OAuth proxy lost a route".into()))?;
-        handles.push(Handle {
-            id: format!("handle-{}", uuid::Uuid::new_v4().simple()),
+        let h = Handle {
+            id,
             provider,
             base_url,
             capability: cap.to_string(),
-        });
+        };
+        host.store().append(
+            LogKind::OauthHandle,
+            Some(agent),
+            json!({"provider": h.provider, "handle": h.id, "capability": h.capability,
+                   "base_url": h.base_url}),
+        )?;
+        handles.push(h);
     }
     Ok(Some(Handles {
         handles,

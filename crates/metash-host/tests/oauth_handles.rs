@@ -256,6 +256,23 @@ fn a_handle_adds_the_real_token_for_its_api_only_while_the_grant_is_live() {
         1,
         "the API saw nothing after the revocation"
     );
+    let refused: Vec<_> = host
+        .store()
+        .log()
+        .read_all()
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.kind == metash_protocol::LogKind::OauthUse && r.data.get("refused").is_some())
+        .collect();
+    assert_eq!(
+        refused.len(),
+        1,
+        "the refused request is a ledger entry too"
+    );
+    assert!(refused[0].data["refused"]
+        .as_str()
+        .unwrap()
+        .contains("no longer granted"));
 
     // No token anywhere in the log.
     drop(handles);
@@ -326,6 +343,33 @@ fn a_native_agent_calls_its_api_through_the_handle_and_never_sees_the_token() {
     // Straight to the API (not through its handle): the sandbox refuses the connection.
     let direct = spawn(&format!("handle http://{} /repos", w.api_addr));
     assert!(direct.starts_with("refused"), "{direct}");
+    // The ledger: the handle given, each request (never the token); the export redacts nothing
+    // it has to, because the token was never written.
+    let filter = metash_policy::ledger::Filter {
+        capability: Some(cap.clone()),
+        ..metash_policy::ledger::Filter::default()
+    };
+    let records = metash_policy::ledger::records(w.host.store(), &filter).unwrap();
+    let kinds: Vec<String> = records.iter().map(|r| r.kind.to_string()).collect();
+    assert!(kinds.contains(&"oauth_handle".to_string()), "{kinds:?}");
+    let uses: Vec<_> = records
+        .iter()
+        .filter(|r| r.kind == metash_protocol::LogKind::OauthUse)
+        .collect();
+    assert_eq!(uses.len(), 1, "one request, one entry: {uses:?}");
+    assert_eq!(uses[0].data["refreshed"], false);
+    assert!(metash_policy::ledger::summary(uses[0]).contains("with the test token"));
+    let mut export = Vec::new();
+    let redactor = metash_policy::Redactor::new(b"salt");
+    metash_policy::ledger::export(
+        w.host.store(),
+        &metash_policy::ledger::Filter::default(),
+        metash_policy::ledger::Format::Jsonl,
+        &redactor,
+        &mut export,
+    )
+    .unwrap();
+    assert!(!String::from_utf8_lossy(&export).contains(w.real.expose()));
     // Revoked: the next spawn gets no handle at all.
     policy.revoke("native-fetcher", &cap, "test").unwrap();
     let after = spawn("handle METASH_OAUTH_TEST /repos");

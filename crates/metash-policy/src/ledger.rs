@@ -186,6 +186,25 @@ pub fn summary(rec: &LogRecord) -> String {
             format!("{n} live grant(s) revoked ({})", s("source"))
         }
         LogKind::Error => format!("{}: {}", s("code"), s("message")),
+        LogKind::OauthHandle => format!(
+            "OAuth handle {} for `{}` ({})",
+            s("handle"),
+            s("capability"),
+            s("provider")
+        ),
+        LogKind::OauthUse => match d.get("refused").and_then(Value::as_str) {
+            Some(why) => format!("OAuth request through {} refused: {why}", s("handle")),
+            None => format!(
+                "OAuth request through {} with the {} token{}",
+                s("handle"),
+                s("provider"),
+                if d.get("refreshed").and_then(Value::as_bool) == Some(true) {
+                    " (refreshed first)"
+                } else {
+                    ""
+                }
+            ),
+        },
         _ => {
             let mut t = d.to_string();
             if t.len() > 100 {

@@ -77,6 +77,12 @@ log_kinds! {
     /// Review comments handed to a task's executor (or its verification), once: `{task, ids,
     /// to}`.
     ReviewDelivered => "review_delivered",
+    /// An OAuth handle given to an agent for a spawn: `{provider, handle, capability, base_url}`
+    /// (never a token).
+    OauthHandle => "oauth_handle",
+    /// A request through an OAuth handle: `{provider, handle, capability, refreshed}` when the
+    /// token was added (`refreshed`: the broker renewed it first), `{..., refused}` when not.
+    OauthUse => "oauth_use",
     /// A grant, by the host only: `{capability, expires_at, duration_s, sensitive, source}`.
     ConsentGrant => "consent_grant",
     /// A revocation, by the host only: `{capability, revoked: [{capability, expires_at}], source}`.
