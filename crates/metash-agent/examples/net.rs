@@ -7,6 +7,8 @@
 //!   the same `ping` exchange through the tunnel.
 //! - `udp ADDR`: binds a UDP socket and sends one datagram to `ADDR` (reported `sent` or the
 //!   error).
+//! - `handle VAR PATH`: a plain-HTTP GET of PATH under the URL in `$VAR` (an OAuth handle's base,
+//!   `http://127.0.0.1:PORT/prefix`; or VAR itself when it is such a URL), reported `STATUS BODY`.
 //! - anything else is echoed.
 //!
 //! Each outcome is one `output` line (`connected: ...`, `proxied: ...`) or an `error` event with
@@ -79,6 +81,39 @@ fn proxied(target: &str) -> Result<String, String> {
     Ok(format!("proxied: {}", ping(&stream)?))
 }
 
+/// A GET of `path` under `base`, sent directly: `STATUS BODY`.
+fn handle(var: &str, path: &str) -> Result<String, String> {
+    let base = if var.starts_with("http://") {
+        var.to_string()
+    } else {
+        std::env::var(var).map_err(|_| format!("no ${var}"))?
+    };
+    let rest = base.trim_start_matches("http://");
+    let (addr, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let stream = TcpStream::connect(addr).map_err(|e| format!("connect {addr} failed: {e}"))?;
+    let mut target = String::new();
+    if !prefix.is_empty() {
+        target.push('/');
+        target.push_str(prefix.trim_end_matches('/'));
+    }
+    target.push_str(path);
+    let mut w = &stream;
+    write!(
+        w,
+        "GET {target} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer made-up\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| format!("write failed: {e}"))?;
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut &stream, &mut out)
+        .map_err(|e| format!("read failed: {e}"))?;
+    let status = out.split_whitespace().nth(1).unwrap_or("?").to_string();
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.trim())
+        .unwrap_or("");
+    Ok(format!("{status} {body}"))
+}
+
 fn main() {
     let result = metash_agent::run(|session, input| {
         let prompt = input.prompt.trim();
@@ -86,6 +121,9 @@ fn main() {
             Some(direct(addr.trim()))
         } else if let Some(addr) = prompt.strip_prefix("udp ") {
             Some(udp(addr.trim()))
+        } else if let Some(rest) = prompt.strip_prefix("handle ") {
+            let (var, path) = rest.trim().split_once(' ').unwrap_or((rest.trim(), "/"));
+            Some(handle(var, path))
         } else {
             prompt
                 .strip_prefix("proxy ")

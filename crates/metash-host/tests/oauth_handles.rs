@@ -379,3 +379,49 @@ fn a_native_agent_calls_its_api_through_the_handle_and_never_sees_the_token() {
     );
     assert_eq!(w.seen.lock().unwrap().len(), 1);
 }
+
+/// A WASM agent (a preview-2 component, `metash-agent`'s `net` example) calls the API through its
+/// handle: the socket check lets it reach the handle's port and nothing else.
+#[test]
+fn a_wasm_agent_calls_its_api_through_the_handle() {
+    let (tools, chromium) = match prerequisites() {
+        Ok(p) => p,
+        Err(why) => return metash_testkit::skip("oauth handles WASM test", &why),
+    };
+    let component = match metash_testkit::build_example("net", Some("wasm32-wasip2")) {
+        Ok(p) => p,
+        Err(why) => return metash_testkit::skip("oauth handles WASM test", &why),
+    };
+    let w = world(&tools, &chromium);
+    let dir = w.root.join(".meta/agents/wasm-fetcher");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("manifest.toml"),
+        format!(
+            "schema_version = \"0.1\"\nname = \"wasm-fetcher\"\nversion = \"0.1.0\"\n\
+             entry = {component:?}\nsandbox = \"wasm\"\ncapabilities = [\"oauth:test.repo\"]\n"
+        ),
+    )
+    .unwrap();
+    let cap: metash_policy::Capability = "oauth:test.repo".parse().unwrap();
+    policy(&w.root, w.host.store())
+        .grant("wasm-fetcher", &cap, 600, false, "test")
+        .unwrap();
+    let spawn = |prompt: &str| {
+        use metash_host::Spawner;
+        let r = w
+            .host
+            .spawn_agent(&metash_host::SpawnRequest::new("wasm-fetcher", "", prompt))
+            .unwrap();
+        r.data
+    };
+    let got = spawn("handle METASH_OAUTH_TEST /repos");
+    assert_eq!(got.trim(), "200 api ok", "{got}");
+    let seen = w.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].1, format!("Bearer {}", w.real.expose()));
+    // Straight to the API: refused by the socket check (no network grant).
+    let direct = spawn(&format!("handle http://{} /repos", w.api_addr));
+    assert!(!direct.contains("api ok"), "{direct}");
+    assert_eq!(w.seen.lock().unwrap().len(), 1);
+}

@@ -74,20 +74,17 @@ pub(crate) fn run(
         "task_id": req.task_id,
         "options": req.options,
     });
-    // OAuth handles for a native agent's live `oauth:` grants: a base URL on a credential proxy
-    // (reachable on its port only), never the token. Served until this spawn ends.
-    let _handles = if allow_native {
-        match crate::oauth::start(host, &agent.id, &agent.declared) {
-            Ok(Some(h)) => {
-                spec.env.extend(h.env());
-                spec.connect_ports.push(h.port());
-                Some(h)
-            }
-            Ok(None) => None,
-            Err(e) => return Ok(Ran::error(format!("`{}` was not started: {e}", agent.id))),
+    // OAuth handles for the agent's live `oauth:` grants: a base URL on a credential proxy
+    // (reachable on its port only: Landlock for native agents, the socket check for WASM
+    // components), never the token. Served until this spawn ends.
+    let _handles = match crate::oauth::start(host, &agent.id, &agent.declared) {
+        Ok(Some(h)) => {
+            spec.env.extend(h.env());
+            spec.connect_ports.push(h.port());
+            Some(h)
         }
-    } else {
-        None
+        Ok(None) => None,
+        Err(e) => return Ok(Ran::error(format!("`{}` was not started: {e}", agent.id))),
     };
     let mut running = host.runtime()?.register(spec)?;
     if let Err(e) = running.start() {

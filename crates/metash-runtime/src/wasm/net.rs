@@ -9,6 +9,8 @@
 //!   resolves, after its check). The proxy's address is in `HTTPS_PROXY` & co.
 //! - `Unrestricted`: outbound TCP to any address and name lookup. Still no UDP and no listening
 //!   socket: "unrestricted" is outbound TCP, as the spec defines it.
+//! - In every mode, `127.0.0.1` on the ports of `AgentSpec::connect_ports`: the host's credential
+//!   proxies (OAuth handles), which add a token only for their own API.
 //!
 //! TCP and UDP sockets can be *created* in every mode, so that every attempt to use one reaches the
 //! check, and every refusal is logged host-side as `sandbox_denied` (`via:
@@ -108,6 +110,8 @@ pub struct Net {
     kind: Kind,
     /// Kept alive with the agent; stops accepting when dropped.
     proxy: Option<ConnectProxy>,
+    /// Loopback ports it may also connect to (the host's credential proxies: OAuth handles).
+    extra: Vec<u16>,
 }
 
 impl Net {
@@ -141,11 +145,16 @@ impl Net {
             }
             (NetworkAccess::Unrestricted, Kind::Component) => Policy::Outbound,
         };
+        let extra = match kind {
+            Kind::Component => spec.connect_ports.clone(),
+            Kind::Module => Vec::new(),
+        };
         Ok(Self {
             policy,
             mode,
             kind,
             proxy,
+            extra,
         })
     }
 
@@ -183,6 +192,7 @@ impl Net {
                     Policy::Proxy(p) => format!("127.0.0.1:{p} only (the allowlist proxy)"),
                     Policy::Outbound => "any".to_string(),
                 },
+                "credential_ports": self.extra,
                 "name_lookup": self.policy.lookup_allowed(),
                 "udp": false,
                 "listen": false,
@@ -209,11 +219,20 @@ impl Net {
     pub fn apply(&self, b: &mut WasiCtxBuilder, log: &Arc<NetLog>) {
         let policy = self.policy;
         let log = Arc::clone(log);
+        let extra = self.extra.clone();
         b.allow_tcp(true)
             .allow_udp(true)
             .allow_ip_name_lookup(policy.lookup_allowed())
             .socket_addr_check(move |addr, usage| {
-                let verdict = policy.check(addr, usage);
+                // The host's credential proxies (OAuth handles), whatever the network grant.
+                let to_credential_proxy = matches!(usage, SocketAddrUse::TcpConnect)
+                    && addr.ip() == IpAddr::V4(Ipv4Addr::LOCALHOST)
+                    && extra.contains(&addr.port());
+                let verdict = if to_credential_proxy {
+                    Ok(())
+                } else {
+                    policy.check(addr, usage)
+                };
                 if let Err(reason) = verdict {
                     log.denied(json!({"what": "network", "reason": reason,
                                       "addr": addr.to_string(), "use": use_name(usage),
