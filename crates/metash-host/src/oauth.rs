@@ -5,6 +5,9 @@
 //! at every request, so a revocation or an expiry stops the next one. Anything else (another
 //! path, another host, `CONNECT`) is refused by the proxy with a clear body.
 //!
+//! A login that expired and cannot be renewed raises a checkpoint for a person ("log in to NAME
+//! again") and the request is refused with the reason: not a crash.
+//!
 //! The broker does network round trips (a refresh), and the proxy asks for a credential on its
 //! own async runtime, so the broker lives on a thread of its own (the token server) that the
 //! proxy's source asks through a channel.
@@ -15,7 +18,7 @@ use std::time::Duration;
 
 use metash_auth::{Broker, KeyOptions, Provider, Vault};
 use metash_policy::{consent, Capability, Category};
-use metash_protocol::LogKind;
+use metash_protocol::{CheckpointReason, CheckpointSignal, LogKind};
 use metash_runtime::credential::{
     AuthStyle, CredentialProxy, CredentialSource, Mount, ProxyConfig, Route, Secret, SourceError,
 };
@@ -69,9 +72,12 @@ impl Handles {
     }
 }
 
+/// Why the token server gave no token: the message, and whether a person must log in again.
+type NoToken = (String, bool);
+
 type Ask = (
     String,
-    mpsc::Sender<std::result::Result<(Secret, bool), String>>,
+    mpsc::Sender<std::result::Result<(Secret, bool), NoToken>>,
 );
 
 /// The broker on its own thread; ends when every sender is dropped.
@@ -82,7 +88,10 @@ fn token_server(broker: Broker) -> mpsc::Sender<Ask> {
             let r = broker
                 .access_token_noting(&provider)
                 .map(|(s, refreshed)| (Secret::new(s.expose().to_string()), refreshed))
-                .map_err(|e| e.to_string());
+                .map_err(|e| {
+                    let expired = matches!(e, metash_auth::AuthError::LoginExpired(_));
+                    (e.to_string(), expired)
+                });
             let _ = reply.send(r);
         }
     });
@@ -143,9 +152,32 @@ impl HandleSource {
             .map_err(|_| unavailable("the token server is gone".into()))?
             .send((route.to_string(), tx))
             .map_err(|_| unavailable("the token server is gone".into()))?;
-        rx.recv_timeout(TOKEN_WAIT)
-            .map_err(|_| unavailable("no token in time".into()))?
-            .map_err(unavailable)
+        match rx.recv_timeout(TOKEN_WAIT) {
+            Ok(Ok(t)) => Ok(t),
+            Ok(Err((why, expired))) => {
+                if expired {
+                    self.ask_for_login(route);
+                }
+                Err(unavailable(why))
+            }
+            Err(_) => Err(unavailable("no token in time".into())),
+        }
+    }
+
+    /// The login behind a handle expired: not a crash but a checkpoint for a person ("log in
+    /// again"), raised once (a second raise while it waits is refused and ignored).
+    fn ask_for_login(&self, provider: &str) {
+        let signal = CheckpointSignal {
+            kind: Default::default(),
+            reason: CheckpointReason::HumanAction,
+            message: format!(
+                "The login to {provider} has expired and could not be renewed. Run `metash auth \
+                 login {provider}`, then answer `done`."
+            ),
+            options: vec!["done".into()],
+            resume_id: Some(format!("metash-oauth-{provider}")),
+        };
+        let _ = crate::checkpoint::raise(&self.store, "host", &signal);
     }
 }
 

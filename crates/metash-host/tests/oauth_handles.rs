@@ -104,7 +104,17 @@ struct World {
 }
 
 fn world(tools: &std::path::Path, chromium: &std::path::Path) -> World {
-    let server = Oidc::start(tools, 600, 3600);
+    world_with(tools, chromium, 600, 3600)
+}
+
+/// [`world`] with the server's access and refresh token lifetimes.
+fn world_with(
+    tools: &std::path::Path,
+    chromium: &std::path::Path,
+    at_ttl: u32,
+    rt_ttl: u32,
+) -> World {
+    let server = Oidc::start(tools, at_ttl, rt_ttl);
     let (api_addr, seen) = api();
     let dir = tempfile::tempdir().unwrap();
     let (root, home) = (dir.path().join("ws"), dir.path().join("home"));
@@ -424,4 +434,40 @@ fn a_wasm_agent_calls_its_api_through_the_handle() {
     let direct = spawn(&format!("handle http://{} /repos", w.api_addr));
     assert!(!direct.contains("api ok"), "{direct}");
     assert_eq!(w.seen.lock().unwrap().len(), 1);
+}
+
+/// A login that expired behind a live handle: the request is refused with the reason, and a
+/// checkpoint asks a person to log in again (not a crash).
+#[test]
+fn an_expired_login_behind_a_handle_becomes_a_checkpoint() {
+    let (tools, chromium) = match prerequisites() {
+        Ok(p) => p,
+        Err(why) => return metash_testkit::skip("oauth expiry checkpoint test", &why),
+    };
+    // Access and refresh tokens live 2 s.
+    let w = world_with(&tools, &chromium, 2, 2);
+    let cap: metash_policy::Capability = "oauth:test.repo".parse().unwrap();
+    policy(&w.root, w.host.store())
+        .grant("fetcher", &cap, 600, false, "test")
+        .unwrap();
+    let handles = metash_host::oauth::start(&w.host, "fetcher", std::slice::from_ref(&cap))
+        .unwrap()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(3_000));
+    let h = &handles.handles[0];
+    let prefix = h.base_url.split_once("127.0.0.1").unwrap().1;
+    let prefix = &prefix[prefix.find('/').unwrap()..];
+    let (status, body) = get(&h.base_url, &format!("{prefix}/repos"), "Bearer x");
+    assert_ne!(status, 200);
+    assert!(body.contains("metash auth login test"), "{status} {body}");
+    let pending = w
+        .host
+        .store()
+        .state()
+        .unwrap()
+        .pending_checkpoint
+        .expect("a checkpoint");
+    assert_eq!(pending.id, "metash-oauth-test");
+    assert!(pending.signal.message.contains("metash auth login test"));
+    assert!(w.seen.lock().unwrap().is_empty(), "the API was never asked");
 }
