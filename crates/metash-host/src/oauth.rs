@@ -46,7 +46,18 @@ pub struct Handle {
 pub struct Handles {
     pub handles: Vec<Handle>,
     _proxy: CredentialProxy,
+    /// Ends the withdrawal watcher.
+    stop: Arc<std::sync::atomic::AtomicBool>,
 }
+
+impl Drop for Handles {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// How often the watcher looks at the grants behind live handles.
+const WATCH_EVERY: Duration = Duration::from_millis(100);
 
 impl Handles {
     /// The variables an agent gets: `METASH_OAUTH_<PROVIDER>` (the base URL) and
@@ -106,6 +117,8 @@ struct HandleSource {
     /// route id (the provider) -> the capability that must be live, and the handle's id.
     caps: Vec<(String, Capability, String)>,
     tokens: Mutex<mpsc::Sender<Ask>>,
+    /// Per route: `true` once its grant is gone (the proxy cuts exchanges in flight).
+    withdrawn: Vec<(String, tokio::sync::watch::Receiver<bool>)>,
 }
 
 impl CredentialSource for HandleSource {
@@ -124,6 +137,44 @@ impl CredentialSource for HandleSource {
         }
         r.map(|(s, _)| s)
     }
+
+    fn withdrawn(&self, route: &str) -> Option<tokio::sync::watch::Receiver<bool>> {
+        self.withdrawn
+            .iter()
+            .find(|(r, _)| r == route)
+            .map(|(_, rx)| rx.clone())
+    }
+}
+
+/// Whether `agent` holds a live grant covering `cap` now.
+fn live(store: &Store, agent: &str, cap: &Capability) -> bool {
+    let now = chrono::Utc::now();
+    consent::load_for(store, agent)
+        .map(|g| {
+            g.iter()
+                .any(|g| g.active_at(now) && g.capability.covers(cap))
+        })
+        .unwrap_or(false)
+}
+
+/// Looks at the grants every [`WATCH_EVERY`] until `stop`; a route whose grant is gone is
+/// signalled once, and its exchanges in flight are cut by the proxy.
+fn watch_grants(
+    store: Store,
+    agent: String,
+    routes: Vec<(Capability, tokio::sync::watch::Sender<bool>)>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) {
+    std::thread::spawn(move || {
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            for (cap, tx) in &routes {
+                if !*tx.borrow() && !live(&store, &agent, cap) {
+                    let _ = tx.send(true);
+                }
+            }
+            std::thread::sleep(WATCH_EVERY);
+        }
+    });
 }
 
 impl HandleSource {
@@ -135,12 +186,7 @@ impl HandleSource {
         let Some((_, cap, _)) = self.caps.iter().find(|(r, _, _)| r == route) else {
             return Err(SourceError::Missing(route.to_string()));
         };
-        let now = chrono::Utc::now();
-        let live = consent::load_for(&self.store, &self.agent)
-            .map_err(|e| unavailable(format!("the grants cannot be read: {e}")))?
-            .iter()
-            .any(|g| g.active_at(now) && g.capability.covers(cap));
-        if !live {
+        if !live(&self.store, &self.agent, cap) {
             return Err(unavailable(format!(
                 "`{cap}` is no longer granted to {} (revoked or expired)",
                 self.agent
@@ -235,6 +281,20 @@ pub fn start(host: &Host, agent: &str, caps: &[Capability]) -> Result<Option<Han
         .iter()
         .map(|_| format!("handle-{}", uuid::Uuid::new_v4().simple()))
         .collect();
+    let (senders, receivers): (Vec<_>, Vec<_>) = wanted
+        .iter()
+        .map(|(p, c)| {
+            let (tx, rx) = tokio::sync::watch::channel(false);
+            ((c.clone(), tx), (p.clone(), rx))
+        })
+        .unzip();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    watch_grants(
+        host.store().clone(),
+        agent.to_string(),
+        senders,
+        Arc::clone(&stop),
+    );
     let source = HandleSource {
         store: host.store().clone(),
         agent: agent.to_string(),
@@ -244,6 +304,7 @@ pub fn start(host: &Host, agent: &str, caps: &[Capability]) -> Result<Option<Han
             .map(|((p, c), id)| (p.clone(), c.clone(), id.clone()))
             .collect(),
         tokens: Mutex::new(token_server(broker)),
+        withdrawn: receivers,
     };
     let mut config = ProxyConfig::new(routes);
     config.agent = Some(agent.to_string());
@@ -271,5 +332,6 @@ pub fn start(host: &Host, agent: &str, caps: &[Capability]) -> Result<Option<Han
     Ok(Some(Handles {
         handles,
         _proxy: proxy,
+        stop,
     }))
 }

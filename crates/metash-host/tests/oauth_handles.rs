@@ -46,7 +46,31 @@ fn api() -> (SocketAddr, Seen) {
                         .then(|| v.trim().to_string())
                 })
                 .unwrap_or_default();
+            let streaming = path.starts_with("/stream");
             sink.lock().unwrap().push((path, auth));
+            if streaming {
+                // A long answer: a chunk every 100 ms for 30 s, until the reader goes away.
+                let sink = Arc::clone(&sink);
+                std::thread::spawn(move || {
+                    let _ = conn.write_all(
+                        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+                    );
+                    for _ in 0..300 {
+                        if conn
+                            .write_all(b"5\r\ntick\n\r\n")
+                            .and_then(|()| conn.flush())
+                            .is_err()
+                        {
+                            sink.lock()
+                                .unwrap()
+                                .push(("stream closed".into(), String::new()));
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                });
+                continue;
+            }
             let _ = conn.write_all(
                 b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\napi ok",
             );
@@ -470,4 +494,87 @@ fn an_expired_login_behind_a_handle_becomes_a_checkpoint() {
     assert_eq!(pending.id, "metash-oauth-test");
     assert!(pending.signal.message.contains("metash auth login test"));
     assert!(w.seen.lock().unwrap().is_empty(), "the API was never asked");
+}
+
+/// A revocation cuts a request through the handle that is in flight (a long streamed answer), not
+/// only the next one; the API's connection is closed behind it.
+#[test]
+fn a_revocation_cuts_a_request_in_flight() {
+    let (tools, chromium) = match prerequisites() {
+        Ok(p) => p,
+        Err(why) => return metash_testkit::skip("oauth in-flight revocation test", &why),
+    };
+    let w = world(&tools, &chromium);
+    let cap: metash_policy::Capability = "oauth:test.repo".parse().unwrap();
+    let policy = policy(&w.root, w.host.store());
+    policy.grant("fetcher", &cap, 600, false, "test").unwrap();
+    let handles = metash_host::oauth::start(&w.host, "fetcher", std::slice::from_ref(&cap))
+        .unwrap()
+        .unwrap();
+    let h = &handles.handles[0];
+    let addr = h
+        .base_url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let prefix = h.base_url.split_once(addr.as_str()).unwrap().1.to_string();
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {prefix}/stream HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("tick") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "the stream ended before its first chunk");
+        got.extend_from_slice(&buf[..n]);
+    }
+    policy.revoke("fetcher", &cap, "test").unwrap();
+    let revoked_at = std::time::Instant::now();
+    // The stream ends (cut), well before the API's 30 s.
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+        assert!(
+            revoked_at.elapsed() < Duration::from_secs(5),
+            "still streaming after the revocation"
+        );
+    }
+    let took = revoked_at.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "cut {took:?} after the revocation"
+    );
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        !text.contains("0\r\n\r\n"),
+        "cut, not a complete chunked body: {text}"
+    );
+    // The API's side is closed behind it.
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < until
+        && !w
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(p, _)| p == "stream closed")
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        w.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(p, _)| p == "stream closed"),
+        "the API's connection was closed"
+    );
 }

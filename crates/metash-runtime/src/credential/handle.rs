@@ -61,13 +61,24 @@ pub(crate) async fn handle(
         shared.record_denied(&parts.method, &parts.uri.to_string(), &reason);
         return Ok(error_response(StatusCode::SERVICE_UNAVAILABLE, &reason));
     }
-    let sent = shared
+    let mut cut = shared.source.withdrawn(&route.id).map(super::tap::cut_when);
+    let send = shared
         .client
         .request(parts.method, url)
         .headers(headers)
         .body(reqwest::Body::wrap(body))
-        .send()
-        .await;
+        .send();
+    // A withdrawal while waiting for the upstream's head cuts the exchange too.
+    let sent = match &mut cut {
+        Some(c) => tokio::select! {
+            r = send => r,
+            () = c.as_mut() => {
+                let why = format!("the credential for route `{}` was withdrawn", route.id);
+                return Ok(error_response(StatusCode::SERVICE_UNAVAILABLE, &why));
+            }
+        },
+        None => send.await,
+    };
     let upstream = match sent {
         Ok(r) => http::Response::<reqwest::Body>::from(r),
         Err(e) => {
@@ -83,6 +94,7 @@ pub(crate) async fn handle(
         exchange,
         Arc::from(route.id.as_str()),
         head.status.as_u16(),
+        cut,
     );
     let mut out = Response::new(OutBody::Stream(tapped));
     *out.status_mut() = head.status;

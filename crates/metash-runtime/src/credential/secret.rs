@@ -57,6 +57,13 @@ pub trait CredentialSource: Send + Sync {
     /// # Errors
     /// No credential for this route; the request is then refused (503) and logged.
     fn credential(&self, route: &str) -> Result<Secret, SourceError>;
+
+    /// A signal that turns `true` when `route`'s credential is withdrawn (a grant revoked): the
+    /// proxy then cuts that route's exchanges in flight, not only the next request. `None` (the
+    /// default): never withdrawn while served.
+    fn withdrawn(&self, _route: &str) -> Option<tokio::sync::watch::Receiver<bool>> {
+        None
+    }
 }
 
 /// A fixed map from route id to secret: tests, and hosts that resolve keys once at start.

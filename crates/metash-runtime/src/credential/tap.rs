@@ -18,6 +18,8 @@ pub enum StreamEnd {
     UpstreamError,
     /// The agent closed its connection (or the proxy stopped) before the body ended.
     ClientGone,
+    /// The route's credential was withdrawn (a grant revoked) mid-body: the proxy cut it.
+    Withdrawn,
 }
 
 /// What the tap is shown, per exchange (one forwarded request).
@@ -63,7 +65,25 @@ pub(crate) struct TappedBody {
     exchange: u64,
     route: Arc<str>,
     ended: bool,
+    /// Ready when the route's credential is withdrawn: the body is cut there.
+    cut: Option<Cut>,
 }
+
+/// Resolves when a withdrawal signal turns `true`.
+pub(crate) type Cut = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// The future that resolves when `rx` says the credential was withdrawn (never, if its sender
+/// is gone without saying so).
+pub(crate) fn cut_when(mut rx: tokio::sync::watch::Receiver<bool>) -> Cut {
+    Box::pin(async move {
+        if rx.wait_for(|w| *w).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    })
+}
+
+/// What the server's body fails with: the upstream's error, or a cut.
+pub(crate) type BodyError = Box<dyn std::error::Error + Send + Sync>;
 
 impl TappedBody {
     pub fn new(
@@ -72,6 +92,7 @@ impl TappedBody {
         exchange: u64,
         route: Arc<str>,
         status: u16,
+        cut: Option<Cut>,
     ) -> Self {
         if let Some(t) = &tap {
             t.event(TapEvent::Response {
@@ -86,6 +107,7 @@ impl TappedBody {
             exchange,
             route,
             ended: false,
+            cut,
         }
     }
 
@@ -110,8 +132,18 @@ impl TappedBody {
     fn poll_tapped(
         &mut self,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, reqwest::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        if let Some(cut) = &mut self.cut {
+            if cut.as_mut().poll(cx).is_ready() {
+                self.cut = None;
+                self.end(StreamEnd::Withdrawn);
+                let why = format!("the credential for route `{}` was withdrawn", self.route);
+                return Poll::Ready(Some(Err(why.into())));
+            }
+        }
+        let polled = Pin::new(&mut self.inner)
+            .poll_frame(cx)
+            .map(|o| o.map(|r| r.map_err(BodyError::from)));
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let (Some(t), Some(bytes)) = (&self.tap, frame.data_ref()) {
@@ -147,12 +179,12 @@ pub(crate) enum OutBody {
 
 impl Body for OutBody {
     type Data = Bytes;
-    type Error = reqwest::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, reqwest::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         match self.get_mut() {
             OutBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             OutBody::Stream(s) => s.poll_tapped(cx),
