@@ -141,15 +141,24 @@ impl Drop for Ui {
 
 /// Reads `n` SSE events (id and data) from `/events`, sending `Last-Event-ID: last`.
 pub fn read_events(ui: &Ui, last: Option<u64>, n: usize) -> Vec<(u64, serde_json::Value)> {
-    let mut s = TcpStream::connect(ui.addr).unwrap();
+    read_events_at(ui.addr, &ui.cookie, last, n)
+}
+
+/// [`read_events`] for a server at `addr` with session `cookie`.
+pub fn read_events_at(
+    addr: SocketAddr,
+    cookie: &str,
+    last: Option<u64>,
+    n: usize,
+) -> Vec<(u64, serde_json::Value)> {
+    let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let resume = last
         .map(|l| format!("Last-Event-ID: {l}\r\n"))
         .unwrap_or_default();
     write!(
         s,
-        "GET /events HTTP/1.1\r\nHost: {}\r\nCookie: {}\r\n{resume}Accept: text/event-stream\r\n\r\n",
-        ui.addr, ui.cookie
+        "GET /events HTTP/1.1\r\nHost: {addr}\r\nCookie: {cookie}\r\n{resume}Accept: text/event-stream\r\n\r\n"
     )
     .unwrap();
     let mut r = BufReader::new(s);
