@@ -238,39 +238,12 @@ fn provider_of(cap: &Capability) -> Option<String> {
 /// # Errors
 /// A provider that is not configured or has no API base, the vault, or the proxy.
 pub fn start(host: &Host, agent: &str, caps: &[Capability]) -> Result<Option<Handles>> {
-    let now = chrono::Utc::now();
-    let grants = consent::load_for(host.store(), agent)?;
-    let mut wanted: Vec<(String, Capability)> = Vec::new();
-    for cap in caps.iter().filter(|c| c.category == Category::Oauth) {
-        let Some(provider) = provider_of(cap) else {
-            continue;
-        };
-        let live = grants
-            .iter()
-            .any(|g| g.active_at(now) && g.capability.covers(cap));
-        if live && !wanted.iter().any(|(p, _)| *p == provider) {
-            wanted.push((provider, cap.clone()));
-        }
-    }
+    let wanted = wanted(host, agent, caps)?;
     if wanted.is_empty() {
         return Ok(None);
     }
     let root = host.store().workspace().to_path_buf();
-    let mut routes = Vec::new();
-    for (provider, _) in &wanted {
-        let p = Provider::named(&root, provider).map_err(|e| HostError::Config(e.to_string()))?;
-        let base = p.api_bases.first().ok_or_else(|| {
-            HostError::Config(format!(
-                "[oauth.providers.{provider}] names no api_bases: a handle needs the API it is for"
-            ))
-        })?;
-        routes.push(Route {
-            id: provider.clone(),
-            mount: Mount::Prefix(format!("/oauth/{provider}")),
-            upstream: base.as_str().trim_end_matches('/').to_string(),
-            auth: AuthStyle::Bearer,
-        });
-    }
+    let routes = routes(&root, &wanted)?;
     let home = host.config_home().ok_or_else(|| {
         HostError::Config("no config directory for the vault (XDG_CONFIG_HOME or HOME)".into())
     })?;
@@ -334,4 +307,45 @@ pub fn start(host: &Host, agent: &str, caps: &[Capability]) -> Result<Option<Han
         _proxy: proxy,
         stop,
     }))
+}
+
+/// The providers `agent` holds a live grant for among `caps`, one capability each.
+fn wanted(host: &Host, agent: &str, caps: &[Capability]) -> Result<Vec<(String, Capability)>> {
+    let now = chrono::Utc::now();
+    let grants = consent::load_for(host.store(), agent)?;
+    let mut wanted: Vec<(String, Capability)> = Vec::new();
+    for cap in caps.iter().filter(|c| c.category == Category::Oauth) {
+        let Some(provider) = provider_of(cap) else {
+            continue;
+        };
+        let live = grants
+            .iter()
+            .any(|g| g.active_at(now) && g.capability.covers(cap));
+        if live && !wanted.iter().any(|(p, _)| *p == provider) {
+            wanted.push((provider, cap.clone()));
+        }
+    }
+    Ok(wanted)
+}
+
+/// One proxy route per provider: `/oauth/NAME` onto its first API base, with a bearer token.
+fn routes(root: &std::path::Path, wanted: &[(String, Capability)]) -> Result<Vec<Route>> {
+    wanted
+        .iter()
+        .map(|(provider, _)| {
+            let p = Provider::named(root, provider)
+                .map_err(|e| HostError::Config(e.to_string()))?;
+            let base = p.api_bases.first().ok_or_else(|| {
+                HostError::Config(format!(
+                    "[oauth.providers.{provider}] names no api_bases: a handle needs the API it is for"
+                ))
+            })?;
+            Ok(Route {
+                id: provider.clone(),
+                mount: Mount::Prefix(format!("/oauth/{provider}")),
+                upstream: base.as_str().trim_end_matches('/').to_string(),
+                auth: AuthStyle::Bearer,
+            })
+        })
+        .collect()
 }

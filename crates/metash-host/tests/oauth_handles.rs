@@ -212,6 +212,46 @@ fn world_with(
     }
 }
 
+/// No log record holds the token.
+fn assert_no_token_in_log(host: &Host, token: &Secret) {
+    let records = host.store().log().read_all().unwrap();
+    assert!(
+        records
+            .iter()
+            .all(|r| !r.data.to_string().contains(token.expose())),
+        "the token is in no log record"
+    );
+}
+
+/// The ledger has the handle given and one request through it (never the token), and its export
+/// holds no token either: it was never written.
+fn assert_ledger_holds_the_use(w: &World, cap: &metash_policy::Capability) {
+    let filter = metash_policy::ledger::Filter {
+        capability: Some(cap.clone()),
+        ..metash_policy::ledger::Filter::default()
+    };
+    let records = metash_policy::ledger::records(w.host.store(), &filter).unwrap();
+    let kinds: Vec<String> = records.iter().map(|r| r.kind.to_string()).collect();
+    assert!(kinds.contains(&"oauth_handle".to_string()), "{kinds:?}");
+    let uses: Vec<_> = records
+        .iter()
+        .filter(|r| r.kind == metash_protocol::LogKind::OauthUse)
+        .collect();
+    assert_eq!(uses.len(), 1, "one request, one entry: {uses:?}");
+    assert_eq!(uses[0].data["refreshed"], false);
+    assert!(metash_policy::ledger::summary(uses[0]).contains("with the test token"));
+    let mut export = Vec::new();
+    metash_policy::ledger::export(
+        w.host.store(),
+        &metash_policy::ledger::Filter::default(),
+        metash_policy::ledger::Format::Jsonl,
+        &metash_policy::Redactor::new(b"salt"),
+        &mut export,
+    )
+    .unwrap();
+    assert!(!String::from_utf8_lossy(&export).contains(w.real.expose()));
+}
+
 fn policy(root: &std::path::Path, store: &metash_store::Store) -> metash_policy::Policy {
     let registry = metash_policy::Registry::discover(&metash_policy::AgentDirs::new(root, None));
     metash_policy::Policy::new(store.clone(), registry)
@@ -308,22 +348,8 @@ fn a_handle_adds_the_real_token_for_its_api_only_while_the_grant_is_live() {
         .unwrap()
         .contains("no longer granted"));
 
-    // No token anywhere in the log.
     drop(handles);
-    let log = std::fs::read_to_string(root.join(".meta/log.jsonl")).unwrap_or_default()
-        + &metash_store::Store::open(&root)
-            .unwrap()
-            .log()
-            .read_all()
-            .unwrap()
-            .iter()
-            .map(|r| r.data.to_string())
-            .collect::<Vec<_>>()
-            .join("\n");
-    assert!(
-        !log.contains(real.expose()),
-        "the token is in no log record"
-    );
+    assert_no_token_in_log(host, &real);
 }
 
 /// A native agent under metash's sandbox, spawned by the host, calls the API through its handle:
@@ -377,33 +403,7 @@ fn a_native_agent_calls_its_api_through_the_handle_and_never_sees_the_token() {
     // Straight to the API (not through its handle): the sandbox refuses the connection.
     let direct = spawn(&format!("handle http://{} /repos", w.api_addr));
     assert!(direct.starts_with("refused"), "{direct}");
-    // The ledger: the handle given, each request (never the token); the export redacts nothing
-    // it has to, because the token was never written.
-    let filter = metash_policy::ledger::Filter {
-        capability: Some(cap.clone()),
-        ..metash_policy::ledger::Filter::default()
-    };
-    let records = metash_policy::ledger::records(w.host.store(), &filter).unwrap();
-    let kinds: Vec<String> = records.iter().map(|r| r.kind.to_string()).collect();
-    assert!(kinds.contains(&"oauth_handle".to_string()), "{kinds:?}");
-    let uses: Vec<_> = records
-        .iter()
-        .filter(|r| r.kind == metash_protocol::LogKind::OauthUse)
-        .collect();
-    assert_eq!(uses.len(), 1, "one request, one entry: {uses:?}");
-    assert_eq!(uses[0].data["refreshed"], false);
-    assert!(metash_policy::ledger::summary(uses[0]).contains("with the test token"));
-    let mut export = Vec::new();
-    let redactor = metash_policy::Redactor::new(b"salt");
-    metash_policy::ledger::export(
-        w.host.store(),
-        &metash_policy::ledger::Filter::default(),
-        metash_policy::ledger::Format::Jsonl,
-        &redactor,
-        &mut export,
-    )
-    .unwrap();
-    assert!(!String::from_utf8_lossy(&export).contains(w.real.expose()));
+    assert_ledger_holds_the_use(&w, &cap);
     // Revoked: the next spawn gets no handle at all.
     policy.revoke("native-fetcher", &cap, "test").unwrap();
     let after = spawn("handle METASH_OAUTH_TEST /repos");

@@ -54,14 +54,20 @@ fn get_through(base: &str, path: &str) -> String {
     out
 }
 
-#[test]
-fn no_oauth_token_reaches_a_page_an_event_an_export_or_a_notification() {
-    let (tools, chromium) = match prerequisites() {
-        Ok(p) => p,
-        Err(why) => return metash_testkit::skip("ui oauth test", &why),
-    };
+/// The server, a project naming it (with `[ui] notify_command` writing to `notified`), and the
+/// person logged in; the token the vault holds.
+struct Setup {
+    _server: Oidc,
+    dir: tempfile::TempDir,
+    root: std::path::PathBuf,
+    home: std::path::PathBuf,
+    notified: std::path::PathBuf,
+    token: String,
+}
+
+fn setup(tools: &std::path::Path, chromium: &std::path::Path) -> Setup {
     // Access and refresh tokens live 3 s: the login expires behind the handle.
-    let server = Oidc::start(&tools, 3, 3);
+    let server = Oidc::start(tools, 3, 3);
     let api_addr = api();
     let dir = tempfile::tempdir().unwrap();
     let (root, home) = (dir.path().join("ws"), dir.path().join("home"));
@@ -101,13 +107,37 @@ fn no_oauth_token_reaches_a_page_an_event_an_export_or_a_notification() {
         device: true,
         opener: Opener {
             open_browser: true,
-            browser: Some(browser(dir.path(), &tools, &chromium)),
+            browser: Some(browser(dir.path(), tools, chromium)),
             say: Box::new(|_| {}),
         },
     };
     broker.login("test", &how).unwrap();
     let token = broker.access_token("test").unwrap().expose().to_string();
 
+    Setup {
+        _server: server,
+        dir,
+        root,
+        home,
+        notified,
+        token,
+    }
+}
+
+#[test]
+fn no_oauth_token_reaches_a_page_an_event_an_export_or_a_notification() {
+    let (tools, chromium) = match prerequisites() {
+        Ok(p) => p,
+        Err(why) => return metash_testkit::skip("ui oauth test", &why),
+    };
+    let Setup {
+        _server,
+        dir: _dir,
+        root,
+        home,
+        notified,
+        token,
+    } = setup(&tools, &chromium);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let served = rt
         .block_on(metash_ui::serve(&root, &metash_ui::UiOptions::default()))
