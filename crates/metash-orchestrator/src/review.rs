@@ -85,6 +85,20 @@ pub fn waiting(store: &Store, task: &str) -> Result<Vec<Comment>> {
         .collect())
 }
 
+/// How many comments wait for each task's agent, from one read of the document.
+///
+/// # Errors
+/// The document cannot be read.
+pub fn waiting_by_task(store: &Store) -> Result<std::collections::BTreeMap<String, usize>> {
+    let mut counts = std::collections::BTreeMap::new();
+    for c in comments_of(&store.read_doc(REVIEW_DOC)?) {
+        if c.delivered_at.is_none() {
+            *counts.entry(c.task).or_insert(0) += 1;
+        }
+    }
+    Ok(counts)
+}
+
 /// What a client writes: where, and what.
 #[derive(Debug, Clone)]
 pub struct NewComment<'a> {

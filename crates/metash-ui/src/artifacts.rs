@@ -8,6 +8,7 @@
 //! Content-Security-Policy that sandboxes it, so even a file that lies about its type cannot run.
 
 use std::path::PathBuf;
+use std::sync::Mutex;
 
 use axum::extract::{Path as UrlPath, State};
 use axum::http::{header, StatusCode};
@@ -54,17 +55,40 @@ pub fn media_type(id: &str) -> Option<&'static str> {
     MEDIA.iter().find(|(e, _)| *e == ext).map(|(_, t)| *t)
 }
 
-/// The agent that saved artifact `id` last (the log's `artifact` records).
-fn owner(store: &Store, id: &str) -> metash_store::Result<Option<String>> {
-    Ok(store
-        .log()
-        .read_all()?
-        .into_iter()
-        .rev()
-        .find(|r| {
-            r.kind == LogKind::Artifact && r.data.get("id").and_then(|v| v.as_str()) == Some(id)
-        })
-        .and_then(|r| r.agent))
+/// Which agent saved each artifact (the log's `artifact` records, the last one winning), kept
+/// up to date by reading only what was appended since the last lookup: a preview costs the new
+/// records, not the whole log.
+#[derive(Debug, Default)]
+pub struct Owners {
+    offset: u64,
+    by_id: std::collections::HashMap<String, String>,
+}
+
+impl Owners {
+    fn lookup(&mut self, store: &Store, id: &str) -> metash_store::Result<Option<String>> {
+        loop {
+            let (recs, next) = match store.log().read_from(self.offset, 4096) {
+                Ok(v) => v,
+                // The log was cut back (a failed update): index it again.
+                Err(_) if self.offset > 0 => {
+                    *self = Self::default();
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            for r in recs.iter().filter(|r| r.kind == LogKind::Artifact) {
+                if let (Some(id), Some(agent)) =
+                    (r.data.get("id").and_then(|v| v.as_str()), &r.agent)
+                {
+                    self.by_id.insert(id.to_string(), agent.clone());
+                }
+            }
+            if next == self.offset {
+                return Ok(self.by_id.get(id).cloned());
+            }
+            self.offset = next;
+        }
+    }
 }
 
 /// Whether `agent` holds a live `media.preview` grant now.
@@ -79,7 +103,7 @@ fn may_preview(store: &Store, agent: &str) -> metash_policy::Result<bool> {
 ///
 /// # Errors
 /// The log or the grants cannot be read.
-pub fn preview(store: &Store, id: &str) -> crate::Result<Preview> {
+pub fn preview(store: &Store, owners: &Mutex<Owners>, id: &str) -> crate::Result<Preview> {
     let mut p = Preview {
         id: id.to_string(),
         agent: None,
@@ -96,7 +120,10 @@ pub fn preview(store: &Store, id: &str) -> crate::Result<Preview> {
         p.refused = Some("no such artifact (removed by retention, or never saved)".into());
         return Ok(p);
     }
-    p.agent = owner(store, id)?;
+    p.agent = owners
+        .lock()
+        .map_err(|_| crate::UiError::Refused("the artifact index is unusable".into()))?
+        .lookup(store, id)?;
     let Some(ty) = media_type(id) else {
         p.refused = Some("only images and videos are previewed".into());
         return Ok(p);
@@ -118,7 +145,7 @@ pub fn preview(store: &Store, id: &str) -> crate::Result<Preview> {
 
 /// `GET /preview/{id}`: whether the page may show it, and why not (JSON for the script).
 pub(crate) async fn preview_info(State(app): State<App>, UrlPath(id): UrlPath<String>) -> Response {
-    match preview(&app.store, &id) {
+    match preview(&app.store, &app.owners, &id) {
         Ok(p) => (
             [(header::CONTENT_TYPE, "application/json")],
             serde_json::to_string(&p).unwrap_or_default(),
@@ -131,7 +158,7 @@ pub(crate) async fn preview_info(State(app): State<App>, UrlPath(id): UrlPath<St
 /// `GET /artifact/{id}`: the bytes of a previewable artifact, sandboxed; 403 with the reason
 /// otherwise.
 pub(crate) async fn artifact(State(app): State<App>, UrlPath(id): UrlPath<String>) -> Response {
-    let p = match preview(&app.store, &id) {
+    let p = match preview(&app.store, &app.owners, &id) {
         Ok(p) => p,
         Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     };

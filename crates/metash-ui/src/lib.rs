@@ -165,6 +165,7 @@ fn app_for(
         redactor,
         stream_lasts: std::time::Duration::from_secs(options.stream_seconds.unwrap_or(600).max(1)),
         base,
+        owners: Arc::default(),
     })
 }
 

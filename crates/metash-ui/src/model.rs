@@ -63,6 +63,8 @@ impl Run {
         let book = metash_orchestrator::Book::of(&state);
         // A config that does not parse names no agent: `metash run` reports it where it matters.
         let roles = metash_orchestrator::OrchestratorConfig::load(root).ok();
+        // One read of the review document for the whole plan.
+        let waiting = metash_orchestrator::review::waiting_by_task(store).unwrap_or_default();
         let tasks = state
             .tasks()
             .iter()
@@ -71,8 +73,7 @@ impl Run {
                 TaskRow {
                     task: t.clone(),
                     worktree: wt.is_dir().then_some(wt),
-                    comments_waiting: metash_orchestrator::review::waiting(store, &t.id)
-                        .map_or(0, |c| c.len()),
+                    comments_waiting: waiting.get(&t.id).copied().unwrap_or(0),
                     agent: book.running.get(&t.id).and_then(|r| r.as_ref()).map(|r| {
                         let who = roles.as_ref().map_or("executor", |c| c.executor.as_str());
                         format!("{who} (attempt {})", r.attempt)

@@ -31,6 +31,8 @@ pub struct App {
     pub stream_lasts: std::time::Duration,
     /// Where this project's routes are: `""`, or `/p/NAME` when the server serves many.
     pub base: String,
+    /// Who saved each artifact, indexed from the log as it grows.
+    pub owners: Arc<std::sync::Mutex<crate::artifacts::Owners>>,
 }
 
 impl App {

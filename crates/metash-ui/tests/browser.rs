@@ -277,15 +277,7 @@ fn the_projects_index_in_chromium() {
         Ok(p) => p,
         Err(why) => return metash_testkit::skip("browser index test", &why),
     };
-    let dir = tempfile::tempdir().unwrap();
-    let top = dir.path().canonicalize().unwrap();
-    for p in ["alpha", "team/beta"] {
-        std::fs::create_dir_all(top.join(p)).unwrap();
-        Store::init(&top.join(p), None).unwrap();
-    }
-    let signal = common::checkpoint("Deploy beta?", &["yes", "no"]);
-    let beta = Store::open(&top.join("team/beta")).unwrap();
-    metash_host::checkpoint::raise(&beta, "deployer", &signal).unwrap();
+    let (_dir, top, _) = common::two_projects();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let served = rt
         .block_on(metash_ui::serve_under(

@@ -103,3 +103,22 @@ pub fn browser_tools() -> Result<(PathBuf, PathBuf), String> {
         .map_err(|e| format!("node: {e}"))?;
     Ok((tools, chromium))
 }
+
+/// Two projects under one directory, `alpha` and `team/beta`, beta waiting on a checkpoint
+/// ("Deploy beta?"): the directory (kept while this lives), its path, and beta's checkpoint.
+pub fn two_projects() -> (
+    tempfile::TempDir,
+    PathBuf,
+    metash_protocol::PendingCheckpoint,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let top = dir.path().canonicalize().unwrap();
+    for p in ["alpha", "team/beta"] {
+        std::fs::create_dir_all(top.join(p)).unwrap();
+        metash_store::Store::init(&top.join(p), None).unwrap();
+    }
+    let beta = metash_store::Store::open(&top.join("team/beta")).unwrap();
+    let signal = checkpoint("Deploy beta?", &["yes", "no"]);
+    let cp = metash_host::checkpoint::raise(&beta, "deployer", &signal).unwrap();
+    (dir, top, cp)
+}
