@@ -4,16 +4,20 @@
 //!
 //! Each provider's tokens are one vault entry, `oauth:NAME`.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+use metash_store::atomic::{stamp, Stamp};
 
 use crate::error::{AuthError, Result};
 use crate::flow::{self, Granted, Opener};
 use crate::provider::Provider;
 use crate::secret::Secret;
-use crate::vault::{KeyOptions, Vault};
+use crate::vault::{KeyCache, KeyOptions, Vault};
 
 /// An access token is refreshed when it has less than this left (or less than half its life,
 /// for short-lived tokens).
@@ -66,6 +70,13 @@ pub struct Broker {
     root: PathBuf,
     vault_path: PathBuf,
     keys: KeyOptions,
+    /// The vault's key once unlocked: a token asked for reads the file, not the keychain or
+    /// Argon2id again.
+    key: KeyCache,
+    /// Per provider, the entry last read and the vault file's stamp then: while the file is the
+    /// same version and the token fresh, a token asked for reads nothing (the credential proxy
+    /// asks at every request).
+    seen: Mutex<HashMap<String, (Stamp, Stored)>>,
     rt: tokio::runtime::Runtime,
     http: reqwest::Client,
 }
@@ -136,6 +147,8 @@ impl Broker {
             root: root.to_path_buf(),
             vault_path: vault_path.to_path_buf(),
             keys,
+            key: KeyCache::default(),
+            seen: Mutex::default(),
             rt,
             http: flow::http_client()?,
         })
@@ -177,7 +190,7 @@ impl Broker {
     }
 
     fn vault(&self) -> Result<Vault> {
-        Vault::open(&self.vault_path, &self.keys)
+        Vault::open_with(&self.vault_path, &self.keys, &self.key)
     }
 
     /// Logs in to `provider` and keeps its tokens; what was granted.
@@ -275,13 +288,22 @@ impl Broker {
     /// # Errors
     /// As [`Broker::access_token`].
     pub fn access_token_noting(&self, provider: &str) -> Result<(Secret, bool)> {
+        // Taken before the read: a file replaced meanwhile is read again next time.
+        let stamp = stamp(&self.vault_path);
+        if let Some(token) = self.seen_fresh(provider, stamp) {
+            return Ok((token, false));
+        }
         let mut vault = self.vault()?;
         let name = entry(provider);
         let stored = vault
             .get::<Stored>(&name)?
             .ok_or_else(|| AuthError::NotLoggedIn(provider.into()))?;
         if stored.fresh_for(REFRESH_MARGIN) {
-            return Ok((stored.access_token, false));
+            let token = stored.access_token.clone();
+            if let (Some(stamp), Ok(mut seen)) = (stamp, self.seen.lock()) {
+                seen.insert(provider.to_string(), (stamp, stored));
+            }
+            return Ok((token, false));
         }
         let p = self.provider(provider)?;
         let mut locked = vault.locked()?;
@@ -299,6 +321,21 @@ impl Broker {
         let next = Stored::from_granted(granted, &current.scopes, &current.flow, Some(&current));
         locked.put(&name, &next)?;
         Ok((next.access_token, true))
+    }
+
+    /// The token already read for `provider`, if the vault file is still that version and the
+    /// token still fresh: no file read, no lock, no network, so a caller on an async thread can
+    /// ask before handing the slow path ([`Broker::access_token_noting`]) to a thread of its own.
+    #[must_use]
+    pub fn fresh_token(&self, provider: &str) -> Option<Secret> {
+        self.seen_fresh(provider, stamp(&self.vault_path))
+    }
+
+    fn seen_fresh(&self, provider: &str, stamp: Option<Stamp>) -> Option<Secret> {
+        let stamp = stamp?;
+        let seen = self.seen.lock().ok()?;
+        let (at, stored) = seen.get(provider)?;
+        (*at == stamp && stored.fresh_for(REFRESH_MARGIN)).then(|| stored.access_token.clone())
     }
 
     /// Whether the provider still holds `token` active (RFC 7662), for `metash auth status`

@@ -1,6 +1,6 @@
-//! The vault's key: 32 random bytes kept in the OS keychain (the kernel keyring on Linux, the
-//! Keychain on macOS, the Credential Manager on Windows, through the `keyring` crate), or derived
-//! with Argon2id from a passphrase. Never a silent plaintext fallback: with no keychain and no
+//! The vault's key: 32 random bytes kept in an OS keychain (the Secret Service or the kernel
+//! keyring on Linux, the Keychain on macOS, the Credential Manager on Windows, through the
+//! `keyring` crate; see [`crate::keychain`]), or derived with Argon2id from a passphrase. Never a silent plaintext fallback: with no keychain and no
 //! passphrase there is no vault, and the error says what to do.
 //!
 //! The vault file records which (and, for a passphrase, the salt and cost), never the key.
@@ -11,23 +11,27 @@ use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
 use crate::error::{AuthError, Result};
+use crate::keychain::{Keychain, KeychainChoice};
 use crate::secret::Secret;
-
-/// The keychain service name metash's entries are under.
-const SERVICE: &str = "metash";
 
 /// Argon2id's cost for a passphrase (OWASP's suggestion for interactive use).
 const KDF_MEMORY_KIB: u32 = 64 * 1024;
 const KDF_ITERATIONS: u32 = 3;
 
-/// The key in memory, zeroed on drop.
+/// The key in memory, zeroed on drop (each copy).
 pub struct Key(pub(crate) Zeroizing<[u8; 32]>);
+
+impl Clone for Key {
+    fn clone(&self) -> Self {
+        Self(Zeroizing::new(*self.0))
+    }
+}
 
 /// Where a new vault's key should come from.
 #[derive(Debug, Clone)]
 pub enum KeySource {
-    /// The OS keychain.
-    Keychain,
+    /// An OS keychain, as `choice` allows.
+    Keychain(KeychainChoice),
     /// Argon2id of this passphrase.
     Passphrase(Secret),
 }
@@ -38,6 +42,9 @@ pub enum KeySource {
 pub enum KeyRecord {
     Keychain {
         account: String,
+        /// Which keychain holds it; a vault from before this field used the platform's default.
+        #[serde(default = "Keychain::legacy")]
+        keychain: Keychain,
     },
     Passphrase {
         /// base64
@@ -59,11 +66,19 @@ fn b64() -> base64::engine::GeneralPurpose {
     base64::engine::general_purpose::STANDARD_NO_PAD
 }
 
-fn keychain_error(e: &keyring::Error) -> AuthError {
-    AuthError::NoKey(format!(
-        "the OS keychain is not available here ({e}); give a passphrase instead \
-         (METASH_VAULT_PASSPHRASE, or answer the prompt at a terminal)"
-    ))
+/// Stores `key` in `keychain` and reads it back before trusting it: a keychain that takes a key
+/// and cannot give it back (a process with no session keyring) would lose every token.
+fn keep(keychain: Keychain, account: &str, key: &Key) -> keyring::Result<()> {
+    let entry = keychain.entry(account)?;
+    entry.set_secret(key.0.as_ref())?;
+    let back = Zeroizing::new(entry.get_secret()?);
+    if back.as_slice() != key.0.as_slice() {
+        let _ = entry.delete_credential();
+        return Err(keyring::Error::NoStorageAccess(
+            "it did not give back the key it was given".into(),
+        ));
+    }
+    Ok(())
 }
 
 fn derive(passphrase: &Secret, salt: &[u8], m_kib: u32, t: u32, p: u32) -> Result<Key> {
@@ -84,26 +99,26 @@ impl KeyRecord {
     /// The keychain refused, or the random source failed.
     pub fn create(source: &KeySource) -> Result<(Self, Key)> {
         match source {
-            KeySource::Keychain => {
+            KeySource::Keychain(choice) => {
                 let id: [u8; 8] = random()?;
                 let account = format!("vault-key-{}", hex(&id));
                 let key = Key(Zeroizing::new(random::<32>()?));
-                let entry =
-                    keyring::Entry::new(SERVICE, &account).map_err(|e| keychain_error(&e))?;
-                entry
-                    .set_secret(key.0.as_ref())
-                    .map_err(|e| keychain_error(&e))?;
-                // Read back before trusting it: a keychain that takes a key and cannot give it
-                // back (a process with no session keyring) would lose every token.
-                let back = Zeroizing::new(entry.get_secret().map_err(|e| keychain_error(&e))?);
-                if back.as_slice() != key.0.as_slice() {
-                    return Err(AuthError::NoKey(
-                        "the OS keychain did not give back the key it was given; give a \
-                         passphrase instead (METASH_VAULT_PASSPHRASE)"
-                            .into(),
-                    ));
+                let mut tried = Vec::new();
+                for keychain in Keychain::candidates(*choice) {
+                    match keep(keychain, &account, &key) {
+                        Ok(()) => return Ok((Self::Keychain { account, keychain }, key)),
+                        Err(e) => tried.push(format!("{}: {e}", keychain.label())),
+                    }
                 }
-                Ok((Self::Keychain { account }, key))
+                Err(AuthError::NoKey(format!(
+                    "no OS keychain took the vault's key ({}); give a passphrase instead \
+                     (METASH_VAULT_PASSPHRASE, or answer the prompt at a terminal)",
+                    if tried.is_empty() {
+                        "none is allowed here".to_string()
+                    } else {
+                        tried.join("; ")
+                    }
+                )))
             }
             KeySource::Passphrase(p) => {
                 let salt: [u8; 16] = random()?;
@@ -126,16 +141,19 @@ impl KeyRecord {
     /// passphrase is needed and none was given.
     pub fn unlock(&self, passphrase: Option<&Secret>) -> Result<Key> {
         match self {
-            Self::Keychain { account } => {
-                let entry =
-                    keyring::Entry::new(SERVICE, account).map_err(|e| keychain_error(&e))?;
-                let bytes = Zeroizing::new(entry.get_secret().map_err(|e| {
-                    AuthError::NoKey(format!(
-                        "the vault's key is not in the OS keychain ({e}); on Linux the kernel \
-                         keyring is emptied at reboot: log in again (`metash auth login`), which \
-                         makes a new vault"
-                    ))
-                })?);
+            Self::Keychain { account, keychain } => {
+                let bytes = keychain
+                    .entry(account)
+                    .and_then(|entry| entry.get_secret())
+                    .map(Zeroizing::new)
+                    .map_err(|e| {
+                        AuthError::NoKey(format!(
+                            "the vault's key is not in {} ({e}); the kernel keyring is emptied \
+                             at reboot, and a Secret Service must be running and unlocked: log \
+                             in again (`metash auth login`), which makes a new vault",
+                            keychain.label()
+                        ))
+                    })?;
                 let arr: [u8; 32] = bytes.as_slice().try_into().map_err(|_| {
                     AuthError::NoKey("the keychain's entry for the vault is not a key".into())
                 })?;
@@ -158,8 +176,8 @@ impl KeyRecord {
 
     /// Forgets the keychain's entry (the vault is being removed).
     pub fn forget(&self) {
-        if let Self::Keychain { account } = self {
-            if let Ok(entry) = keyring::Entry::new(SERVICE, account) {
+        if let Self::Keychain { account, keychain } = self {
+            if let Ok(entry) = keychain.entry(account) {
                 let _ = entry.delete_credential();
             }
         }

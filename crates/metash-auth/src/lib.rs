@@ -6,19 +6,22 @@
 //!
 //! - [`provider`]: the providers (config `[oauth.providers.NAME]`, presets, discovery);
 //! - [`flow`]: the two login flows and the HTTP client they use;
-//! - [`vault`] and [`key`]: the sealed file and where its key comes from;
+//! - [`vault`], [`key`] and [`keychain`]: the sealed file, its key, and the OS keychain that
+//!   keeps the key;
 //! - [`broker`]: login, list, logout, and a live token for the credential proxy.
 
 pub mod broker;
 pub mod error;
 pub mod flow;
 pub mod key;
+pub mod keychain;
 pub mod provider;
 pub mod secret;
 pub mod vault;
 
 pub use broker::{Broker, Login, TokenInfo};
 pub use error::{AuthError, Result};
+pub use keychain::{Keychain, KeychainChoice};
 pub use provider::Provider;
 pub use secret::Secret;
-pub use vault::{KeyOptions, Vault};
+pub use vault::{KeyCache, KeyOptions, Vault};

@@ -20,6 +20,7 @@ use zeroize::Zeroizing;
 
 use crate::error::{AuthError, Result};
 use crate::key::{Key, KeyRecord, KeySource};
+use crate::keychain::KeychainChoice;
 use crate::secret::Secret;
 
 /// The file format this build writes and reads.
@@ -50,18 +51,39 @@ struct VaultFile {
 #[derive(Debug, Clone, Default)]
 pub struct KeyOptions {
     pub passphrase: Option<Secret>,
-    pub no_keychain: bool,
+    pub keychain: KeychainChoice,
 }
 
 impl KeyOptions {
-    /// From the environment: `METASH_VAULT_PASSPHRASE`, and `METASH_VAULT_KEYCHAIN=0` to never
-    /// use the keychain.
+    /// From the environment: `METASH_VAULT_PASSPHRASE`, and `METASH_VAULT_KEYCHAIN` (`0` to never
+    /// use a keychain, or the name of the one to use; see [`KeychainChoice::parse`]).
     pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Self {
         Self {
             passphrase: var("METASH_VAULT_PASSPHRASE")
                 .filter(|p| !p.is_empty())
                 .map(Secret::new),
-            no_keychain: var("METASH_VAULT_KEYCHAIN").is_some_and(|v| v == "0" || v == "off"),
+            keychain: KeychainChoice::parse(var("METASH_VAULT_KEYCHAIN").as_deref()),
+        }
+    }
+}
+
+/// The last key a vault's record unlocked, so a long-lived broker unlocks it once: a passphrase
+/// costs Argon2id (64 MiB, ~0.1 s) and a keychain a round trip, at every token asked for
+/// otherwise. Keyed by the record, so a vault made again under a new key is unlocked afresh.
+#[derive(Default)]
+pub struct KeyCache(std::sync::Mutex<Option<(KeyRecord, Key)>>);
+
+impl KeyCache {
+    fn get(&self, record: &KeyRecord) -> Option<Key> {
+        let held = self.0.lock().ok()?;
+        held.as_ref()
+            .filter(|(r, _)| r == record)
+            .map(|(_, k)| k.clone())
+    }
+
+    fn keep(&self, record: &KeyRecord, key: &Key) {
+        if let Ok(mut held) = self.0.lock() {
+            *held = Some((record.clone(), key.clone()));
         }
     }
 }
@@ -150,9 +172,23 @@ impl Vault {
     /// # Errors
     /// No key can be had ([`AuthError::NoKey`]), the key does not open it, the file is damaged.
     pub fn open(path: &Path, keys: &KeyOptions) -> Result<Self> {
+        Self::open_with(path, keys, &KeyCache::default())
+    }
+
+    /// [`Vault::open`], taking the key from `cache` when the file's key record is the one it
+    /// holds, and keeping a key it had to unlock there.
+    ///
+    /// # Errors
+    /// As [`Vault::open`].
+    pub fn open_with(path: &Path, keys: &KeyOptions, cache: &KeyCache) -> Result<Self> {
         let _lock = lock(path)?;
         if let Some(file) = read_file(path)? {
-            let key = file.key.unlock(keys.passphrase.as_ref())?;
+            let cached = cache.get(&file.key);
+            let fresh = cached.is_none();
+            let key = match cached {
+                Some(key) => key,
+                None => file.key.unlock(keys.passphrase.as_ref())?,
+            };
             open_sealed(&key, "check", &file.check).map_err(|why| AuthError::WrongKey {
                 path: path.to_path_buf(),
                 why: match &file.key {
@@ -160,6 +196,9 @@ impl Vault {
                     KeyRecord::Keychain { .. } => why,
                 },
             })?;
+            if fresh {
+                cache.keep(&file.key, &key);
+            }
             return Ok(Self {
                 path: path.to_path_buf(),
                 key,
@@ -167,14 +206,15 @@ impl Vault {
             });
         }
         let source =
-            match (&keys.passphrase, keys.no_keychain) {
+            match (&keys.passphrase, keys.keychain) {
                 (Some(p), _) => KeySource::Passphrase(p.clone()),
-                (None, false) => KeySource::Keychain,
-                (None, true) => return Err(AuthError::NoKey(
-                    "no key for a new vault: the keychain is turned off (METASH_VAULT_KEYCHAIN=0) \
-                     and no passphrase was given (METASH_VAULT_PASSPHRASE)"
+                (None, KeychainChoice::Off) => return Err(AuthError::NoKey(
+                    "no key for a new vault: the keychain is turned off (METASH_VAULT_KEYCHAIN is \
+                     `0`, `off`, or not a keychain's name) and no passphrase was given \
+                     (METASH_VAULT_PASSPHRASE)"
                         .into(),
                 )),
+                (None, choice) => KeySource::Keychain(choice),
             };
         let (record, key) = KeyRecord::create(&source)?;
         let check = seal(&key, "check", CHECK)?;

@@ -23,7 +23,7 @@ fn project(server: &Oidc) -> tempfile::TempDir {
 fn passphrase() -> KeyOptions {
     KeyOptions {
         passphrase: Some(Secret::new("correct horse battery staple")),
-        no_keychain: true,
+        keychain: metash_auth::KeychainChoice::Off,
     }
 }
 
@@ -93,8 +93,21 @@ fn login_by_pkce_and_by_device_then_logout_revokes_at_the_server() {
     assert!(text.contains("\"source\": \"passphrase\""), "{text}");
     assert_eq!(broker.list().unwrap().len(), 1);
 
-    // Logout revokes at the server first: introspection says inactive.
-    let out = broker.logout("test").unwrap();
+    // Logout (by another process's broker) revokes at the server first: introspection says
+    // inactive. The first broker remembered the token it read; the vault file changed, so it
+    // no longer serves it.
+    assert_eq!(
+        broker.fresh_token("test").map(|t| t.expose().to_string()),
+        Some(device_at.expose().to_string())
+    );
+    let out = Broker::new(dir.path(), &vault, passphrase())
+        .unwrap()
+        .logout("test")
+        .unwrap();
+    assert!(
+        broker.fresh_token("test").is_none(),
+        "a logout elsewhere is seen"
+    );
     assert!(out.revoked_at_provider && out.was_logged_in, "{out:?}");
     assert!(
         !broker.introspect("test", &device_at).unwrap(),

@@ -3,12 +3,12 @@
 //! damaged file named with its line and never overwritten, and no secret byte in clear.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use metash_auth::{AuthError, KeyOptions, Secret, Vault};
+use metash_auth::{AuthError, KeyOptions, Keychain, KeychainChoice, Secret, Vault};
 
 fn pass(p: &str) -> KeyOptions {
     KeyOptions {
         passphrase: Some(Secret::new(p)),
-        no_keychain: true,
+        keychain: KeychainChoice::Off,
     }
 }
 
@@ -54,7 +54,7 @@ fn a_passphrase_vault_seals_opens_and_refuses_a_wrong_passphrase() {
     // Without a passphrase, a passphrase vault says what it needs.
     let none = KeyOptions {
         passphrase: None,
-        no_keychain: true,
+        keychain: KeychainChoice::Off,
     };
     let err = Vault::open(&path, &none).err().unwrap().to_string();
     assert!(err.contains("METASH_VAULT_PASSPHRASE"), "{err}");
@@ -66,7 +66,7 @@ fn with_neither_keychain_nor_passphrase_there_is_no_vault_and_the_error_says_why
     let path = dir.path().join("vault.json");
     let none = KeyOptions {
         passphrase: None,
-        no_keychain: true,
+        keychain: KeychainChoice::Off,
     };
     match Vault::open(&path, &none) {
         Err(AuthError::NoKey(why)) => {
@@ -131,7 +131,10 @@ fn the_keychain_holds_the_key_and_the_file_does_not() {
     join_session_keyring();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("vault.json");
-    let keychain = KeyOptions::default();
+    let keychain = KeyOptions {
+        passphrase: None,
+        keychain: KeychainChoice::Only(Keychain::KernelKeyring),
+    };
     let mut v = match Vault::open(&path, &keychain) {
         Ok(v) => v,
         Err(AuthError::NoKey(why)) => return metash_testkit::skip("keychain vault", &why),
@@ -141,6 +144,7 @@ fn the_keychain_holds_the_key_and_the_file_does_not() {
         .unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains("\"source\": \"keychain\""), "{text}");
+    assert!(text.contains("\"keychain\": \"kernel_keyring\""), "{text}");
     assert!(!text.contains("sealed under"));
     // Opened again (as another process of the session would) with the key from the keychain.
     let again = Vault::open(&path, &keychain).unwrap();

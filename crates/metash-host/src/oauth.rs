@@ -22,7 +22,8 @@ use metash_protocol::{CheckpointReason, CheckpointSignal, LogKind};
 use metash_runtime::credential::{
     AuthStyle, CredentialProxy, CredentialSource, Mount, ProxyConfig, Route, Secret, SourceError,
 };
-use metash_store::Store;
+use metash_store::atomic::{stamp, Stamp};
+use metash_store::{NewEvent, Store};
 use serde_json::json;
 
 use crate::error::{HostError, Result};
@@ -48,12 +49,53 @@ pub struct Handles {
     _proxy: CredentialProxy,
     /// Ends the withdrawal watcher.
     stop: Arc<std::sync::atomic::AtomicBool>,
+    uses: mpsc::Sender<Use>,
 }
 
 impl Drop for Handles {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.flush();
     }
+}
+
+/// A message to the ledger writer: an `oauth_use` entry, or a wait until all before it are
+/// written.
+enum Use {
+    Entry(serde_json::Value),
+    Flush(mpsc::Sender<()>),
+}
+
+/// How long [`Handles::flush`] waits for the ledger writer.
+const FLUSH_WAIT: Duration = Duration::from_secs(10);
+
+/// Writes the `oauth_use` entries behind the requests, on a thread of its own: an entry is
+/// durable (an fsync of the log), and a request through a handle must not wait for one. What
+/// arrives together is one batch, one fsync. A spawn's handles flush when they end, so its
+/// entries are in the log before the spawn returns.
+fn use_writer(store: Store, agent: String) -> mpsc::Sender<Use> {
+    let (tx, rx) = mpsc::channel::<Use>();
+    std::thread::spawn(move || {
+        while let Ok(first) = rx.recv() {
+            let mut entries = Vec::new();
+            let mut acks = Vec::new();
+            for msg in std::iter::once(first).chain(rx.try_iter()) {
+                match msg {
+                    Use::Entry(data) => {
+                        entries.push(NewEvent::new(LogKind::OauthUse, Some(&agent), data));
+                    }
+                    Use::Flush(ack) => acks.push(ack),
+                }
+            }
+            if !entries.is_empty() {
+                let _ = store.append_batch(&entries);
+            }
+            for ack in acks {
+                let _ = ack.send(());
+            }
+        }
+    });
+    tx
 }
 
 /// How often the watcher looks at the grants behind live handles.
@@ -81,6 +123,14 @@ impl Handles {
     pub fn port(&self) -> u16 {
         self._proxy.addr().port()
     }
+
+    /// Waits until every request's ledger entry so far is in the log.
+    pub fn flush(&self) {
+        let (ack, done) = mpsc::channel();
+        if self.uses.send(Use::Flush(ack)).is_ok() {
+            let _ = done.recv_timeout(FLUSH_WAIT);
+        }
+    }
 }
 
 /// Why the token server gave no token: the message, and whether a person must log in again.
@@ -91,8 +141,9 @@ type Ask = (
     mpsc::Sender<std::result::Result<(Secret, bool), NoToken>>,
 );
 
-/// The broker on its own thread; ends when every sender is dropped.
-fn token_server(broker: Broker) -> mpsc::Sender<Ask> {
+/// The broker on its own thread (a refresh is a network round trip, and the proxy asks on its
+/// async runtime); ends when every sender is dropped.
+fn token_server(broker: Arc<Broker>) -> mpsc::Sender<Ask> {
     let (tx, rx) = mpsc::channel::<Ask>();
     std::thread::spawn(move || {
         for (provider, reply) in rx {
@@ -110,12 +161,18 @@ fn token_server(broker: Broker) -> mpsc::Sender<Ask> {
 }
 
 /// The proxy's source: the grant checked at every request, then the token asked for. Each
-/// request is a ledger entry (`oauth_use`), refused or not.
+/// request is a ledger entry (`oauth_use`), refused or not, written behind it.
 struct HandleSource {
     store: Store,
     agent: String,
+    uses: Mutex<mpsc::Sender<Use>>,
+    /// The agent's grants as last read, under the consent document's stamp: every request
+    /// checks its grant, and reads the document only when it changed.
+    grants: Mutex<Option<(Stamp, Vec<consent::Grant>)>>,
     /// route id (the provider) -> the capability that must be live, and the handle's id.
     caps: Vec<(String, Capability, String)>,
+    /// Asked first for a token already read and fresh (no I/O); else the token server.
+    broker: Arc<Broker>,
     tokens: Mutex<mpsc::Sender<Ask>>,
     /// Per route: `true` once its grant is gone (the proxy cuts exchanges in flight).
     withdrawn: Vec<(String, tokio::sync::watch::Receiver<bool>)>,
@@ -131,9 +188,9 @@ impl CredentialSource for HandleSource {
                 Ok((_, refreshed)) => data["refreshed"] = json!(refreshed),
                 Err(e) => data["refused"] = json!(e.to_string()),
             }
-            let _ = self
-                .store
-                .append(LogKind::OauthUse, Some(&self.agent), data);
+            if let Ok(uses) = self.uses.lock() {
+                let _ = uses.send(Use::Entry(data));
+            }
         }
         r.map(|(s, _)| s)
     }
@@ -178,6 +235,32 @@ fn watch_grants(
 }
 
 impl HandleSource {
+    /// [`live`], reading the consent document only when it is a new version.
+    fn live(&self, cap: &Capability) -> bool {
+        let path = self
+            .store
+            .meta_dir()
+            .join(format!("{}.json", consent::CONSENT_DOC));
+        let Some(now_stamp) = stamp(&path) else {
+            return live(&self.store, &self.agent, cap);
+        };
+        let Ok(mut held) = self.grants.lock() else {
+            return false;
+        };
+        let grants = match held.as_ref() {
+            Some((at, grants)) if *at == now_stamp => grants,
+            _ => match consent::load_for(&self.store, &self.agent) {
+                // Stamped before the read: a version written meanwhile is read again next time.
+                Ok(grants) => &held.insert((now_stamp, grants)).1,
+                Err(_) => return false,
+            },
+        };
+        let now = chrono::Utc::now();
+        grants
+            .iter()
+            .any(|g| g.active_at(now) && g.capability.covers(cap))
+    }
+
     fn lookup(&self, route: &str) -> std::result::Result<(Secret, bool), SourceError> {
         let unavailable = |reason: String| SourceError::Unavailable {
             route: route.to_string(),
@@ -186,11 +269,14 @@ impl HandleSource {
         let Some((_, cap, _)) = self.caps.iter().find(|(r, _, _)| r == route) else {
             return Err(SourceError::Missing(route.to_string()));
         };
-        if !live(&self.store, &self.agent, cap) {
+        if !self.live(cap) {
             return Err(unavailable(format!(
                 "`{cap}` is no longer granted to {} (revoked or expired)",
                 self.agent
             )));
+        }
+        if let Some(token) = self.broker.fresh_token(route) {
+            return Ok((Secret::new(token.expose().to_string()), false));
         }
         let (tx, rx) = mpsc::channel();
         self.tokens
@@ -248,8 +334,10 @@ pub fn start(host: &Host, agent: &str, caps: &[Capability]) -> Result<Option<Han
         HostError::Config("no config directory for the vault (XDG_CONFIG_HOME or HOME)".into())
     })?;
     let keys = KeyOptions::from_env(|v| host.env_var(v));
-    let broker = Broker::new(&root, &Vault::default_path(&home), keys)
-        .map_err(|e| HostError::Config(e.to_string()))?;
+    let broker = Arc::new(
+        Broker::new(&root, &Vault::default_path(&home), keys)
+            .map_err(|e| HostError::Config(e.to_string()))?,
+    );
     let ids: Vec<String> = wanted
         .iter()
         .map(|_| format!("handle-{}", uuid::Uuid::new_v4().simple()))
@@ -268,15 +356,19 @@ pub fn start(host: &Host, agent: &str, caps: &[Capability]) -> Result<Option<Han
         senders,
         Arc::clone(&stop),
     );
+    let uses = use_writer(host.store().clone(), agent.to_string());
     let source = HandleSource {
         store: host.store().clone(),
         agent: agent.to_string(),
+        uses: Mutex::new(uses.clone()),
+        grants: Mutex::new(None),
         caps: wanted
             .iter()
             .zip(&ids)
             .map(|((p, c), id)| (p.clone(), c.clone(), id.clone()))
             .collect(),
-        tokens: Mutex::new(token_server(broker)),
+        tokens: Mutex::new(token_server(Arc::clone(&broker))),
+        broker,
         withdrawn: receivers,
     };
     let mut config = ProxyConfig::new(routes);
@@ -306,6 +398,7 @@ pub fn start(host: &Host, agent: &str, caps: &[Capability]) -> Result<Option<Han
         handles,
         _proxy: proxy,
         stop,
+        uses,
     }))
 }
 

@@ -134,3 +134,33 @@ mod tests {
         Ok(())
     }
 }
+
+/// What identifies one version of a file that is only ever replaced whole (by
+/// [`write_atomic`]'s rename): a reader that keeps what it parsed under a stamp can skip reading
+/// it again while the stamp is unchanged. Each replacement is a new inode with a new change
+/// time, in nanoseconds, so two versions never share a stamp in practice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    #[cfg(unix)]
+    inode: (u64, u64, i64, i64),
+}
+
+/// `path`'s [`Stamp`] now; `None` when it cannot be read (absent or unreadable), which a caller
+/// treats as "read it again".
+#[must_use]
+pub fn stamp(path: &Path) -> Option<Stamp> {
+    let m = std::fs::metadata(path).ok()?;
+    #[cfg(unix)]
+    let inode = {
+        use std::os::unix::fs::MetadataExt;
+        (m.dev(), m.ino(), m.ctime(), m.ctime_nsec())
+    };
+    Some(Stamp {
+        len: m.len(),
+        modified: m.modified().ok(),
+        #[cfg(unix)]
+        inode,
+    })
+}

@@ -10,6 +10,8 @@ pub mod greetings;
 pub mod oidc;
 pub mod openai;
 pub mod procs;
+#[cfg(unix)]
+pub mod secret_service;
 pub mod wasm;
 
 use std::path::PathBuf;

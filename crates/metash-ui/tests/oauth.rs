@@ -99,7 +99,7 @@ fn setup(tools: &std::path::Path, chromium: &std::path::Path) -> Setup {
 
     let keys = KeyOptions {
         passphrase: Some(Secret::new(PASSPHRASE)),
-        no_keychain: true,
+        keychain: metash_auth::KeychainChoice::Off,
     };
     let broker = Broker::new(&root, &Vault::default_path(&home), keys).unwrap();
     let how = Login {
@@ -194,6 +194,7 @@ fn no_oauth_token_reaches_a_page_an_event_an_export_or_a_notification() {
         get("/ledger/export"),
         notification,
     ];
+    handles.flush();
     let last = host.store().log().tail().unwrap().seq;
     let events: Vec<String> = common::client::read_events_at(addr, &cookie, Some(0), last as usize)
         .into_iter()
