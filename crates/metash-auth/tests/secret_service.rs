@@ -21,18 +21,14 @@ fn set_bus(address: &str) {
     std::env::set_var("DBUS_SESSION_BUS_ADDRESS", address);
 }
 
-/// Joins a new session keyring, so the kernel keyring (the fallback) has somewhere to keep a key.
-fn join_session_keyring() {
-    const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;
-    // SAFETY: keyctl with a null name joins a new anonymous session keyring; no memory is passed.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_keyctl,
-            KEYCTL_JOIN_SESSION_KEYRING,
-            std::ptr::null::<libc::c_char>(),
-        )
-    };
-    assert!(r >= 0, "keyctl: {}", std::io::Error::last_os_error());
+/// The token the vault at `path` holds, opened as a new process would.
+fn token_in(path: &std::path::Path) -> serde_json::Value {
+    let got: serde_json::Value = Vault::open(path, &keys(KeychainChoice::Auto))
+        .unwrap()
+        .get("oauth:gh")
+        .unwrap()
+        .unwrap();
+    got["access_token"].clone()
 }
 
 #[test]
@@ -40,7 +36,7 @@ fn a_desktop_vault_keeps_its_key_in_the_secret_service() {
     if let Err(why) = prerequisites() {
         return metash_testkit::skip("secret service vault", &why);
     }
-    join_session_keyring();
+    metash_testkit::join_session_keyring();
     let dir = tempfile::tempdir().unwrap();
     let service = SecretService::start(&dir.path().join("desktop"), "login-password").unwrap();
     set_bus(&service.address);
@@ -56,12 +52,7 @@ fn a_desktop_vault_keeps_its_key_in_the_secret_service() {
     assert!(!text.contains(PLANTED), "no token in clear");
     let keyring_file = service.data_home.join("keyrings/login.keyring");
     assert!(keyring_file.is_file(), "the login keyring holds the key");
-    let got: serde_json::Value = Vault::open(&path, &keys(KeychainChoice::Auto))
-        .unwrap()
-        .get("oauth:gh")
-        .unwrap()
-        .unwrap();
-    assert_eq!(got["access_token"], PLANTED);
+    assert_eq!(token_in(&path), PLANTED);
 
     // The key is only there: with the Secret Service gone, the vault does not open, and says
     // where its key was.
@@ -76,12 +67,7 @@ fn a_desktop_vault_keeps_its_key_in_the_secret_service() {
     // unlocked again at the next login, give the key back.
     let again = SecretService::start(&data, "login-password").unwrap();
     set_bus(&again.address);
-    let got: serde_json::Value = Vault::open(&path, &keys(KeychainChoice::Auto))
-        .unwrap()
-        .get("oauth:gh")
-        .unwrap()
-        .unwrap();
-    assert_eq!(got["access_token"], PLANTED);
+    assert_eq!(token_in(&path), PLANTED);
     drop(again);
 
     // A session bus with no Secret Service on it: a new vault falls back to the kernel keyring

@@ -105,35 +105,15 @@ fn a_damaged_vault_is_named_with_its_line_and_left_as_it_is() {
 /// The OS keychain for real: on Linux the kernel keyring (keyutils), in a session keyring this
 /// test joins. A machine that has none (a container whose seccomp profile refuses `keyctl`)
 /// fails here: the join asserts.
-/// Joins a new session keyring for this thread (what a login session has; a process started
-/// outside one, as CI's may be, has none, and the kernel keyring then has nowhere to keep a key).
-#[cfg(target_os = "linux")]
-fn join_session_keyring() {
-    const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;
-    // SAFETY: keyctl with a null name joins a new anonymous session keyring; no memory is passed.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_keyctl,
-            KEYCTL_JOIN_SESSION_KEYRING,
-            std::ptr::null::<libc::c_char>(),
-        )
-    };
-    assert!(
-        r >= 0,
-        "keyctl(JOIN_SESSION_KEYRING): {}",
-        std::io::Error::last_os_error()
-    );
-}
-
 #[test]
 fn the_keychain_holds_the_key_and_the_file_does_not() {
     #[cfg(target_os = "linux")]
-    join_session_keyring();
+    metash_testkit::join_session_keyring();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("vault.json");
     let keychain = KeyOptions {
         passphrase: None,
-        keychain: KeychainChoice::Only(Keychain::KernelKeyring),
+        keychain: KeychainChoice::Only(Keychain::legacy()),
     };
     let mut v = match Vault::open(&path, &keychain) {
         Ok(v) => v,
@@ -144,6 +124,7 @@ fn the_keychain_holds_the_key_and_the_file_does_not() {
         .unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains("\"source\": \"keychain\""), "{text}");
+    #[cfg(target_os = "linux")]
     assert!(text.contains("\"keychain\": \"kernel_keyring\""), "{text}");
     assert!(!text.contains("sealed under"));
     // Opened again (as another process of the session would) with the key from the keychain.

@@ -13,48 +13,10 @@ mod oauth_world;
 #[path = "../../metash-runtime/tests/suite/upstream.rs"]
 mod upstream;
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use upstream::{read_body, read_headers, Upstream};
-
-/// A kept-alive HTTP/1.1 connection.
-struct Conn {
-    r: BufReader<TcpStream>,
-    w: TcpStream,
-    addr: SocketAddr,
-}
-
-impl Conn {
-    fn new(addr: SocketAddr) -> Self {
-        let w = TcpStream::connect(addr).expect("connect");
-        w.set_nodelay(true).expect("nodelay");
-        Self {
-            r: BufReader::new(w.try_clone().expect("clone")),
-            w,
-            addr,
-        }
-    }
-
-    /// One GET with the agent's own (worthless) auth; returns the body's length.
-    fn get(&mut self, target: &str) -> usize {
-        let req = format!(
-            "GET {target} HTTP/1.1\r\nhost: {}\r\nauthorization: Bearer the-agents-guess\r\n\r\n",
-            self.addr
-        );
-        self.w.write_all(req.as_bytes()).expect("write");
-        let mut line = String::new();
-        self.r.read_line(&mut line).expect("status");
-        assert!(line.starts_with("HTTP/1.1 200"), "{line}");
-        let h = read_headers(&mut self.r).expect("headers");
-        read_body(&mut self.r, |n| {
-            h.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str())
-        })
-        .expect("body")
-        .len()
-    }
-}
+use upstream::{Client, Upstream};
 
 fn timed(f: impl FnOnce() -> usize) -> Duration {
     let t = Instant::now();
@@ -102,7 +64,7 @@ fn main() {
     let via: SocketAddr = authority.parse().unwrap();
     let (direct_target, via_target) = ("/v1/repos".to_string(), format!("{prefix}/v1/repos"));
 
-    let mut conns = [Conn::new(api.addr), Conn::new(via)];
+    let mut conns = [Client::new(api.addr), Client::new(via)];
     let targets = [&direct_target, &via_target];
     // [kept-alive, new connection] x [direct, handle]
     let mut samples: Vec<Vec<Duration>> = (0..4).map(|_| Vec::with_capacity(n)).collect();
@@ -110,7 +72,7 @@ fn main() {
         let warm = round < n / 10;
         for (i, addr) in [api.addr, via].into_iter().enumerate() {
             let ka = timed(|| conns[i].get(targets[i]));
-            let fresh = timed(|| Conn::new(addr).get(targets[i]));
+            let fresh = timed(|| Client::new(addr).get(targets[i]));
             if !warm {
                 samples[i].push(ka);
                 samples[2 + i].push(fresh);

@@ -10,8 +10,6 @@
 #[path = "../tests/suite/upstream.rs"]
 mod upstream;
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,46 +17,9 @@ use metash_runtime::credential::{
     AuthStyle, CredentialProxy, Mount, ProxyConfig, Route, Secret, StaticSource, TapEvent,
 };
 use metash_runtime::NullSink;
-use upstream::{read_body, read_headers, Upstream};
+use upstream::{Client, Upstream};
 
 const MIB: usize = 1024 * 1024;
-
-/// A kept-alive HTTP/1.1 connection.
-struct Conn {
-    r: BufReader<TcpStream>,
-    w: TcpStream,
-    addr: SocketAddr,
-}
-
-impl Conn {
-    fn new(addr: SocketAddr) -> Self {
-        let w = TcpStream::connect(addr).expect("connect");
-        w.set_nodelay(true).expect("nodelay");
-        Self {
-            r: BufReader::new(w.try_clone().expect("clone")),
-            w,
-            addr,
-        }
-    }
-
-    /// One GET; returns the body length.
-    fn get(&mut self, target: &str) -> usize {
-        let req = format!(
-            "GET {target} HTTP/1.1\r\nhost: {}\r\nx-api-key: placeholder\r\n\r\n",
-            self.addr
-        );
-        self.w.write_all(req.as_bytes()).expect("write");
-        let mut line = String::new();
-        self.r.read_line(&mut line).expect("status");
-        assert!(line.starts_with("HTTP/1.1 200"), "{line}");
-        let h = read_headers(&mut self.r).expect("headers");
-        let body = read_body(&mut self.r, |n| {
-            h.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str())
-        })
-        .expect("body");
-        body.len()
-    }
-}
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -97,7 +58,7 @@ fn main() {
     let proxy =
         CredentialProxy::start(config, Arc::new(source), Arc::new(NullSink)).expect("proxy");
     let (direct, via) = (up.addr, proxy.addr());
-    let mut conns = [Conn::new(direct), Conn::new(via)];
+    let mut conns = [Client::new(direct), Client::new(via)];
     let small = "/v1/messages";
     let big = format!("/big?n={MIB}");
     // [small keep-alive, small new connection, 1 MiB keep-alive] x [direct, proxy]
@@ -106,7 +67,7 @@ fn main() {
         let warm = round < n / 10;
         for (i, addr) in [direct, via].into_iter().enumerate() {
             let ka = timed(|| conns[i].get(small), 11);
-            let fresh = timed(|| Conn::new(addr).get(small), 11);
+            let fresh = timed(|| Client::new(addr).get(small), 11);
             let stream = timed(|| conns[i].get(&big), MIB);
             if !warm {
                 samples[i].push(ka);

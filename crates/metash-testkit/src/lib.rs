@@ -127,3 +127,26 @@ pub fn build_example(name: &str, target: Option<&str>) -> Result<PathBuf, String
         None => target_dir.join(format!("release/examples/{name}")),
     })
 }
+
+/// Joins a new session keyring for this thread (what a login session has; a process started
+/// outside one, as CI's may be, has none, and the kernel keyring then has nowhere to keep a key).
+///
+/// # Panics
+/// The kernel refuses `keyctl` (a container whose seccomp profile forbids it).
+#[cfg(target_os = "linux")]
+pub fn join_session_keyring() {
+    const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;
+    // SAFETY: keyctl with a null name joins a new anonymous session keyring; no memory is passed.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_keyctl,
+            KEYCTL_JOIN_SESSION_KEYRING,
+            std::ptr::null::<libc::c_char>(),
+        )
+    };
+    assert!(
+        r >= 0,
+        "keyctl(JOIN_SESSION_KEYRING): {}",
+        std::io::Error::last_os_error()
+    );
+}

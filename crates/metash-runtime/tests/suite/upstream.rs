@@ -2,7 +2,8 @@
 //! this file by path). It records every request it gets (line, headers, body) and answers:
 //! `/sse-gated` with an SSE stream whose first chunk goes out at once and the rest only after
 //! [`Upstream::release`] (or 5 s), `/big?n=BYTES` with a chunked body of that size, anything else
-//! with a small JSON body. Keep-alive and chunked request bodies are served.
+//! with a small JSON body. Keep-alive and chunked request bodies are served. [`Client`] is the
+//! benchmarks' side: one kept-alive connection.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -243,4 +244,45 @@ pub fn read_chunk(r: &mut impl BufRead) -> Option<Vec<u8>> {
     r.read_exact(&mut data).ok()?;
     data.truncate(size);
     Some(data)
+}
+
+/// A kept-alive HTTP/1.1 client connection, as the benchmarks use: Nagle off, whole writes.
+#[allow(dead_code)] // the test suite includes this file too, and uses only the server
+pub struct Client {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+    addr: SocketAddr,
+}
+
+#[allow(dead_code)]
+impl Client {
+    pub fn new(addr: SocketAddr) -> Self {
+        let w = TcpStream::connect(addr).expect("connect");
+        w.set_nodelay(true).expect("nodelay");
+        Self {
+            r: BufReader::new(w.try_clone().expect("clone")),
+            w,
+            addr,
+        }
+    }
+
+    /// One GET carrying a placeholder credential of each usual kind (a proxy must replace them);
+    /// the body's length. Panics unless the answer is 200.
+    pub fn get(&mut self, target: &str) -> usize {
+        let req = format!(
+            "GET {target} HTTP/1.1\r\nhost: {}\r\nx-api-key: placeholder\r\n\
+             authorization: Bearer placeholder\r\n\r\n",
+            self.addr
+        );
+        self.w.write_all(req.as_bytes()).expect("write");
+        let mut line = String::new();
+        self.r.read_line(&mut line).expect("status");
+        assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+        let h = read_headers(&mut self.r).expect("headers");
+        read_body(&mut self.r, |n| {
+            h.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str())
+        })
+        .expect("body")
+        .len()
+    }
 }
