@@ -83,6 +83,14 @@ log_kinds! {
     /// A request through an OAuth handle: `{provider, handle, capability, refreshed}` when the
     /// token was added (`refreshed`: the broker renewed it first), `{..., refused}` when not.
     OauthUse => "oauth_use",
+    /// A plan's tasks queued for workers (PostgreSQL store).
+    TasksEnqueued => "tasks_enqueued",
+    /// A leased task's completion, recorded once with its fencing token.
+    TaskCompleted => "task_completed",
+    /// A completion whose lease token was stale: refused.
+    TaskCompletionRefused => "task_completion_refused",
+    /// Expired leases returned to ready by the reaper.
+    LeasesExpired => "leases_expired",
     /// A grant, by the host only: `{capability, expires_at, duration_s, sensitive, source}`.
     ConsentGrant => "consent_grant",
     /// A revocation, by the host only: `{capability, revoked: [{capability, expires_at}], source}`.

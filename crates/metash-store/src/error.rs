@@ -68,6 +68,15 @@ pub enum StoreError {
     },
     #[error("{0}")]
     Rejected(String),
+    /// The PostgreSQL backend's server refused or failed (its message and SQLSTATE).
+    #[error("PostgreSQL: {0}")]
+    Database(String),
+    /// The store's configuration (`[store]`) is not usable as written.
+    #[error("{0}")]
+    Config(String),
+    /// A task's lease is no longer the caller's: its completion or heartbeat was refused.
+    #[error("lease lost: {0}")]
+    LeaseLost(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -25,6 +25,8 @@ mod kv;
 pub mod lock;
 pub mod log;
 pub mod names;
+#[cfg(feature = "postgres")]
+pub mod pg;
 mod rebuild;
 pub mod session;
 

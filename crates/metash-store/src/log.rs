@@ -89,6 +89,34 @@ fn encode(seq: u64, ts: &str, ev: &NewEvent, prev: &str) -> Result<(Vec<u8>, Str
     Ok((line, hash))
 }
 
+/// The lines (each with its `\n`) and records of `events` appended after `tail`, one timestamp
+/// for the batch: what every backend writes.
+pub(crate) fn encode_batch(
+    tail: &Tail,
+    events: &[NewEvent],
+) -> Result<(Vec<Vec<u8>>, Vec<LogRecord>)> {
+    let ts = now();
+    let mut lines = Vec::with_capacity(events.len());
+    let mut out = Vec::with_capacity(events.len());
+    let mut prev = tail.hash.clone();
+    for (i, ev) in events.iter().enumerate() {
+        let seq = tail.seq + 1 + i as u64;
+        let (line, hash) = encode(seq, &ts, ev, &prev)?;
+        lines.push(line);
+        out.push(LogRecord {
+            schema_version: LOG_SCHEMA_VERSION,
+            seq,
+            ts: ts.clone(),
+            kind: ev.kind.clone(),
+            agent: ev.agent.clone(),
+            data: ev.data.clone(),
+            prev: std::mem::replace(&mut prev, hash.clone()),
+            hash,
+        });
+    }
+    Ok((lines, out))
+}
+
 /// Why a line is not a record this build can use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Undecodable {
@@ -168,25 +196,8 @@ impl EventLog {
     /// Appends `events` with one write and one fdatasync, after `tail` (which the caller read under
     /// the lock). Returns the records as written.
     pub fn append(&self, tail: &Tail, events: &[NewEvent]) -> Result<Vec<LogRecord>> {
-        let ts = now();
-        let mut buf = Vec::with_capacity(events.len() * 256);
-        let mut out = Vec::with_capacity(events.len());
-        let mut prev = tail.hash.clone();
-        for (i, ev) in events.iter().enumerate() {
-            let seq = tail.seq + 1 + i as u64;
-            let (line, hash) = encode(seq, &ts, ev, &prev)?;
-            buf.extend_from_slice(&line);
-            out.push(LogRecord {
-                schema_version: LOG_SCHEMA_VERSION,
-                seq,
-                ts: ts.clone(),
-                kind: ev.kind.clone(),
-                agent: ev.agent.clone(),
-                data: ev.data.clone(),
-                prev: std::mem::replace(&mut prev, hash.clone()),
-                hash,
-            });
-        }
+        let (lines, out) = encode_batch(tail, events)?;
+        let buf = lines.concat();
         let mut f = OpenOptions::new()
             .append(true)
             .create(true)

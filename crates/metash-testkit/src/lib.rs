@@ -9,6 +9,8 @@ pub mod cli;
 pub mod greetings;
 pub mod oidc;
 pub mod openai;
+#[cfg(unix)]
+pub mod postgres;
 pub mod procs;
 #[cfg(unix)]
 pub mod secret_service;

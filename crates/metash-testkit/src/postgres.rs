@@ -1,0 +1,227 @@
+//! A real PostgreSQL server for tests: Debian's server binaries (`/usr/lib/postgresql/<v>/bin`,
+//! installed by scripts/setup), a new cluster in a temporary directory, listening on 127.0.0.1
+//! on a free port and on a socket in that directory. `initdb` refuses to run as root, so when
+//! the tests run as root (CI does) the server runs as `nobody`. The cluster keeps `fsync` on:
+//! the tests are about durability. Stopped (fast shutdown) when dropped.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The newest server's `bin` directory, or why not.
+pub fn prerequisites() -> Result<PathBuf, String> {
+    let root = Path::new("/usr/lib/postgresql");
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir(root)
+        .map_err(|e| {
+            format!(
+                "{}: {e} (Debian's postgresql; run scripts/setup)",
+                root.display()
+            )
+        })?
+        .flatten()
+        .filter_map(|d| {
+            let v: u32 = d.file_name().to_str()?.parse().ok()?;
+            let bin = d.path().join("bin");
+            bin.join("initdb").is_file().then_some((v, bin))
+        })
+        .collect();
+    versions.sort();
+    versions
+        .pop()
+        .map(|(_, bin)| bin)
+        .ok_or_else(|| "no PostgreSQL server under /usr/lib/postgresql (run scripts/setup)".into())
+}
+
+/// A running server; `url()` reaches it as the superuser `metash` (trust auth on loopback).
+pub struct Postgres {
+    bin: PathBuf,
+    data: PathBuf,
+    /// The directory holding the cluster and its socket (made readable by the server's user).
+    pub dir: PathBuf,
+    pub port: u16,
+    child: Option<Child>,
+    _tmp: tempfile_dir::Dir,
+}
+
+/// A temporary directory the server's user may enter.
+mod tempfile_dir {
+    use std::path::PathBuf;
+
+    pub struct Dir(pub PathBuf);
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn as_root() -> bool {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// `program` run as the server's user: `nobody` under root, else the caller.
+fn as_server_user(program: &Path) -> Command {
+    if as_root() {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"]);
+        c.arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+impl Postgres {
+    /// Makes a cluster and starts it.
+    ///
+    /// # Errors
+    /// `initdb` or the server failed (their output is in the message).
+    pub fn start(bin: &Path) -> Result<Self, String> {
+        let dir =
+            std::env::temp_dir().join(format!("metash-pg-{}-{}", std::process::id(), uuid_like()));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let tmp = tempfile_dir::Dir(dir.clone());
+        if as_root() {
+            let ok = Command::new("chown")
+                .args(["nobody:nogroup"])
+                .arg(&dir)
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                return Err(format!("chown nobody {}", dir.display()));
+            }
+        }
+        let data = dir.join("data");
+        let out = as_server_user(&bin.join("initdb"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "metash", "--auth=trust", "-E", "UTF8", "--no-locale"])
+            .output()
+            .map_err(|e| format!("initdb: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "initdb failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let mut pg = Self {
+            bin: bin.to_path_buf(),
+            data,
+            dir,
+            port: free_port(),
+            child: None,
+            _tmp: tmp,
+        };
+        pg.restart()?;
+        Ok(pg)
+    }
+
+    /// `postgres://metash@127.0.0.1:PORT/DB`.
+    pub fn url(&self, db: &str) -> String {
+        format!("postgres://metash@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// Starts the server (again, after [`Postgres::stop`] or [`Postgres::kill`]) on the same
+    /// port and data, and waits until it accepts connections.
+    ///
+    /// # Errors
+    /// It exited or did not answer within 30 s.
+    pub fn restart(&mut self) -> Result<(), String> {
+        let child = as_server_user(&self.bin.join("postgres"))
+            .arg("-D")
+            .arg(&self.data)
+            .args(["-c", "listen_addresses=127.0.0.1"])
+            .args(["-c", &format!("port={}", self.port)])
+            .args([
+                "-c",
+                &format!("unix_socket_directories={}", self.dir.display()),
+            ])
+            .args(["-c", "max_connections=200", "-c", "fsync=on"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            // Its own process group, so a crash can take the server's backends down with it.
+            .process_group(0)
+            .spawn()
+            .map_err(|e| format!("postgres: {e}"))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            let ready = Command::new(self.bin.join("pg_isready"))
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &self.port.to_string(),
+                    "-U",
+                    "metash",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
+                return Ok(());
+            }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                return Err(format!("postgres exited: {status}"));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err("postgres did not accept connections within 30 s".into())
+    }
+
+    /// Stops the server: SIGINT, PostgreSQL's fast shutdown (it ends every session).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+            }
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server and every backend with SIGKILL, as a machine's crash would (it
+    /// recovers from its WAL at restart).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill(2) on the process group this server leads.
+            unsafe {
+                libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL);
+            }
+            let _ = child.wait();
+            // The backends are gone when no process of the group is left.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            // SAFETY: signal 0 only asks whether the group still has a member.
+            while unsafe { libc::kill(-(child.id() as libc::pid_t), 0) } == 0
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn uuid_like() -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{t:x}")
+}
