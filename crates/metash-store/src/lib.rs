@@ -17,6 +17,7 @@
 
 pub mod artifacts;
 pub mod atomic;
+mod backend;
 mod context;
 pub mod envelope;
 mod error;
@@ -25,12 +26,12 @@ mod kv;
 pub mod lock;
 pub mod log;
 pub mod names;
-#[cfg(feature = "postgres")]
 pub mod pg;
 mod rebuild;
 pub mod session;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use metash_protocol::LogKind;
@@ -61,6 +62,47 @@ struct StoreMeta {
 
 const STORE_VERSION: u32 = 1;
 
+/// A state change planned on the current session `doc` with the log at `tail`, the same for
+/// every backend: the fencing check, `compute`'s updates applied and validated, the new
+/// revision, and the `state_update` event. `Err(revision)`: nothing to write.
+fn next_state(
+    mut doc: Value,
+    tail: &Tail,
+    agent: Option<&str>,
+    expected_revision: Option<u64>,
+    compute: impl FnOnce(&Value) -> Result<Vec<(String, Value)>>,
+) -> Result<std::result::Result<(SessionState, NewEvent), u64>> {
+    let current = doc.get("revision").and_then(Value::as_u64).unwrap_or(0);
+    if let Some(expected) = expected_revision {
+        if expected != current {
+            return Err(StoreError::Fenced {
+                expected,
+                found: current,
+            });
+        }
+    }
+    let updates = compute(&doc)?;
+    let Some((first_key, _)) = updates.first() else {
+        return Ok(Err(current));
+    };
+    for (key, value) in &updates {
+        keypath::apply(&mut doc, key, value.clone())?;
+    }
+    let mut state = keypath::validate(doc, first_key)?;
+    state.revision = tail.seq + 1;
+    let data = match updates.as_slice() {
+        [(key, value)] => json!({"key": key, "value": value, "scope": "session"}),
+        many => json!({
+            "updates": many.iter().map(|(k, v)| json!({"key": k, "value": v})).collect::<Vec<_>>(),
+            "scope": "session",
+        }),
+    };
+    Ok(Ok((
+        state,
+        NewEvent::new(LogKind::StateUpdate, agent, data),
+    )))
+}
+
 /// A handle on one project's `.meta/`. Cheap to open; holds no lock between calls, so any number of
 /// processes can hold handles at once. Cloning is free (paths only) and skips `open`'s checks.
 #[derive(Debug, Clone)]
@@ -69,6 +111,9 @@ pub struct Store {
     meta: PathBuf,
     lock_timeout: Duration,
     log: EventLog,
+    /// The server holding this project's store when `.meta/config.toml` names one
+    /// (docs/scale-out.md); `None`: the files under `.meta/`.
+    pg: Option<Arc<pg::store::PgStore>>,
 }
 
 impl Store {
@@ -79,7 +124,20 @@ impl Store {
             log: EventLog::new(meta.join("events.jsonl")),
             meta,
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
+            pg: None,
         }
+    }
+
+    /// The store on a server, if this project's is.
+    fn on_server(mut self, pg: Arc<pg::store::PgStore>) -> Self {
+        self.log = EventLog::on_server(Arc::clone(&pg));
+        self.pg = Some(pg);
+        self
+    }
+
+    /// Whether this project's store is on a PostgreSQL server (its project name), not in files.
+    pub fn server_project(&self) -> Option<&str> {
+        self.pg.as_deref().map(pg::store::PgStore::project)
     }
 
     /// Creates `.meta/` with context.md (`context`, or the template), a fresh session and a log
@@ -90,6 +148,18 @@ impl Store {
     pub fn init(workspace: &Path, context: Option<&str>) -> Result<Self> {
         let store = Self::handle(workspace);
         std::fs::create_dir_all(&store.meta).at(&store.meta)?;
+        if let Some(pg) = backend::postgres(workspace, &store.meta, store.lock_timeout)? {
+            let context = context.unwrap_or(context::TEMPLATE);
+            let sha = context::sha256_hex(context.as_bytes());
+            pg.init(
+                context,
+                &sha,
+                SessionState::new(uuid::Uuid::new_v4().to_string()),
+            )?;
+            // A copy for people to read; the server's is the one checked.
+            atomic::write_atomic(&store.context_path(), context.as_bytes())?;
+            return Ok(store.on_server(pg));
+        }
         let _guard = store.lock()?;
         if store.session_path().exists() || store.log.path().exists() {
             return Err(StoreError::AlreadyInitialized(store.meta.clone()));
@@ -115,6 +185,14 @@ impl Store {
     /// calls that need the state.
     pub fn open(workspace: &Path) -> Result<Self> {
         let store = Self::handle(workspace);
+        if let Some(pg) = backend::postgres(workspace, &store.meta, store.lock_timeout)? {
+            if pg.context()?.is_none() {
+                return Err(StoreError::NotInitialized(workspace.to_path_buf()));
+            }
+            let store = store.on_server(pg);
+            store.check_context()?;
+            return Ok(store);
+        }
         if !store.meta.join("store.json").exists() {
             return Err(StoreError::NotInitialized(workspace.to_path_buf()));
         }
@@ -158,10 +236,19 @@ impl Store {
     /// The immutable context, after checking it is unchanged.
     pub fn context(&self) -> Result<String> {
         self.check_context()?;
+        if let Some(pg) = &self.pg {
+            return pg
+                .context()?
+                .map(|(text, _)| text)
+                .ok_or_else(|| StoreError::NotInitialized(self.workspace.clone()));
+        }
         std::fs::read_to_string(self.context_path()).at(&self.context_path())
     }
 
     fn check_context(&self) -> Result<()> {
+        if let Some(pg) = &self.pg {
+            return self.check_context_copy(pg);
+        }
         let store_json = self.meta.join("store.json");
         let meta: StoreMeta =
             serde_json::from_value(self.read_raw_json(&store_json)?.unwrap_or(Value::Null))
@@ -192,12 +279,34 @@ impl Store {
         Ok(())
     }
 
+    /// On a server the context is there, immutable; a copy in `.meta/context.md`, when there is
+    /// one, must still be the same (the file backend's rule: context.md is never edited).
+    fn check_context_copy(&self, pg: &pg::store::PgStore) -> Result<()> {
+        let path = self.context_path();
+        let Ok(bytes) = std::fs::read(&path) else {
+            return Ok(());
+        };
+        let expected = pg.context_sha256()?;
+        let found = context::sha256_hex(&bytes);
+        if found != expected {
+            return Err(StoreError::ContextChanged {
+                path,
+                expected,
+                found,
+            });
+        }
+        Ok(())
+    }
+
     /// The session as session.json holds it.
     ///
     /// # Errors
     /// [`StoreError::BadSessionFile`] with file, line and column when it does not parse or match
     /// the schema.
     pub fn state(&self) -> Result<SessionState> {
+        if let Some(pg) = &self.pg {
+            return pg.state();
+        }
         session::load(&self.session_path())
     }
 
@@ -286,35 +395,19 @@ impl Store {
         expected_revision: Option<u64>,
         compute: impl FnOnce(&Value) -> Result<Vec<(String, Value)>>,
     ) -> Result<u64> {
+        let plan =
+            |doc: Value, tail: &Tail| next_state(doc, tail, agent, expected_revision, compute);
+        if let Some(pg) = &self.pg {
+            self.check_context_copy(pg)?;
+            return pg.commit_state(plan);
+        }
         let _guard = self.lock()?;
         self.check_context()?;
-        let (mut doc, tail) = self.load_current_value()?;
-        let current = doc.get("revision").and_then(Value::as_u64).unwrap_or(0);
-        if let Some(expected) = expected_revision {
-            if expected != current {
-                return Err(StoreError::Fenced {
-                    expected,
-                    found: current,
-                });
-            }
-        }
-        let updates = compute(&doc)?;
-        let Some((first_key, _)) = updates.first() else {
-            return Ok(current);
+        let (doc, tail) = self.load_current_value()?;
+        let (state, event) = match plan(doc, &tail)? {
+            Ok(next) => next,
+            Err(current) => return Ok(current),
         };
-        for (key, value) in &updates {
-            keypath::apply(&mut doc, key, value.clone())?;
-        }
-        let mut state = keypath::validate(doc, first_key)?;
-        state.revision = tail.seq + 1;
-        let data = match updates.as_slice() {
-            [(key, value)] => json!({"key": key, "value": value, "scope": "session"}),
-            many => json!({
-                "updates": many.iter().map(|(k, v)| json!({"key": k, "value": v})).collect::<Vec<_>>(),
-                "scope": "session",
-            }),
-        };
-        let event = NewEvent::new(LogKind::StateUpdate, agent, data);
         let bytes = session::to_bytes(&state)?;
         let path = self.session_path();
         let log_len = self.log.byte_len()?;
@@ -337,6 +430,9 @@ impl Store {
 
     /// Appends several events with one fsync.
     pub fn append_batch(&self, events: &[NewEvent]) -> Result<Vec<LogRecord>> {
+        if self.pg.is_some() {
+            return self.append_locked(events);
+        }
         let _guard = self.lock()?;
         self.append_locked(events)
     }
@@ -351,6 +447,9 @@ impl Store {
                 "`{}` events are written only by update_state",
                 e.kind
             )));
+        }
+        if let Some(pg) = &self.pg {
+            return pg.append(events);
         }
         self.log.append(&self.log.tail()?, events)
     }
@@ -368,6 +467,11 @@ impl Store {
     /// Rebuilds and replaces session.json; a session.json that does not parse is kept beside it as
     /// `session.json.bad-<time>` first, so nothing is lost.
     pub fn rebuild_and_save(&self) -> Result<SessionState> {
+        if let Some(pg) = &self.pg {
+            let state = self.rebuild()?;
+            pg.save_rebuilt(&state)?;
+            return Ok(state);
+        }
         let _guard = self.lock()?;
         self.check_context()?;
         self.rebuild_and_save_locked()
@@ -439,6 +543,9 @@ impl Store {
         path: &Path,
         f: impl FnOnce(&mut Value) -> Result<NewEvent>,
     ) -> Result<LogRecord> {
+        if let Some(pg) = &self.pg {
+            return pg.update_doc(&self.doc_name(path)?, f);
+        }
         let _guard = self.lock()?;
         let mut doc = self.read_json(path)?;
         let event = f(&mut doc)?;
@@ -462,6 +569,10 @@ impl Store {
     /// # Errors
     /// A document that does not parse or is newer than this build (nothing is written then).
     pub fn migrate_docs(&self, check: bool) -> Result<Vec<PathBuf>> {
+        if self.pg.is_some() {
+            // A server's documents were always written in their envelope.
+            return Ok(Vec::new());
+        }
         let _guard = self.lock()?;
         let mut legacy = Vec::new();
         for dir in [self.meta.clone(), self.meta.join("kv")] {
@@ -494,8 +605,20 @@ impl Store {
         Ok(legacy.into_iter().map(|(p, _)| p).collect())
     }
 
+    /// A document's name on a server: its path under `.meta/` (`kv/agent.json`).
+    fn doc_name(&self, path: &Path) -> Result<String> {
+        path.strip_prefix(&self.meta)
+            .ok()
+            .and_then(Path::to_str)
+            .map(|n| n.replace('\\', "/"))
+            .ok_or_else(|| StoreError::Rejected(format!("{} is not under .meta/", path.display())))
+    }
+
     /// A versioned document's data (`null` when absent): see [`envelope`].
     pub(crate) fn read_json(&self, path: &Path) -> Result<Value> {
+        if let Some(pg) = &self.pg {
+            return pg.read_doc(&self.doc_name(path)?);
+        }
         Ok(self
             .read_doc_at(path)?
             .map(envelope::Doc::data)

@@ -14,7 +14,10 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use std::sync::Arc;
+
 use crate::error::{IoContext, Result, StoreError};
+use crate::pg::store::PgStore;
 
 /// The `prev` of the first record.
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -48,7 +51,7 @@ pub struct Tail {
 }
 
 impl Tail {
-    fn genesis() -> Self {
+    pub(crate) fn genesis() -> Self {
         Self {
             seq: 0,
             hash: GENESIS_HASH.to_string(),
@@ -178,15 +181,25 @@ pub fn decode(line: &[u8]) -> std::result::Result<LogRecord, Undecodable> {
     Ok(record)
 }
 
-/// The log file. All mutating calls must be made under the store lock.
+/// The log: the file, or the project's rows on a PostgreSQL server (`pg`), read the same way.
+/// All mutating calls must be made under the store lock.
 #[derive(Debug, Clone)]
 pub struct EventLog {
     path: PathBuf,
+    pg: Option<Arc<PgStore>>,
 }
 
 impl EventLog {
     pub fn new(path: PathBuf) -> Self {
-        Self { path }
+        Self { path, pg: None }
+    }
+
+    /// The log of a project held by a PostgreSQL server.
+    pub(crate) fn on_server(pg: Arc<PgStore>) -> Self {
+        Self {
+            path: pg.place(),
+            pg: Some(pg),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -213,6 +226,15 @@ impl EventLog {
         Ok(out)
     }
 
+    /// A number that grows whenever the log does (the file's length, or the server's last
+    /// seq), for a watcher that re-reads only after a change; 0 when it cannot be read.
+    pub fn change_mark(&self) -> u64 {
+        match &self.pg {
+            Some(pg) => pg.tail().map_or(0, |t| t.seq),
+            None => std::fs::metadata(&self.path).map_or(0, |m| m.len()),
+        }
+    }
+
     /// The file's length: a point [`EventLog::truncate_to`] can return to.
     pub fn byte_len(&self) -> Result<u64> {
         match std::fs::metadata(&self.path) {
@@ -237,6 +259,9 @@ impl EventLog {
     /// Reads the last complete record, first cutting off a torn final line (a write that a crash
     /// interrupted: it was never acknowledged, because acknowledgement follows the fsync).
     pub fn tail(&self) -> Result<Tail> {
+        if let Some(pg) = &self.pg {
+            return pg.tail();
+        }
         let mut tail = Tail::genesis();
         self.scan_back(|r| {
             tail = Tail {
@@ -251,6 +276,9 @@ impl EventLog {
     /// Visits records newest first until `visit` returns false, reading the file backwards in
     /// growing chunks: finding what session.json has not folded yet costs only the records after it.
     pub fn scan_back(&self, mut visit: impl FnMut(LogRecord) -> bool) -> Result<()> {
+        if let Some(pg) = &self.pg {
+            return pg.scan_back(visit);
+        }
         let mut f = match File::options().read(true).write(true).open(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -301,7 +329,14 @@ impl EventLog {
     /// (`metash ui`'s live stream) without reading it all again, in bounded memory. Each line's
     /// own hash is checked. An offset past the end (the log was cut back, as after a failed
     /// update) is an error naming it; the caller starts again from 0.
+    ///
+    /// On a server the offset is a seq: the records after it, and the last one's seq.
     pub fn read_from(&self, offset: u64, max: usize) -> Result<(Vec<LogRecord>, u64)> {
+        if let Some(pg) = &self.pg {
+            let records = pg.read_after(offset, max)?;
+            let at = records.last().map_or(offset, |r| r.seq);
+            return Ok((records, at));
+        }
         let mut file = match File::open(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && offset == 0 => {
@@ -348,6 +383,9 @@ impl EventLog {
 
     /// Streams every record in order, checking hashes and the chain as it goes.
     pub fn for_each(&self, mut f: impl FnMut(LogRecord) -> Result<()>) -> Result<()> {
+        if let Some(pg) = &self.pg {
+            return self.for_each_on_server(pg, f);
+        }
         let file = match File::open(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -390,6 +428,45 @@ impl EventLog {
                 hash: rec.hash.clone(),
             };
             f(rec)?;
+        }
+    }
+
+    /// [`EventLog::for_each`] over a server's rows, page by page, with the same checks.
+    fn for_each_on_server(
+        &self,
+        pg: &PgStore,
+        mut f: impl FnMut(LogRecord) -> Result<()>,
+    ) -> Result<()> {
+        let mut expect = Tail::genesis();
+        loop {
+            let page = pg.read_after(expect.seq, 5_000)?;
+            if page.is_empty() {
+                return Ok(());
+            }
+            for rec in page {
+                let broken = |reason: String| StoreError::BrokenLog {
+                    path: self.path.clone(),
+                    seq: expect.seq + 1,
+                    reason,
+                };
+                if rec.seq != expect.seq + 1 {
+                    return Err(broken(format!(
+                        "seq {} where {} was expected",
+                        rec.seq,
+                        expect.seq + 1
+                    )));
+                }
+                if rec.prev != expect.hash {
+                    return Err(broken(
+                        "prev does not match the previous record's hash".into(),
+                    ));
+                }
+                expect = Tail {
+                    seq: rec.seq,
+                    hash: rec.hash.clone(),
+                };
+                f(rec)?;
+            }
         }
     }
 

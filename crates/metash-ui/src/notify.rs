@@ -148,7 +148,7 @@ pub fn watch(
             .map(|(id, _)| id)
             .collect();
         // Any append grows the log: only then is what waits read again.
-        let size = |s: &Store| std::fs::metadata(s.log().path()).map_or(0, |m| m.len());
+        let size = |s: &Store| s.log().change_mark();
         let mut seen = size(&store);
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(100));

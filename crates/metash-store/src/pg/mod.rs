@@ -8,6 +8,7 @@
 
 pub mod lease;
 pub mod log;
+pub mod store;
 
 use std::time::Duration;
 
@@ -19,8 +20,10 @@ pub use postgres::{Client, Statement, Transaction};
 pub const PASSWORD_ENV: &str = "METASH_STORE_PASSWORD";
 
 /// The schema's versions, in order: each applied once, in one transaction with its record.
-const MIGRATIONS: &[(i32, &str, &str)] =
-    &[(1, "init", include_str!("../../migrations/0001_init.sql"))];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "init", include_str!("../../migrations/0001_init.sql")),
+    (2, "store", include_str!("../../migrations/0002_store.sql")),
+];
 
 /// An arbitrary fixed key for `pg_advisory_xact_lock`: two processes migrating at once take
 /// turns, so each version is applied once.

@@ -203,11 +203,18 @@ fn init(
         }
         println!("{v}");
     } else {
-        println!(
-            "initialised {} (session {})",
-            store.meta_dir().display(),
-            state.session_id
-        );
+        match store.server_project() {
+            Some(project) => println!(
+                "initialised project {project} on its PostgreSQL store ([store] in {}) (session {})",
+                store.meta_dir().join("config.toml").display(),
+                state.session_id
+            ),
+            None => println!(
+                "initialised {} (session {})",
+                store.meta_dir().display(),
+                state.session_id
+            ),
+        }
         match chosen {
             Some(a) => println!(
                 "roles: planner, executor and verifier run {} (.meta/config.toml); next: metash run",
