@@ -30,6 +30,8 @@ pub struct RunOptions {
     pub answer: Option<String>,
     /// Continue a halted session: reset gapCount and the attempt counters, retry failed tasks.
     pub retry: bool,
+    /// Executor turns are run by `metash worker`s through the store's server.
+    pub workers: bool,
 }
 
 /// Why a run stopped.
@@ -63,7 +65,12 @@ pub struct Orchestrator<'a> {
     pub(crate) config: OrchestratorConfig,
     pub(crate) git: Git,
     pub(crate) jobs: usize,
+    /// Executor turns go to workers ([`RunOptions::workers`]).
+    pub(crate) remote: bool,
 }
+
+/// Tasks a coordinator keeps queued at once for workers, unless `--jobs` says otherwise.
+const WORKER_JOBS: usize = 32;
 
 /// Who raises the orchestrator's own checkpoints (merge conflicts).
 pub const ORCHESTRATOR_AGENT: &str = "orchestrator";
@@ -90,6 +97,7 @@ impl<'a> Orchestrator<'a> {
             jobs: config.jobs,
             config,
             git: Git::new(&workspace),
+            remote: false,
         })
     }
 
@@ -179,6 +187,14 @@ impl<'a> Orchestrator<'a> {
     pub fn run(&mut self, options: &RunOptions) -> Result<RunOutcome> {
         if let Some(j) = options.jobs {
             self.jobs = j.max(1);
+        }
+        if options.workers {
+            self.server()?;
+            self.remote = true;
+            // The workers' slots bound the work; the coordinator only keeps them fed.
+            if options.jobs.is_none() {
+                self.jobs = self.jobs.max(WORKER_JOBS);
+            }
         }
         let run = crate::run_lock(self.store())?;
         let _handed = self.git.handing_down(&run);

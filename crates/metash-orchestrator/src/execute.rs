@@ -53,7 +53,62 @@ impl Ended {
     }
 }
 
+/// An attempt recorded as running: the state it started from, its number, and what the
+/// executor is told (findings to address, the last attempt's error).
+pub(crate) struct Begun {
+    pub state: SessionState,
+    pub attempt: u32,
+    pub findings: Vec<String>,
+    pub last_error: Option<String>,
+}
+
 impl Orchestrator<'_> {
+    /// Records attempt N of task `id` as running from `head`, with the review comments waiting
+    /// for it joined to its findings.
+    pub(crate) fn begin_attempt(&self, id: &str, head: &str) -> Result<Begun> {
+        let state = self.store().state()?;
+        let book = Book::of(&state);
+        let attempt = book.attempts.get(id).copied().unwrap_or(0) + 1;
+        // A person's review comments join the findings before they are marked delivered: a
+        // crash between the two hands them over again, never loses them (and never twice: a
+        // finding already there is not added again).
+        let waiting = crate::review::waiting(self.store(), id)?;
+        let mut findings = book.findings(id).to_vec();
+        for c in &waiting {
+            let f = c.as_finding();
+            if !findings.contains(&f) {
+                findings.push(f);
+            }
+        }
+        let last_error = book.last_error(id).map(str::to_string);
+        let mut updates = Vec::new();
+        if !waiting.is_empty() {
+            updates.push(book::set_for(Entry::Findings, id, json!(findings)));
+        }
+        self.update(
+            vec![
+                book::set_for(
+                    Entry::Running,
+                    id,
+                    json!({"attempt": attempt, "head": head, "since": metash_store::log::now()}),
+                ),
+                book::set_for(Entry::Attempts, id, json!(attempt)),
+            ]
+            .into_iter()
+            .chain(updates)
+            .collect(),
+        )?;
+        if !waiting.is_empty() {
+            crate::review::take(self.store(), id, "executor")?;
+        }
+        Ok(Begun {
+            state,
+            attempt,
+            findings,
+            last_error,
+        })
+    }
+
     pub(crate) fn execute_phase(&self, state: &SessionState) -> Result<Step> {
         let phase = state.current_phase;
         let nodes = Self::nodes(state);
@@ -97,7 +152,11 @@ impl Orchestrator<'_> {
             let start = |id: String| {
                 let tx = tx.clone();
                 scope.spawn(move || {
-                    let r = self.attempt(&id);
+                    let r = if self.remote {
+                        self.attempt_remote(&id)
+                    } else {
+                        self.attempt(&id)
+                    };
                     let _ = tx.send((id, r));
                 });
             };
@@ -233,41 +292,12 @@ impl Orchestrator<'_> {
             Err(outcome) => return Ok(Attempt::Stop(outcome)),
         };
         let head = self.git.head(&wt)?;
-        let state = self.store().state()?;
-        let book = Book::of(&state);
-        let attempt = book.attempts.get(id).copied().unwrap_or(0) + 1;
-        // A person's review comments join the findings before they are marked delivered: a
-        // crash between the two hands them over again, never loses them (and never twice: a
-        // finding already there is not added again).
-        let waiting = crate::review::waiting(self.store(), id)?;
-        let mut findings = book.findings(id).to_vec();
-        for c in &waiting {
-            let f = c.as_finding();
-            if !findings.contains(&f) {
-                findings.push(f);
-            }
-        }
-        let last_error = book.last_error(id).map(str::to_string);
-        let mut updates = Vec::new();
-        if !waiting.is_empty() {
-            updates.push(book::set_for(Entry::Findings, id, json!(findings)));
-        }
-        self.update(
-            vec![
-                book::set_for(
-                    Entry::Running,
-                    id,
-                    json!({"attempt": attempt, "head": head, "since": metash_store::log::now()}),
-                ),
-                book::set_for(Entry::Attempts, id, json!(attempt)),
-            ]
-            .into_iter()
-            .chain(updates)
-            .collect(),
-        )?;
-        if !waiting.is_empty() {
-            crate::review::take(self.store(), id, "executor")?;
-        }
+        let Begun {
+            state,
+            attempt,
+            findings,
+            last_error,
+        } = self.begin_attempt(id, &head)?;
         self.progress(
             &format!("task {id}: executing (attempt {attempt})"),
             LogLevel::Info,
@@ -307,13 +337,21 @@ impl Orchestrator<'_> {
         state: &SessionState,
         data: &str,
     ) -> Result<Attempt> {
-        if let Err(why) = apply_files(wt, data) {
-            return self.fail_attempt(id, wt, head, why);
+        match commit_response(self, id, wt, data)? {
+            Err(why) => self.fail_attempt(id, wt, head, why),
+            Ok(sha) => self.record_complete(id, state, sha, data),
         }
-        let title = title_of(state, id);
+    }
+
+    /// Records task `id` complete with `sha` (its new commit, if it made one).
+    pub(crate) fn record_complete(
+        &self,
+        id: &str,
+        state: &SessionState,
+        sha: Option<String>,
+        data: &str,
+    ) -> Result<Attempt> {
         let summary = summary_of(data);
-        let message = format!("metash: task {id}: {title}\n\n{summary}");
-        let sha = self.git.commit_all(wt, message.trim_end())?;
         let mut commits: Vec<String> = state
             .task(id)
             .and_then(|t| t.commits.clone())
@@ -342,7 +380,7 @@ impl Orchestrator<'_> {
     }
 
     /// The executor asked a person: its changes are dropped and the attempt does not count.
-    fn attempt_checkpoint(
+    pub(crate) fn attempt_checkpoint(
         &self,
         id: &str,
         wt: &Path,
@@ -368,7 +406,13 @@ impl Orchestrator<'_> {
     }
 
     /// Resets the worktree to where the attempt started and records the failure.
-    fn fail_attempt(&self, id: &str, wt: &Path, head: &str, why: String) -> Result<Attempt> {
+    pub(crate) fn fail_attempt(
+        &self,
+        id: &str,
+        wt: &Path,
+        head: &str,
+        why: String,
+    ) -> Result<Attempt> {
         self.git.reset_to(wt, head)?;
         self.update(vec![
             book::task_set(id, "status", json!(TaskStatus::Failed)),
@@ -380,7 +424,10 @@ impl Orchestrator<'_> {
 
     /// The task's worktree, clean, holding the work of every dependency not yet merged into the
     /// project. `Err(outcome)` when merging a dependency conflicts (a checkpoint for a person).
-    fn prepare_worktree(&self, id: &str) -> Result<std::result::Result<PathBuf, RunOutcome>> {
+    pub(crate) fn prepare_worktree(
+        &self,
+        id: &str,
+    ) -> Result<std::result::Result<PathBuf, RunOutcome>> {
         let workspace = self.workspace();
         let state = self.store().state()?;
         let book = Book::of(&state);
@@ -433,6 +480,24 @@ impl Orchestrator<'_> {
         }
         Ok(Ok(wt))
     }
+}
+
+/// The executor's files applied to the worktree and committed: the commit (`None`: nothing
+/// changed), or why the files could not be applied (the attempt fails).
+pub(crate) fn commit_response(
+    orch: &Orchestrator<'_>,
+    id: &str,
+    wt: &Path,
+    data: &str,
+) -> Result<std::result::Result<Option<String>, String>> {
+    if let Err(why) = apply_files(wt, data) {
+        return Ok(Err(why));
+    }
+    let state = orch.store().state()?;
+    let title = title_of(&state, id);
+    let summary = summary_of(data);
+    let message = format!("metash: task {id}: {title}\n\n{summary}");
+    Ok(Ok(orch.git.commit_all(wt, message.trim_end())?))
 }
 
 pub(crate) fn title_of(state: &SessionState, id: &str) -> String {

@@ -18,12 +18,15 @@ mod merge;
 pub mod plan;
 mod planning;
 pub mod prompts;
+mod remote;
 pub mod reply;
 pub mod review;
 mod rollback;
 pub mod schedule;
 pub mod status;
 mod verify;
+#[cfg(unix)]
+pub mod worker;
 
 pub use book::{Book, Halt};
 pub use config::OrchestratorConfig;

@@ -91,6 +91,8 @@ log_kinds! {
     TaskCompletionRefused => "task_completion_refused",
     /// Expired leases returned to ready by the reaper.
     LeasesExpired => "leases_expired",
+    /// Queued tasks withdrawn by the coordinator (their task is queued again).
+    TasksCancelled => "tasks_cancelled",
     /// A grant, by the host only: `{capability, expires_at, duration_s, sensitive, source}`.
     ConsentGrant => "consent_grant",
     /// A revocation, by the host only: `{capability, revoked: [{capability, expires_at}], source}`.

@@ -135,6 +135,11 @@ impl Store {
         self
     }
 
+    /// The server holding this project's store, if it is on one.
+    pub fn server(&self) -> Option<&pg::store::PgStore> {
+        self.pg.as_deref()
+    }
+
     /// Whether this project's store is on a PostgreSQL server (its project name), not in files.
     pub fn server_project(&self) -> Option<&str> {
         self.pg.as_deref().map(pg::store::PgStore::project)

@@ -43,17 +43,17 @@ const LEASE: Duration = Duration::from_secs(30);
 fn migrations_apply_once_and_a_newer_schema_is_refused() {
     let Some(pg) = server() else { return };
     let mut c = client(&pg);
-    // Again, and from two connections at once: still version 1, each version applied once.
+    // Again, and from two connections at once: the latest version, each applied once.
     let mut other = pg::connect(&pg.url("postgres"), None).unwrap();
     let t = std::thread::spawn(move || pg::migrate(&mut other).unwrap());
-    assert_eq!(pg::migrate(c.client()).unwrap(), 2);
-    assert_eq!(t.join().unwrap(), 2);
+    assert_eq!(pg::migrate(c.client()).unwrap(), 3);
+    assert_eq!(t.join().unwrap(), 3);
     let n: i64 = c
         .client()
         .query_one("SELECT count(*) FROM metash.migrations", &[])
         .unwrap()
         .get(0);
-    assert_eq!(n, 2);
+    assert_eq!(n, 3);
     c.client()
         .execute(
             "INSERT INTO metash.migrations (version, name) VALUES (99, 'future')",
@@ -370,4 +370,50 @@ fn a_database_restart_loses_nothing_committed() {
     let n = lease::counts(&mut c, "p").unwrap();
     assert_eq!((n.done, n.ready), (1, 1));
     log::verify(&mut c, "p").unwrap();
+}
+
+#[test]
+fn a_withdrawn_turn_loses_its_lease_and_its_completion_is_refused() {
+    let Some(pg) = server() else { return };
+    let mut c = client(&pg);
+    lease::enqueue(
+        &mut c,
+        "p",
+        &[task("t#1", &[]), task("t#2", &[]), task("u#1", &[])],
+    )
+    .unwrap();
+    let held = lease::claim(&mut c, "p", "w", &[], 1, LEASE)
+        .unwrap()
+        .remove(0);
+    assert_eq!(held.task, "t#1");
+    let gone = lease::cancel(&mut c, "p", "t#").unwrap();
+    assert_eq!(gone, vec!["t#1".to_string(), "t#2".to_string()]);
+    assert_eq!(
+        lease::heartbeat(&mut c, "p", &[("t#1".into(), held.token)], LEASE).unwrap(),
+        vec!["t#1".to_string()]
+    );
+    assert!(matches!(
+        lease::complete(
+            &mut c,
+            "p",
+            "t#1",
+            held.token,
+            Outcome::Done,
+            &json!({}),
+            &[]
+        ),
+        Err(StoreError::LeaseLost(_))
+    ));
+    // Only the other task is left to claim.
+    let rest = lease::claim(&mut c, "p", "w", &[], 5, LEASE).unwrap();
+    assert_eq!(
+        rest.iter().map(|l| l.task.as_str()).collect::<Vec<_>>(),
+        vec!["u#1"]
+    );
+    // `_` and `%` in a prefix are matched as themselves.
+    lease::enqueue(&mut c, "p", &[task("a_b#1", &[]), task("axb#1", &[])]).unwrap();
+    assert_eq!(
+        lease::cancel(&mut c, "p", "a_b#").unwrap(),
+        vec!["a_b#1".to_string()]
+    );
 }

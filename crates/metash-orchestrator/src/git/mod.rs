@@ -631,6 +631,30 @@ impl Git {
     }
 
     /// Commits every change in `dir` except `.meta/`; `None` when there was nothing to commit.
+    /// `git bundle create` of `range` (a branch, with its whole history, or `a..b`): the bytes,
+    /// which carry commits between machines through the store's server.
+    pub fn bundle(&self, dir: &Path, range: &str) -> Result<Vec<u8>> {
+        let file = bundle_file();
+        let path = file.to_string_lossy().into_owned();
+        let made = self.run(dir, &["bundle", "create", "--quiet", &path, range]);
+        let bytes = made.and_then(|_| {
+            std::fs::read(&file).map_err(|e| OrchestratorError::io(file.display().to_string(), e))
+        });
+        let _ = std::fs::remove_file(&file);
+        bytes
+    }
+
+    /// Fetches `refspec` from a bundle's `bytes` into the repository of `dir`.
+    pub fn fetch_bundle(&self, dir: &Path, bytes: &[u8], refspec: &str) -> Result<()> {
+        let file = bundle_file();
+        std::fs::write(&file, bytes)
+            .map_err(|e| OrchestratorError::io(file.display().to_string(), e))?;
+        let path = file.to_string_lossy().into_owned();
+        let fetched = self.run(dir, &["fetch", "--quiet", &path, refspec]);
+        let _ = std::fs::remove_file(&file);
+        fetched.map(drop)
+    }
+
     pub fn commit_all(&self, dir: &Path, message: &str) -> Result<Option<String>> {
         if let Some(repo) = self.repo(dir) {
             return libgit::commit_all(&repo, message)
@@ -661,4 +685,9 @@ impl Git {
         }
         Ok(Merge::Conflict { files })
     }
+}
+
+/// A fresh temporary path for a bundle.
+fn bundle_file() -> PathBuf {
+    std::env::temp_dir().join(format!("metash-{}.bundle", uuid::Uuid::new_v4().simple()))
 }

@@ -424,6 +424,63 @@ pub fn reap(db: &mut Db, project: &str) -> Result<Vec<String>> {
     Ok(ids)
 }
 
+/// Withdraws the queued or leased tasks whose ids start with `prefix` (an earlier attempt's
+/// turn, queued again by a coordinator that restarted): a worker holding one loses its lease at
+/// its next heartbeat, and its completion is refused. Returns them.
+///
+/// # Errors
+/// The database.
+pub fn cancel(db: &mut Db, project: &str, prefix: &str) -> Result<Vec<String>> {
+    let Db { client, s, .. } = db;
+    let mut tx = client.transaction()?;
+    let pattern = format!(
+        "{}%",
+        prefix
+            .replace('\\', "\\\\")
+            .replace('%', "\\%")
+            .replace('_', "\\_")
+    );
+    let rows = tx.query(
+        "UPDATE metash.tasks
+         SET state = 'failed', result = '{\"cancelled\": true}', lease_token = NULL,
+             lease_worker = NULL, lease_expires = NULL
+         WHERE project = $1 AND id LIKE $2 AND state IN ('ready', 'leased')
+         RETURNING id",
+        &[&project, &pattern],
+    )?;
+    let ids: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    if !ids.is_empty() {
+        log::append(
+            &mut tx,
+            s,
+            project,
+            &[NewEvent::new(
+                LogKind::TasksCancelled,
+                None,
+                json!({"tasks": ids}),
+            )],
+        )?;
+    }
+    tx.commit()?;
+    Ok(ids)
+}
+
+/// Task `id`'s state, payload and result, if it is queued.
+///
+/// # Errors
+/// The database.
+pub fn state_of(
+    db: &mut Db,
+    project: &str,
+    id: &str,
+) -> Result<Option<(String, Value, Option<Value>)>> {
+    let row = db.client().query_opt(
+        "SELECT state, payload, result FROM metash.tasks WHERE project = $1 AND id = $2",
+        &[&project, &id],
+    )?;
+    Ok(row.map(|r| (r.get(0), r.get(1), r.get(2))))
+}
+
 /// How many of `project`'s tasks are in each state.
 ///
 /// # Errors

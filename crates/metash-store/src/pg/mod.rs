@@ -23,6 +23,7 @@ pub const PASSWORD_ENV: &str = "METASH_STORE_PASSWORD";
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "init", include_str!("../../migrations/0001_init.sql")),
     (2, "store", include_str!("../../migrations/0002_store.sql")),
+    (3, "blobs", include_str!("../../migrations/0003_blobs.sql")),
 ];
 
 /// An arbitrary fixed key for `pg_advisory_xact_lock`: two processes migrating at once take

@@ -80,6 +80,45 @@ impl PgStore {
         format!("postgres:{}", self.project).into()
     }
 
+    /// Runs `f` on one of this store's connections (the lease protocol's calls, for one).
+    ///
+    /// # Errors
+    /// What `f` returns; no connection.
+    pub fn db<T>(&self, f: impl FnOnce(&mut Db) -> Result<T>) -> Result<T> {
+        self.with_db(f)
+    }
+
+    /// Keeps `bytes` under `name` (a git bundle moving between machines).
+    ///
+    /// # Errors
+    /// The database.
+    pub fn put_blob(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        let project = self.project.clone();
+        self.with_db(|db| {
+            db.client().execute(
+                "INSERT INTO metash.blobs (project, name, bytes) VALUES ($1, $2, $3)
+                 ON CONFLICT (project, name) DO UPDATE SET bytes = EXCLUDED.bytes",
+                &[&project, &name, &bytes],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// The bytes kept under `name`.
+    ///
+    /// # Errors
+    /// The database.
+    pub fn get_blob(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let project = self.project.clone();
+        self.with_db(|db| {
+            let row = db.client().query_opt(
+                "SELECT bytes FROM metash.blobs WHERE project = $1 AND name = $2",
+                &[&project, &name],
+            )?;
+            Ok(row.map(|r| r.get(0)))
+        })
+    }
+
     /// Runs `f` on a pooled connection; a connection the server closed is not kept.
     fn with_db<T>(&self, f: impl FnOnce(&mut Db) -> Result<T>) -> Result<T> {
         let pooled = self.pool.lock().ok().and_then(|mut p| p.pop());

@@ -18,6 +18,8 @@ mod orchestrator;
 mod policy;
 mod serve;
 mod store;
+#[cfg(unix)]
+mod worker;
 
 /// What every command gets besides its own arguments.
 #[derive(Debug, Clone)]
@@ -45,6 +47,9 @@ pub enum Command {
     Onboard(onboard::OnboardCommand),
     #[command(flatten)]
     Auth(auth::AuthCommand),
+    #[cfg(unix)]
+    #[command(flatten)]
+    Worker(worker::WorkerCommand),
 }
 
 pub fn run(command: Command, ctx: &Ctx) -> anyhow::Result<ExitCode> {
@@ -57,5 +62,7 @@ pub fn run(command: Command, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         Command::Host(c) => host::run(c, ctx),
         Command::Onboard(c) => onboard::run(c, ctx),
         Command::Auth(c) => auth::run(c, ctx),
+        #[cfg(unix)]
+        Command::Worker(c) => worker::run(c, ctx),
     }
 }

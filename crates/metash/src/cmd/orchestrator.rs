@@ -43,6 +43,10 @@ pub struct RunArgs {
     /// Continue a halted session: reset gapCount and attempt counters, retry the failed tasks.
     #[arg(long)]
     retry: bool,
+    /// Executor turns are run by `metash worker`s on any machine, through the project's
+    /// PostgreSQL store ([store] url); this process plans, verifies and merges.
+    #[arg(long)]
+    workers: bool,
     #[command(flatten)]
     host: HostArgs,
 }
@@ -68,6 +72,7 @@ fn run_loop(args: RunArgs, ctx: &Ctx) -> Result<ExitCode> {
         max_phases: args.max_phases,
         answer: args.answer,
         retry: args.retry,
+        workers: args.workers,
     };
     let mut outcome = orch.run(&options)?;
     // At a terminal, a checkpoint is asked and answered in place; scripts get exit code 4.

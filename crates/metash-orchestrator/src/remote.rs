@@ -1,0 +1,170 @@
+//! Tasks run by `metash worker`s (`metash run --workers`, the store on PostgreSQL; see
+//! docs/scale-out.md). The coordinator keeps the loop exactly as it is when it runs tasks
+//! itself: it plans, prepares each task's worktree (merging its dependencies), records the
+//! attempt, verifies and merges. Only the executor's turn moves: the task's base goes to the
+//! server as a git bundle with the task in the lease queue, a worker on any machine runs the
+//! executor on it and returns the response and its commit as a bundle, and the coordinator
+//! fast-forwards the task's branch to it and records the task as it would have.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use metash_protocol::{AgentResponse, AgentStatus, LogLevel};
+use metash_store::pg::lease::{self, TaskSpec};
+use metash_store::pg::store::PgStore;
+use serde_json::{json, Value};
+
+use crate::engine::{branch_of, Orchestrator};
+use crate::error::{OrchestratorError, Result};
+use crate::execute::{Attempt, Begun};
+
+/// How often the coordinator looks at a queued task.
+const POLL: Duration = Duration::from_millis(100);
+/// How often it returns expired leases to the queue while it waits.
+const REAP_EVERY: Duration = Duration::from_secs(1);
+
+/// The bundle of a queued task's base, and of a worker's result, on the server.
+pub(crate) fn base_blob(qid: &str) -> String {
+    format!("base/{qid}")
+}
+
+pub(crate) fn result_blob(qid: &str) -> String {
+    format!("result/{qid}")
+}
+
+impl Orchestrator<'_> {
+    /// The server this project's store is on (workers need one).
+    pub(crate) fn server(&self) -> Result<&PgStore> {
+        self.store().server().ok_or_else(|| {
+            OrchestratorError::Refused(
+                "--workers needs the store on PostgreSQL ([store] url in .meta/config.toml)".into(),
+            )
+        })
+    }
+
+    /// One attempt at task `id`, its executor turn run by a worker.
+    pub(crate) fn attempt_remote(&self, id: &str) -> Result<Attempt> {
+        let server = self.server()?;
+        let wt = match self.prepare_worktree(id)? {
+            Ok(wt) => wt,
+            Err(outcome) => return Ok(Attempt::Stop(outcome)),
+        };
+        let head = self.git.head(&wt)?;
+        let begun = self.begin_attempt(id, &head)?;
+        // A turn an earlier run queued for this task (it was killed waiting) is withdrawn: only
+        // the turn queued now may complete it.
+        let stale = server.db(|db| lease::cancel(db, server.project(), &format!("{id}#")))?;
+        if !stale.is_empty() {
+            self.progress(
+                &format!(
+                    "task {id}: withdrew {} turn(s) an earlier run queued",
+                    stale.len()
+                ),
+                LogLevel::Warn,
+            );
+        }
+        let qid = format!("{id}#{}", uuid::Uuid::new_v4().simple());
+        let bundle = self.git.bundle(&wt, &branch_of(id))?;
+        server.put_blob(&base_blob(&qid), &bundle)?;
+        let payload = json!({
+            "task": id,
+            "attempt": begun.attempt,
+            "head": head,
+            "findings": begun.findings,
+            "lastError": begun.last_error,
+        });
+        server.db(|db| {
+            lease::enqueue(
+                db,
+                server.project(),
+                &[TaskSpec {
+                    id: qid.clone(),
+                    deps: Vec::new(),
+                    labels: Vec::new(),
+                    payload,
+                }],
+            )
+        })?;
+        self.progress(
+            &format!("task {id}: queued for a worker (attempt {})", begun.attempt),
+            LogLevel::Info,
+        );
+        let result = self.wait_for(server, &qid)?;
+        self.settle_remote(id, &qid, &wt, &head, &begun, &result)
+    }
+
+    /// Waits until a worker completes `qid`; its result. Meanwhile returns expired leases to the
+    /// queue, so a worker that died does not hold the task.
+    fn wait_for(&self, server: &PgStore, qid: &str) -> Result<Value> {
+        let mut reaped = Instant::now();
+        loop {
+            let row = server.db(|db| lease::state_of(db, server.project(), qid))?;
+            if let Some((state, _, result)) = row {
+                if state == "done" || state == "failed" {
+                    return Ok(result.unwrap_or(Value::Null));
+                }
+            }
+            if reaped.elapsed() >= REAP_EVERY {
+                server.db(|db| lease::reap(db, server.project()))?;
+                reaped = Instant::now();
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// What the worker's response means, as [`Orchestrator::attempt`] would have taken it.
+    fn settle_remote(
+        &self,
+        id: &str,
+        qid: &str,
+        wt: &Path,
+        head: &str,
+        begun: &Begun,
+        result: &Value,
+    ) -> Result<Attempt> {
+        let response: AgentResponse = match serde_json::from_value(result["response"].clone()) {
+            Ok(r) => r,
+            Err(e) => {
+                let why = format!("the worker's result is not a response: {e}");
+                return self.fail_attempt(id, wt, head, why);
+            }
+        };
+        let worker = result["worker"].as_str().unwrap_or("a worker");
+        match response.status {
+            AgentStatus::Success => {
+                let sha = match result["bundle"].as_str() {
+                    Some(name) => {
+                        let bytes = self.server()?.get_blob(name)?.ok_or_else(|| {
+                            OrchestratorError::Refused(format!(
+                                "the worker's bundle {name} is gone"
+                            ))
+                        })?;
+                        let tip = format!("refs/metash/result/{}", qid.replace('#', "-"));
+                        self.git.fetch_bundle(
+                            wt,
+                            &bytes,
+                            &format!("+refs/heads/{}:{tip}", branch_of(id)),
+                        )?;
+                        self.git.run(wt, &["merge", "--ff-only", "--quiet", &tip])?;
+                        let new = self.git.head(wt)?;
+                        (new != head).then_some(new)
+                    }
+                    None => None,
+                };
+                self.progress(&format!("task {id}: done by {worker}"), LogLevel::Info);
+                self.record_complete(id, &begun.state, sha, &response.data)
+            }
+            AgentStatus::Error | AgentStatus::Timeout => {
+                let why = format!(
+                    "executor on {worker} {}: {}",
+                    crate::planning::status_word(response.status),
+                    crate::planning::clip(&response.data)
+                );
+                self.fail_attempt(id, wt, head, why)
+            }
+            AgentStatus::Checkpoint => {
+                self.attempt_checkpoint(id, wt, head, begun.attempt, &response)
+            }
+        }
+    }
+}
