@@ -11,6 +11,9 @@
 //! - the **verifier** checks each task's file and returns a JSON verdict with findings.
 //!
 //! Tasks it does not know (generated plans in tests) get `tasks/<id>.txt` holding their title.
+//! A context that holds a ```` ```plan ```` block (`{"phases": [[task, …], …]}`) is planned as it
+//! says, phase by phase, without the language question: how tests give the whole stack a plan of
+//! their own (hundreds of tasks for the workers' fault test).
 //! The logic is plain functions so tests and benchmarks can run it in-process.
 
 use std::path::Path;
@@ -62,11 +65,30 @@ fn language(req: &Value, resume: Option<&Value>) -> Option<String> {
         .map(str::to_ascii_lowercase)
 }
 
+/// The plan a context gives in a ```` ```plan ```` block, if it gives one.
+fn given_plan(prompt: &str) -> Option<Value> {
+    let start = prompt.find("```plan\n")? + "```plan\n".len();
+    let end = start + prompt[start..].find("```")?;
+    serde_json::from_str(&prompt[start..end]).ok()
+}
+
 /// The planner.
 pub fn planner(prompt: &str, resume: Option<&Value>) -> Reply {
     let Some(req) = request(prompt) else {
         return Reply::Error("the prompt holds no request block".into());
     };
+    if let Some(plan) = given_plan(prompt) {
+        let phase = req.get("phase").and_then(Value::as_u64).unwrap_or(1);
+        let tasks = usize::try_from(phase.saturating_sub(1))
+            .ok()
+            .and_then(|i| plan.get("phases")?.get(i).cloned())
+            .unwrap_or_else(|| json!([]));
+        let done = tasks.as_array().is_none_or(Vec::is_empty);
+        return Reply::Output(format!(
+            "Here is the plan for phase {phase}, as the context gives it:\n```json\n{}\n```",
+            json!({"tasks": tasks, "done": done})
+        ));
+    }
     if language(&req, resume).is_none() {
         return Reply::Checkpoint {
             reason: CheckpointReason::DecisionRequired,

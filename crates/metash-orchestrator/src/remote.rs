@@ -22,6 +22,8 @@ use crate::execute::{Attempt, Begun};
 const POLL: Duration = Duration::from_millis(100);
 /// How often it returns expired leases to the queue while it waits.
 const REAP_EVERY: Duration = Duration::from_secs(1);
+/// How long the server may be away (a restart, a partition) before a wait gives up.
+const OUTAGE: Duration = Duration::from_secs(120);
 
 /// The bundle of a queued task's base, and of a worker's result, on the server.
 pub(crate) fn base_blob(qid: &str) -> String {
@@ -95,20 +97,29 @@ impl Orchestrator<'_> {
 
     /// Waits until a worker completes `qid`; its result. Meanwhile returns expired leases to the
     /// queue, so a worker that died does not hold the task.
+    ///
+    /// The server may be away for a while (restarted, out of reach): the wait goes on, and
+    /// gives up only after [`OUTAGE`] without an answer.
     fn wait_for(&self, server: &PgStore, qid: &str) -> Result<Value> {
         let mut reaped = Instant::now();
+        let mut answered = Instant::now();
         loop {
-            let row = server.db(|db| lease::state_of(db, server.project(), qid))?;
+            std::thread::sleep(POLL);
+            let row = match server.db(|db| lease::state_of(db, server.project(), qid)) {
+                Ok(row) => row,
+                Err(e) if answered.elapsed() >= OUTAGE => return Err(e.into()),
+                Err(_) => continue,
+            };
+            answered = Instant::now();
             if let Some((state, _, result)) = row {
                 if state == "done" || state == "failed" {
                     return Ok(result.unwrap_or(Value::Null));
                 }
             }
             if reaped.elapsed() >= REAP_EVERY {
-                server.db(|db| lease::reap(db, server.project()))?;
+                let _ = server.db(|db| lease::reap(db, server.project()));
                 reaped = Instant::now();
             }
-            std::thread::sleep(POLL);
         }
     }
 

@@ -40,6 +40,8 @@ pub struct Postgres {
     /// The directory holding the cluster and its socket (made readable by the server's user).
     pub dir: PathBuf,
     pub port: u16,
+    /// Addresses it listens on besides 127.0.0.1 (a test's own network namespaces).
+    also: Vec<String>,
     child: Option<Child>,
     _tmp: tempfile_dir::Dir,
 }
@@ -119,6 +121,7 @@ impl Postgres {
             data,
             dir,
             port: free_port(),
+            also: Vec::new(),
             child: None,
             _tmp: tmp,
         };
@@ -140,7 +143,14 @@ impl Postgres {
         let child = as_server_user(&self.bin.join("postgres"))
             .arg("-D")
             .arg(&self.data)
-            .args(["-c", "listen_addresses=127.0.0.1"])
+            .args([
+                "-c",
+                &format!("listen_addresses={}", {
+                    let mut all = vec!["127.0.0.1".to_string()];
+                    all.extend(self.also.iter().cloned());
+                    all.join(",")
+                }),
+            ])
             .args(["-c", &format!("port={}", self.port)])
             .args([
                 "-c",
@@ -178,6 +188,24 @@ impl Postgres {
             std::thread::sleep(Duration::from_millis(50));
         }
         Err("postgres did not accept connections within 30 s".into())
+    }
+
+    /// Also listens on `addr`, and trusts clients from `cidr` (a veth link to a network
+    /// namespace the test made, as another machine would reach the server); restarts it.
+    ///
+    /// # Errors
+    /// pg_hba.conf cannot be written, or the server does not come back.
+    pub fn listen_also(&mut self, addr: &str, cidr: &str) -> Result<(), String> {
+        use std::io::Write;
+        let hba = self.data.join("pg_hba.conf");
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&hba)
+            .map_err(|e| format!("{}: {e}", hba.display()))?;
+        writeln!(f, "host all all {cidr} trust").map_err(|e| e.to_string())?;
+        self.also.push(addr.to_string());
+        self.stop();
+        self.restart()
     }
 
     /// Stops the server: SIGINT, PostgreSQL's fast shutdown (it ends every session).

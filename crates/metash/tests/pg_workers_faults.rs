@@ -1,0 +1,418 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Issue 17's fault test. A plan of 200 small tasks with dependencies is run by a coordinator
+//! (`metash run --workers`) and four `metash worker`s, one of them in a network namespace of its
+//! own that reaches the server over a veth link, as another machine would. Meanwhile the test:
+//! - kills random workers with SIGKILL (at least 30 times), starting each again;
+//! - cuts the namespaced worker's link for longer than a lease;
+//! - restarts PostgreSQL once;
+//! - runs two of the workers under one name, as a worker started twice would.
+//!
+//! The plan must end with every task complete exactly once, its commit in git, the log's hash
+//! chain verifying, and no turn's completion recorded twice. The figures are printed.
+#![cfg(target_os = "linux")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use metash_testkit::postgres::{prerequisites, Postgres};
+use serde_json::Value;
+
+const TASKS: usize = 200;
+const KILLS: usize = 30;
+const LEASE_S: &str = "3";
+
+fn metash(ws: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_metash"))
+        .arg("-C")
+        .arg(ws)
+        .args(args)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn ok(ws: &Path, args: &[&str]) -> String {
+    let out = metash(ws, args);
+    assert!(
+        out.status.success(),
+        "metash {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn run(cmd: &str, args: &[&str]) -> Result<(), String> {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{cmd}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{cmd} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// A network namespace joined to this one by a veth pair: 10.231.N.1 here, .2 there.
+struct Netns {
+    name: String,
+    here: String,
+}
+
+impl Netns {
+    fn make(n: u32) -> Result<Self, String> {
+        let tag = std::process::id() % 100_000;
+        let ns = Self {
+            name: format!("metash-w{tag}"),
+            here: format!("mtw{tag}a"),
+        };
+        let there = format!("mtw{tag}b");
+        run("ip", &["netns", "add", &ns.name])?;
+        run(
+            "ip",
+            &[
+                "link", "add", &ns.here, "type", "veth", "peer", "name", &there,
+            ],
+        )?;
+        run("ip", &["link", "set", &there, "netns", &ns.name])?;
+        run(
+            "ip",
+            &["addr", "add", &format!("10.231.{n}.1/24"), "dev", &ns.here],
+        )?;
+        run("ip", &["link", "set", &ns.here, "up"])?;
+        let inside = |args: &[&str]| {
+            let mut all = vec!["netns", "exec", &ns.name, "ip"];
+            all.extend_from_slice(args);
+            run("ip", &all)
+        };
+        inside(&["addr", "add", &format!("10.231.{n}.2/24"), "dev", &there])?;
+        inside(&["link", "set", &there, "up"])?;
+        inside(&["link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    fn link(&self, up: bool) {
+        run(
+            "ip",
+            &["link", "set", &self.here, if up { "up" } else { "down" }],
+        )
+        .unwrap();
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = run("ip", &["link", "del", &self.here]);
+        let _ = run("ip", &["netns", "del", &self.name]);
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@localhost"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// 200 tasks in one phase; each after its parent in a binary tree (depth 8).
+fn context() -> String {
+    let tasks: Vec<Value> = (0..TASKS)
+        .map(|i| {
+            let deps: Vec<String> = if i == 0 {
+                vec![]
+            } else {
+                vec![format!("t{:03}", (i - 1) / 2)]
+            };
+            serde_json::json!({"id": format!("t{i:03}"), "title": format!("task {i}"),
+                               "dependencies": deps})
+        })
+        .collect();
+    format!(
+        "# Fan-out\n\nMany small tasks.\n\n```plan\n{}\n```\n",
+        serde_json::json!({"phases": [tasks]})
+    )
+}
+
+/// A workspace with the example's agents and config under `[store] url`.
+fn set_up(ws: &Path, url: &str) {
+    std::fs::create_dir_all(ws.join(".meta")).unwrap();
+    metash_testkit::greetings::copy_into(ws);
+    let example = std::fs::read_to_string(ws.join(".meta/config.toml")).unwrap();
+    std::fs::write(
+        ws.join(".meta/config.toml"),
+        format!("[store]\nurl = \"{url}\"\nproject = \"fanout\"\n\n{example}"),
+    )
+    .unwrap();
+}
+
+/// One worker: its clone, and (for one) the namespace it runs in.
+struct Slot {
+    id: String,
+    ws: PathBuf,
+    netns: Option<String>,
+    child: Option<Child>,
+}
+
+impl Slot {
+    fn start(&mut self) {
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns])
+                    .arg(env!("CARGO_BIN_EXE_metash"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_metash")),
+        };
+        let child = cmd
+            .arg("-C")
+            .arg(&self.ws)
+            .args([
+                "worker",
+                "--id",
+                &self.id,
+                "--slots",
+                "2",
+                "--lease-seconds",
+                LEASE_S,
+            ])
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A small deterministic sequence for the chaos (no crate needed).
+fn next(seed: &mut u64) -> u64 {
+    *seed = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    *seed >> 33
+}
+
+#[test]
+fn two_hundred_tasks_survive_kills_a_partition_and_a_database_restart() {
+    let bin = match prerequisites() {
+        Ok(b) => b,
+        Err(why) => return metash_testkit::skip("workers fault test", &why),
+    };
+    // SAFETY: geteuid has no arguments and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return metash_testkit::skip("workers fault test", "network namespaces need root");
+    }
+    let net = 10 + std::process::id() % 200;
+    let ns = Netns::make(net).unwrap();
+    let mut server = Postgres::start(&bin).unwrap();
+    server
+        .listen_also(&format!("10.231.{net}.1"), &format!("10.231.{net}.0/24"))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let coord = dir.path().join("coordinator");
+    std::fs::create_dir_all(coord.join(".meta")).unwrap();
+    git(&coord, &["init", "-q"]);
+    git(
+        &coord,
+        &["commit", "-q", "--allow-empty", "-m", "empty project"],
+    );
+    let local_url = server.url("postgres");
+    std::fs::write(
+        coord.join(".meta/config.toml"),
+        format!("[store]\nurl = \"{local_url}\"\nproject = \"fanout\"\n"),
+    )
+    .unwrap();
+    let ctx = dir.path().join("vision.md");
+    std::fs::write(&ctx, context()).unwrap();
+    ok(&coord, &["init", "--context", ctx.to_str().unwrap()]);
+    set_up(&coord, &local_url);
+    for (agent, cap) in [
+        ("executor", "files.read"),
+        ("executor", "files.write"),
+        ("verifier", "files.read"),
+    ] {
+        ok(&coord, &["consent", "grant", agent, cap]);
+    }
+    let far_url = format!("postgres://metash@10.231.{net}.1:{}/postgres", server.port);
+    let mut slots: Vec<Slot> = (1..=4)
+        .map(|i| {
+            let ws = dir.path().join(format!("w{i}"));
+            run(
+                "git",
+                &["clone", "-q", coord.to_str().unwrap(), ws.to_str().unwrap()],
+            )
+            .unwrap();
+            let far = i == 4;
+            set_up(&ws, if far { &far_url } else { &local_url });
+            Slot {
+                // Two processes share the name w1, as a worker started twice would.
+                id: format!("w{}", if i == 2 { 1 } else { i }),
+                ws,
+                netns: far.then(|| ns.name.clone()),
+                child: None,
+            }
+        })
+        .collect();
+    for s in &mut slots {
+        s.start();
+    }
+
+    // The coordinator runs (again after the database restart takes it down, as an operator
+    // would run it again) while the chaos goes on.
+    let done = Arc::new(AtomicBool::new(false));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let coordinator = {
+        let (coord, done, runs) = (coord.clone(), Arc::clone(&done), Arc::clone(&runs));
+        std::thread::spawn(move || {
+            let mut last = String::new();
+            for _ in 0..8 {
+                runs.fetch_add(1, Ordering::SeqCst);
+                let out = metash(&coord, &["run", "--workers", "--jobs", "16"]);
+                if out.status.success() {
+                    done.store(true, Ordering::SeqCst);
+                    return String::new();
+                }
+                last = String::from_utf8_lossy(&out.stderr).into_owned();
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            done.store(true, Ordering::SeqCst);
+            last
+        })
+    };
+    let started = Instant::now();
+    let (mut kills, mut seed) = (0usize, u64::from(std::process::id()));
+    let (mut cut, mut restarted) = (false, false);
+    let events = Mutex::new(Vec::new());
+    while !done.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(300 + next(&mut seed) % 400));
+        let t = started.elapsed();
+        if !cut && t >= Duration::from_secs(6) {
+            // The far worker is cut off for longer than a lease.
+            ns.link(false);
+            std::thread::sleep(Duration::from_secs(5));
+            ns.link(true);
+            cut = true;
+            events
+                .lock()
+                .unwrap()
+                .push(format!("link cut 5 s at {:.1} s", t.as_secs_f64()));
+        }
+        if !restarted && t >= Duration::from_secs(14) {
+            server.stop();
+            server.restart().unwrap();
+            restarted = true;
+            events
+                .lock()
+                .unwrap()
+                .push(format!("postgres restarted at {:.1} s", t.as_secs_f64()));
+        }
+        let i = usize::try_from(next(&mut seed) % 4).unwrap_or(0);
+        slots[i].kill();
+        slots[i].start();
+        kills += 1;
+    }
+    let failure = coordinator.join().unwrap();
+    for s in &mut slots {
+        s.kill();
+    }
+    let elapsed = started.elapsed();
+    assert!(failure.is_empty(), "the coordinator gave up: {failure}");
+    assert!(
+        kills >= KILLS,
+        "only {kills} kills happened before the plan ended"
+    );
+    assert!(
+        cut && restarted,
+        "the partition and the restart happened: {:?}",
+        events
+    );
+
+    check_the_plan(&coord, &local_url);
+    let mut db = metash_store::pg::Db::open(&local_url, None).unwrap();
+    let count = |db: &mut metash_store::pg::Db, kind: &str| -> i64 {
+        db.client()
+            .query_one(
+                "SELECT count(*) FROM metash.log WHERE project = 'fanout' AND kind = $1",
+                &[&kind],
+            )
+            .unwrap()
+            .get(0)
+    };
+    println!(
+        "fault test: {TASKS} tasks in {:.1} s; {kills} SIGKILLs; {}; coordinator runs {}; \
+         turns queued {}, completed {}, refused {}, withdrawn {}, lease expiries {}",
+        elapsed.as_secs_f64(),
+        events.lock().unwrap().join(", "),
+        runs.load(Ordering::SeqCst),
+        count(&mut db, "tasks_enqueued"),
+        count(&mut db, "task_completed"),
+        count(&mut db, "task_completion_refused"),
+        count(&mut db, "tasks_cancelled"),
+        count(&mut db, "leases_expired"),
+    );
+}
+
+/// Every task complete once, merged, with its one commit in git; every turn's completion
+/// recorded at most once; the chain verifying.
+fn check_the_plan(coord: &Path, url: &str) {
+    let status: Value = serde_json::from_str(&ok(coord, &["--json", "status"])).unwrap();
+    assert_eq!(status["halt"]["reason"], "complete", "{status}");
+    let tasks = status["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), TASKS);
+    for t in tasks {
+        assert_eq!(t["status"], "complete", "{t}");
+        assert_eq!(t["merged"], true, "{t}");
+        let commits = t["commits"].as_array().unwrap();
+        assert_eq!(commits.len(), 1, "one commit per task: {t}");
+        let sha = commits[0].as_str().unwrap();
+        git(coord, &["merge-base", "--is-ancestor", sha, "HEAD"]);
+        let id = t["id"].as_str().unwrap();
+        let file = git(coord, &["show", &format!("HEAD:tasks/{id}.txt")]);
+        assert_eq!(file.trim(), t["title"].as_str().unwrap());
+    }
+    let verified = ok(coord, &["log", "verify"]);
+    assert!(verified.contains("hash chain intact"), "{verified}");
+    let mut db = metash_store::pg::Db::open(url, None).unwrap();
+    let twice: i64 = db
+        .client()
+        .query_one(
+            "SELECT count(*) FROM (
+                 SELECT line::jsonb -> 'data' ->> 'task' AS qid FROM metash.log
+                 WHERE project = 'fanout' AND kind = 'task_completed'
+                 GROUP BY 1 HAVING count(*) > 1) AS d",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(twice, 0, "no turn's completion recorded twice");
+    let pending: i64 = db
+        .client()
+        .query_one(
+            "SELECT count(*) FROM metash.pending WHERE project = 'fanout'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(pending, 0, "every completion chained");
+}
