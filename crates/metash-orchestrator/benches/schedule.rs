@@ -47,6 +47,7 @@ fn dag(n: usize) -> Vec<PlannedTask> {
                 dependencies: deps,
                 phase: None,
                 expects_change: None,
+                labels: Vec::new(),
             }
         })
         .collect()

@@ -47,6 +47,8 @@ pub struct Book {
     pub last_rejection: Option<String>,
     pub resume_for: Option<ResumeFor>,
     pub halt: Option<Halt>,
+    /// What a worker must offer to run a task (only tasks that ask for something).
+    pub labels: BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -161,6 +163,10 @@ impl Book {
         self.no_change.get(id).copied().unwrap_or(false)
     }
 
+    pub fn labels_of(&self, id: &str) -> Vec<String> {
+        self.labels.get(id).cloned().unwrap_or_default()
+    }
+
     pub fn phase_of(&self, id: &str, default: u32) -> u32 {
         self.phases.get(id).copied().unwrap_or(default)
     }
@@ -213,10 +219,11 @@ pub enum Entry {
     RolledBack,
     /// The answer to the orchestrator's own checkpoint (a merge conflict's).
     LastAnswer,
+    Labels,
 }
 
 impl Entry {
-    pub const ALL: [Entry; 16] = [
+    pub const ALL: [Entry; 17] = [
         Entry::Phases,
         Entry::NoChange,
         Entry::Running,
@@ -233,6 +240,7 @@ impl Entry {
         Entry::Halt,
         Entry::RolledBack,
         Entry::LastAnswer,
+        Entry::Labels,
     ];
 
     /// The key under `variables.metash`.
@@ -254,6 +262,7 @@ impl Entry {
             Entry::Halt => "halt",
             Entry::RolledBack => "rolledBack",
             Entry::LastAnswer => "lastAnswer",
+            Entry::Labels => "labels",
         }
     }
 }

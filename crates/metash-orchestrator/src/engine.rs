@@ -419,6 +419,7 @@ impl<'a> Orchestrator<'a> {
                         dependencies: t.dependencies.clone(),
                         phase: book.phase_of(&t.id, state.current_phase),
                         expects_change: !book.expects_no_change(&t.id),
+                        labels: book.labels_of(&t.id),
                     })
                     .collect()
             })

@@ -1,8 +1,9 @@
 //! The planner's reply and the rules a plan must follow before it becomes state.
 //!
-//! A reply is `{"tasks": [{"id", "title", "dependencies", "phase"?, "expects_change"?}], "done"?:
-//! bool}` (a bare array
-//! of tasks is accepted too). **Phases** live beside the plan: `phase` defaults to the phase being
+//! A reply is `{"tasks": [{"id", "title", "dependencies", "phase"?, "expects_change"?,
+//! "labels"?}], "done"?: bool}` (a bare array of tasks is accepted too). `labels` name what a
+//! worker must offer to run the task (`metash worker --labels`), kept in
+//! `variables.metash.labels.<id>`. **Phases** live beside the plan: `phase` defaults to the phase being
 //! planned and may name a later one (planning ahead); the session's `Task` type has no phase field,
 //! so the orchestrator keeps each task's phase in `variables.metash.phases.<id>`. A task may depend
 //! on tasks of its own or an earlier phase, never on a later one.
@@ -30,6 +31,9 @@ pub struct PlannedTask {
     /// investigation). Absent: the task must change something, or it fails verification.
     #[serde(default)]
     pub expects_change: Option<bool>,
+    /// What a worker must offer to run it (`metash worker --labels`), e.g. `gpu`.
+    #[serde(default)]
+    pub labels: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -47,6 +51,8 @@ pub struct TaskNode {
     pub dependencies: Vec<String>,
     pub phase: u32,
     pub expects_change: bool,
+    /// What a worker must offer to run it.
+    pub labels: Vec<String>,
 }
 
 /// Parses the planner's `data`.
@@ -98,6 +104,18 @@ pub fn validate(
         if t.title.trim().is_empty() {
             return Err(format!("task `{}` has an empty title", t.id));
         }
+        if let Some(bad) = t.labels.iter().find(|l| {
+            l.is_empty()
+                || l.len() > MAX_ID_LEN
+                || !l
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        }) {
+            return Err(format!(
+                "task `{}` has label `{bad}`: a label is 1 to {MAX_ID_LEN} letters, digits, - _ .",
+                t.id
+            ));
+        }
         if !ids.insert(t.id.as_str()) {
             return Err(format!("duplicate task id `{}`", t.id));
         }
@@ -114,6 +132,7 @@ pub fn validate(
             dependencies: t.dependencies.clone(),
             phase: p,
             expects_change: t.expects_change.unwrap_or(true),
+            labels: t.labels.clone(),
         });
     }
     let by_id: HashMap<&str, &TaskNode> = all.iter().map(|t| (t.id.as_str(), t)).collect();

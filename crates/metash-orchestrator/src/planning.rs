@@ -178,6 +178,9 @@ impl Orchestrator<'_> {
             if !n.expects_change {
                 book_updates.push(book::set_for(Entry::NoChange, &n.id, json!(true)));
             }
+            if !n.labels.is_empty() {
+                book_updates.push(book::set_for(Entry::Labels, &n.id, json!(n.labels)));
+            }
         }
         let mut updates = vec![(
             "plan".to_string(),

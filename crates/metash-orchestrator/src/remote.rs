@@ -82,7 +82,7 @@ impl Orchestrator<'_> {
                 &[TaskSpec {
                     id: qid.clone(),
                     deps: Vec::new(),
-                    labels: Vec::new(),
+                    labels: crate::book::Book::of(&begun.state).labels_of(id),
                     payload,
                 }],
             )

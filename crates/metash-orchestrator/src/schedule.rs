@@ -145,6 +145,7 @@ mod tests {
             dependencies: deps.iter().map(|d| d.to_string()).collect(),
             phase: 1,
             expects_change: true,
+            labels: vec![],
         }
     }
 

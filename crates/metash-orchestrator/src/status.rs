@@ -32,6 +32,9 @@ pub struct StatusReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events_lost: Option<u64>,
     pub revision: u64,
+    /// With the store on PostgreSQL: the workers about, the leases held, the queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<metash_store::pg::lease::Fleet>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -100,5 +103,9 @@ pub fn report(store: &Store) -> Result<StatusReport> {
         budget,
         events_lost,
         revision: state.revision,
+        fleet: store.server().and_then(|s| {
+            s.db(|db| metash_store::pg::lease::fleet(db, s.project()))
+                .ok()
+        }),
     })
 }

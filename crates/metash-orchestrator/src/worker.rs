@@ -83,6 +83,10 @@ pub fn serve(store: &Store, opts: &WorkerOptions, stop: &AtomicBool) -> Result<W
     let results = store.meta_dir().join("worker").join(&opts.id);
     std::fs::create_dir_all(&results)
         .map_err(|e| OrchestratorError::io(results.display().to_string(), e))?;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    let _ = server.db(|db| lease::register_worker(db, &opts.id, &host, opts.slots, &opts.labels));
     let mut w = Loop {
         server,
         opts,
@@ -175,7 +179,12 @@ impl Loop<'_> {
     /// hold them by now.
     fn beat(&mut self) {
         let every = self.opts.lease / 3;
-        if self.running.is_empty() || self.last_beat.elapsed() < every {
+        if self.last_beat.elapsed() < every {
+            return;
+        }
+        if self.running.is_empty() {
+            let _ = self.server.db(|db| lease::touch_worker(db, &self.opts.id));
+            self.last_beat = Instant::now();
             return;
         }
         let held: Vec<(String, i64)> = self
@@ -190,6 +199,7 @@ impl Loop<'_> {
         {
             Ok(lost) => {
                 self.last_beat = Instant::now();
+                let _ = self.server.db(|db| lease::touch_worker(db, &self.opts.id));
                 for qid in lost {
                     self.stop_task(&qid);
                 }

@@ -191,4 +191,20 @@ fn workers_in_their_own_clones_execute_the_example_project() {
     );
     let verified = ok(&coord, &["log", "verify"]);
     assert!(verified.contains("hash chain intact"), "{verified}");
+    // `metash status` shows the workers, the leases (none left) and the queue.
+    let fleet = &status["fleet"];
+    let seen: Vec<&str> = fleet["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(seen, vec!["w1", "w2"], "{fleet}");
+    assert_eq!(fleet["queue"]["done"].as_u64(), Some(completed), "{fleet}");
+    assert!(fleet["leases"].as_array().unwrap().is_empty(), "{fleet}");
+    let text = ok(&coord, &["status"]);
+    assert!(
+        text.contains("store: PostgreSQL, project greetings") && text.contains("worker w2 on "),
+        "{text}"
+    );
 }

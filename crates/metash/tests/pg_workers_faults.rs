@@ -23,6 +23,8 @@ use serde_json::Value;
 const TASKS: usize = 200;
 const KILLS: usize = 30;
 const LEASE_S: &str = "3";
+/// Far longer than the plan takes (about a minute here): past it, something is stuck.
+const DEADLINE: Duration = Duration::from_secs(600);
 
 fn metash(ws: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_metash"))
@@ -135,8 +137,10 @@ fn context() -> String {
             } else {
                 vec![format!("t{:03}", (i - 1) / 2)]
             };
+            // Every tenth task needs a worker that offers `big` (w3 and w4 do).
+            let labels: Vec<&str> = if i % 10 == 0 { vec!["big"] } else { vec![] };
             serde_json::json!({"id": format!("t{i:03}"), "title": format!("task {i}"),
-                               "dependencies": deps})
+                               "dependencies": deps, "labels": labels})
         })
         .collect();
     format!(
@@ -162,6 +166,7 @@ struct Slot {
     id: String,
     ws: PathBuf,
     netns: Option<String>,
+    big: bool,
     child: Option<Child>,
 }
 
@@ -188,6 +193,11 @@ impl Slot {
                 "--lease-seconds",
                 LEASE_S,
             ])
+            .args(if self.big {
+                &["--labels", "big"][..]
+            } else {
+                &[]
+            })
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -202,6 +212,12 @@ impl Slot {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
@@ -270,6 +286,7 @@ fn two_hundred_tasks_survive_kills_a_partition_and_a_database_restart() {
                 id: format!("w{}", if i == 2 { 1 } else { i }),
                 ws,
                 netns: far.then(|| ns.name.clone()),
+                big: i >= 3,
                 child: None,
             }
         })
@@ -305,6 +322,11 @@ fn two_hundred_tasks_survive_kills_a_partition_and_a_database_restart() {
     let (mut cut, mut restarted) = (false, false);
     let events = Mutex::new(Vec::new());
     while !done.load(Ordering::SeqCst) {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the plan did not finish in {DEADLINE:?}: {}",
+            ok(&coord, &["status"])
+        );
         std::thread::sleep(Duration::from_millis(300 + next(&mut seed) % 400));
         let t = started.elapsed();
         if !cut && t >= Duration::from_secs(6) {
@@ -406,6 +428,18 @@ fn check_the_plan(coord: &Path, url: &str) {
         .unwrap()
         .get(0);
     assert_eq!(twice, 0, "no turn's completion recorded twice");
+    // Labels: every turn of a task that needs `big` was run by a worker offering it.
+    let wrong: i64 = db
+        .client()
+        .query_one(
+            "SELECT count(*) FROM metash.log WHERE project = 'fanout' AND kind = 'task_completed'
+               AND (line::jsonb -> 'data' ->> 'task') ~ '^t[0-9]{2}0#'
+               AND (line::jsonb ->> 'agent') NOT IN ('w3', 'w4')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(wrong, 0, "a task needing `big` ran on a worker without it");
     let pending: i64 = db
         .client()
         .query_one(

@@ -12,7 +12,19 @@ fn t(id: &str, deps: &[&str]) -> PlannedTask {
         dependencies: deps.iter().map(|d| d.to_string()).collect(),
         phase: None,
         expects_change: None,
+        labels: vec![],
     }
+}
+
+#[test]
+fn labels_are_kept_and_a_bad_one_is_named() {
+    let mut gpu = t("a", &[]);
+    gpu.labels = vec!["gpu".into()];
+    let ok = plan::validate(&[], &[gpu.clone()], 1).unwrap();
+    assert_eq!(ok[0].labels, vec!["gpu".to_string()]);
+    gpu.labels = vec!["no spaces".into()];
+    let err = plan::validate(&[], &[gpu], 1).unwrap_err();
+    assert!(err.contains("label `no spaces`"), "{err}");
 }
 
 #[test]
@@ -41,6 +53,7 @@ fn validation_names_the_broken_rule() {
         dependencies: vec![],
         phase: 1,
         expects_change: true,
+        labels: vec![],
     }];
     let clash = plan::validate(&existing, &[t("a", &[])], 2).unwrap_err();
     assert!(clash.contains("duplicate"), "{clash}");

@@ -155,7 +155,7 @@ impl Outcome {
 }
 
 /// Tasks per state for a project.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Counts {
     pub waiting: u64,
     pub ready: u64,
@@ -463,6 +463,123 @@ pub fn cancel(db: &mut Db, project: &str, prefix: &str) -> Result<Vec<String>> {
     }
     tx.commit()?;
     Ok(ids)
+}
+
+/// A worker as the server last saw it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerRow {
+    pub id: String,
+    pub host: String,
+    pub slots: i32,
+    pub labels: Vec<String>,
+    pub seen_seconds_ago: f64,
+    /// Leases it holds in the project asked about.
+    pub leases: i64,
+}
+
+/// A lease held now.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseRow {
+    pub task: String,
+    pub worker: String,
+    pub attempt: i32,
+    pub expires_in_seconds: f64,
+}
+
+/// What `metash status` shows of the workers: who is about (seen in the last ten minutes),
+/// the leases held, the queue.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fleet {
+    pub project: String,
+    pub workers: Vec<WorkerRow>,
+    pub leases: Vec<LeaseRow>,
+    pub queue: Counts,
+}
+
+/// Records worker `id` (again, when it restarts: the row is its latest start).
+///
+/// # Errors
+/// The database.
+pub fn register_worker(
+    db: &mut Db,
+    id: &str,
+    host: &str,
+    slots: usize,
+    labels: &[String],
+) -> Result<()> {
+    let slots = i32::try_from(slots).unwrap_or(i32::MAX);
+    db.client().execute(
+        "INSERT INTO metash.workers (id, labels, slots, host) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (id) DO UPDATE SET labels = EXCLUDED.labels, slots = EXCLUDED.slots,
+             host = EXCLUDED.host, started_at = now(), seen_at = now()",
+        &[&id, &labels, &slots, &host],
+    )?;
+    Ok(())
+}
+
+/// Worker `id` is alive (its heartbeat, with or without leases).
+///
+/// # Errors
+/// The database.
+pub fn touch_worker(db: &mut Db, id: &str) -> Result<()> {
+    db.client().execute(
+        "UPDATE metash.workers SET seen_at = now() WHERE id = $1",
+        &[&id],
+    )?;
+    Ok(())
+}
+
+/// The workers, leases and queue of `project`.
+///
+/// # Errors
+/// The database.
+pub fn fleet(db: &mut Db, project: &str) -> Result<Fleet> {
+    let workers = db
+        .client()
+        .query(
+            "SELECT w.id, w.host, w.slots, w.labels,
+                    extract(epoch FROM now() - w.seen_at)::float8,
+                    (SELECT count(*) FROM metash.tasks t
+                     WHERE t.project = $1 AND t.state = 'leased' AND t.lease_worker = w.id)
+             FROM metash.workers w WHERE w.seen_at > now() - interval '10 minutes'
+             ORDER BY w.id",
+            &[&project],
+        )?
+        .iter()
+        .map(|r| WorkerRow {
+            id: r.get(0),
+            host: r.get(1),
+            slots: r.get(2),
+            labels: r.get(3),
+            seen_seconds_ago: r.get(4),
+            leases: r.get(5),
+        })
+        .collect();
+    let leases = db
+        .client()
+        .query(
+            "SELECT id, coalesce(lease_worker, ''), attempts,
+                    extract(epoch FROM lease_expires - now())::float8
+             FROM metash.tasks WHERE project = $1 AND state = 'leased' ORDER BY id",
+            &[&project],
+        )?
+        .iter()
+        .map(|r| LeaseRow {
+            task: r.get(0),
+            worker: r.get(1),
+            attempt: r.get(2),
+            expires_in_seconds: r.get(3),
+        })
+        .collect();
+    Ok(Fleet {
+        project: project.to_string(),
+        workers,
+        leases,
+        queue: counts(db, project)?,
+    })
 }
 
 /// Task `id`'s state, payload and result, if it is queued.

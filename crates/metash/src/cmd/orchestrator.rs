@@ -162,6 +162,40 @@ fn status(ctx: &Ctx, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The workers, leases and queue of a project whose store is on PostgreSQL.
+fn fleet_table(f: &metash_store::pg::lease::Fleet) -> String {
+    let q = &f.queue;
+    let mut out = format!(
+        "store: PostgreSQL, project {}; queue: {} ready, {} waiting, {} leased, {} done, {} failed\n",
+        f.project, q.ready, q.waiting, q.leased, q.done, q.failed
+    );
+    if f.workers.is_empty() {
+        out.push_str("no worker seen in the last ten minutes (start one: metash worker)\n");
+    }
+    for w in &f.workers {
+        out.push_str(&format!(
+            "worker {} on {}: {} slot(s), {} lease(s), seen {:.0} s ago{}\n",
+            w.id,
+            w.host,
+            w.slots,
+            w.leases,
+            w.seen_seconds_ago,
+            if w.labels.is_empty() {
+                String::new()
+            } else {
+                format!(", labels {}", w.labels.join(","))
+            }
+        ));
+    }
+    for l in &f.leases {
+        out.push_str(&format!(
+            "lease {} held by {} (attempt {}), expires in {:.1} s\n",
+            l.task, l.worker, l.attempt, l.expires_in_seconds
+        ));
+    }
+    out
+}
+
 fn table(r: &StatusReport) -> String {
     let mut out = String::new();
     let status = serde_json::to_value(r.status)
@@ -229,6 +263,9 @@ fn table(r: &StatusReport) -> String {
     }
     if let Some(h) = &r.halt {
         out.push_str(&format!("halted ({}): {}\n", h.reason, h.message));
+    }
+    if let Some(f) = &r.fleet {
+        out.push_str(&fleet_table(f));
     }
     if let Some(n) = r.events_lost {
         out.push_str(&format!(
