@@ -6,6 +6,9 @@
 //! url = "postgres://metash@db.internal:5432/metash"   # never a password: METASH_STORE_PASSWORD
 //! project = "shop"                                    # default: the workspace's directory name
 //! ```
+//!
+//! `METASH_STORE_URL` and `METASH_STORE_PROJECT` stand in for those two keys (`metash worker
+//! --store URL --project NAME` sets them for itself and its tasks).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -30,16 +33,13 @@ struct StoreSection {
     project: Option<String>,
 }
 
-/// The PostgreSQL store `.meta/config.toml` names, connected; `None` for the file backend.
-///
-/// # Errors
-/// A `[store]` table that does not parse (file, line and message), a bad project name, or a
-/// server that cannot be reached.
-pub(crate) fn postgres(
-    workspace: &Path,
-    meta: &Path,
-    lock_timeout: Duration,
-) -> Result<Option<Arc<PgStore>>> {
+/// Stands in for `[store] url`.
+pub const URL_ENV: &str = "METASH_STORE_URL";
+/// Stands in for `[store] project`.
+pub const PROJECT_ENV: &str = "METASH_STORE_PROJECT";
+
+/// `.meta/config.toml`'s `[store]`, if it has one.
+fn configured(meta: &Path) -> Result<Option<StoreSection>> {
     let path = meta.join("config.toml");
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
@@ -56,8 +56,31 @@ pub(crate) fn postgres(
         }),
         message: e.message().to_string(),
     })?;
-    let Some(section) = file.store else {
-        return Ok(None);
+    Ok(file.store)
+}
+
+/// The PostgreSQL store `.meta/config.toml` (or the environment) names, connected; `None` for
+/// the file backend.
+///
+/// # Errors
+/// A `[store]` table that does not parse (file, line and message), a bad project name, or a
+/// server that cannot be reached.
+pub(crate) fn postgres(
+    workspace: &Path,
+    meta: &Path,
+    lock_timeout: Duration,
+) -> Result<Option<Arc<PgStore>>> {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let section = match (env(URL_ENV), configured(meta)?) {
+        (Some(url), file) => StoreSection {
+            url,
+            project: env(PROJECT_ENV).or(file.and_then(|f| f.project)),
+        },
+        (None, Some(mut file)) => {
+            file.project = env(PROJECT_ENV).or(file.project);
+            file
+        }
+        (None, None) => return Ok(None),
     };
     let project = match section.project {
         Some(p) => p,

@@ -17,7 +17,7 @@
 
 pub mod artifacts;
 pub mod atomic;
-mod backend;
+pub mod backend;
 mod context;
 pub mod envelope;
 mod error;

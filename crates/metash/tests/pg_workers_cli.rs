@@ -56,7 +56,7 @@ fn set_up(ws: &Path, store_toml: &str) {
     .unwrap();
 }
 
-fn worker(ws: &Path, id: &str) -> Child {
+fn worker(ws: &Path, id: &str, store: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_metash"))
         .arg("-C")
         .arg(ws)
@@ -71,6 +71,7 @@ fn worker(ws: &Path, id: &str) -> Child {
             "5",
         ])
         .args(["--idle-exit-seconds", "4"])
+        .args(store)
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -122,7 +123,8 @@ fn workers_in_their_own_clones_execute_the_example_project() {
                 .status()
                 .unwrap();
             assert!(st.success());
-            set_up(&ws, &store_toml);
+            // w2 is told its store on the command line (`--store`), not in its config.
+            set_up(&ws, if *w == "w1" { &store_toml } else { "" });
             ws
         })
         .collect();
@@ -134,11 +136,12 @@ fn workers_in_their_own_clones_execute_the_example_project() {
         "{}",
         String::from_utf8_lossy(&first.stderr)
     );
-    let workers: Vec<Child> = clones
-        .iter()
-        .zip(["w1", "w2"])
-        .map(|(ws, id)| worker(ws, id))
-        .collect();
+    let url = server.url("postgres");
+    let by_flag = ["--store", url.as_str(), "--project", "greetings"];
+    let workers: Vec<Child> = vec![
+        worker(&clones[0], "w1", &[]),
+        worker(&clones[1], "w2", &by_flag),
+    ];
     ok(&coord, &["run", "--workers", "--answer", "french"]);
     let mut completed = 0;
     for w in workers {

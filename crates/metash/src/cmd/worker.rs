@@ -51,6 +51,13 @@ pub struct WorkerArgs {
     /// Stop after this many seconds with nothing to run (default: run until killed).
     #[arg(long)]
     idle_exit_seconds: Option<f64>,
+    /// The project's PostgreSQL store (`postgres://USER@HOST:PORT/DB`, no password: that is
+    /// METASH_STORE_PASSWORD), instead of `[store] url` in this workspace's config.
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
+    /// The project's name on that store, instead of `[store] project`.
+    #[arg(long)]
+    project: Option<String>,
     #[command(flatten)]
     host: HostArgs,
 }
@@ -75,6 +82,13 @@ fn seconds(what: &str, s: f64) -> Result<Duration> {
 }
 
 fn serve(args: WorkerArgs, ctx: &Ctx) -> Result<ExitCode> {
+    // Set before any thread starts; the tasks' processes inherit them.
+    if let Some(url) = &args.store {
+        std::env::set_var(metash_store::backend::URL_ENV, url);
+    }
+    if let Some(project) = &args.project {
+        std::env::set_var(metash_store::backend::PROJECT_ENV, project);
+    }
     let store = metash_store::Store::open(&ctx.workspace)?;
     let id = args.id.unwrap_or_else(|| {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
