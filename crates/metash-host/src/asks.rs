@@ -77,7 +77,7 @@ fn write_asks(doc: &mut Value, asks: &[Ask]) -> std::result::Result<(), StoreErr
 /// # Errors
 /// The document cannot be read.
 pub fn pending(store: &Store) -> Result<Vec<Ask>> {
-    let now = chrono::Utc::now();
+    let now = store.now();
     Ok(asks_of(&store.read_doc(ASKS_DOC)?)
         .into_iter()
         .filter(|a| a.answer.is_none() && !a.expired(now))
@@ -89,7 +89,7 @@ pub fn pending(store: &Store) -> Result<Vec<Ask>> {
 /// # Errors
 /// The store cannot record it (then nobody can answer: the caller denies).
 pub fn post(store: &Store, q: &ConsentQuestion, wait: Duration) -> Result<String> {
-    let now = chrono::Utc::now();
+    let now = store.now();
     let deadline = now + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::zero());
     let ask = Ask {
         id: format!("ask-{}", uuid::Uuid::new_v4().simple()),
@@ -130,7 +130,7 @@ pub fn post(store: &Store, q: &ConsentQuestion, wait: Duration) -> Result<String
 /// # Errors
 /// Unknown, already answered, or past its deadline (each said so), or the store failed.
 pub fn reply(store: &Store, id: &str, answer: Answer, by: &str) -> Result<()> {
-    let now = chrono::Utc::now();
+    let now = store.now();
     store.update_doc(ASKS_DOC, |doc| {
         let mut asks = asks_of(doc);
         let ask = asks

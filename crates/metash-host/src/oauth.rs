@@ -205,7 +205,7 @@ impl CredentialSource for HandleSource {
 
 /// Whether `agent` holds a live grant covering `cap` now.
 fn live(store: &Store, agent: &str, cap: &Capability) -> bool {
-    let now = chrono::Utc::now();
+    let now = store.now();
     consent::load_for(store, agent)
         .map(|g| {
             g.iter()
@@ -255,7 +255,7 @@ impl HandleSource {
                 Err(_) => return false,
             },
         };
-        let now = chrono::Utc::now();
+        let now = self.store.now();
         grants
             .iter()
             .any(|g| g.active_at(now) && g.capability.covers(cap))
@@ -404,7 +404,7 @@ pub fn start(host: &Host, agent: &str, caps: &[Capability]) -> Result<Option<Han
 
 /// The providers `agent` holds a live grant for among `caps`, one capability each.
 fn wanted(host: &Host, agent: &str, caps: &[Capability]) -> Result<Vec<(String, Capability)>> {
-    let now = chrono::Utc::now();
+    let now = host.store().now();
     let grants = consent::load_for(host.store(), agent)?;
     let mut wanted: Vec<(String, Capability)> = Vec::new();
     for cap in caps.iter().filter(|c| c.category == Category::Oauth) {

@@ -19,6 +19,26 @@ impl Clock for SystemClock {
     }
 }
 
+/// The clock of the store grants live in: its server's when it is on one ([`metash_store::Store::now`]).
+#[derive(Debug)]
+pub struct StoreClock(metash_store::Store);
+
+impl Clock for StoreClock {
+    fn now(&self) -> DateTime<Utc> {
+        self.0.now()
+    }
+}
+
+/// The clock grants on `store` are judged by: the server's when the store is on one, else this
+/// machine's.
+pub fn for_store(store: &metash_store::Store) -> std::sync::Arc<dyn Clock> {
+    if store.server().is_some() {
+        std::sync::Arc::new(StoreClock(store.clone()))
+    } else {
+        std::sync::Arc::new(SystemClock)
+    }
+}
+
 /// A clock that only moves when told to (tests).
 #[derive(Debug)]
 pub struct ManualClock(Mutex<DateTime<Utc>>);

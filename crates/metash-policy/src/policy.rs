@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::capability::{Capability, Category};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::consent::{self, Grant};
 use crate::error::{PolicyError, Result};
 use crate::prompt::{Answer, ConsentPrompter, ConsentQuestion};
@@ -247,9 +247,9 @@ pub struct Policy {
 impl Policy {
     pub fn new(store: Store, registry: Registry) -> Self {
         Self {
+            clock: crate::clock::for_store(&store),
             store,
             registry,
-            clock: Arc::new(SystemClock),
             roles: std::collections::BTreeMap::new(),
         }
     }

@@ -135,6 +135,14 @@ impl Store {
         self
     }
 
+    /// The time grants, questions and leases are judged by: the server's clock when the store is
+    /// on one (machines sharing it agree however their clocks drift), else this machine's.
+    pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.pg
+            .as_deref()
+            .map_or_else(chrono::Utc::now, pg::store::PgStore::now)
+    }
+
     /// The server holding this project's store, if it is on one.
     pub fn server(&self) -> Option<&pg::store::PgStore> {
         self.pg.as_deref()

@@ -93,7 +93,7 @@ impl Owners {
 
 /// Whether `agent` holds a live `media.preview` grant now.
 fn may_preview(store: &Store, agent: &str) -> metash_policy::Result<bool> {
-    let now = chrono::Utc::now();
+    let now = store.now();
     Ok(consent::load_for(store, agent)?
         .iter()
         .any(|g| g.capability.category == Category::MediaPreview && g.active_at(now)))

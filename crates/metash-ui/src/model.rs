@@ -116,7 +116,7 @@ impl Run {
 /// # Errors
 /// `consent.json` cannot be read.
 pub fn grants(store: &Store) -> Result<Vec<GrantRow>> {
-    let now = chrono::Utc::now();
+    let now = store.now();
     let mut rows: Vec<GrantRow> = consent::load(store)?
         .grants
         .into_iter()

@@ -5,7 +5,8 @@
 //! - kills random workers with SIGKILL (at least 30 times), starting each again;
 //! - cuts the namespaced worker's link for longer than a lease;
 //! - restarts PostgreSQL once;
-//! - runs two of the workers under one name, as a worker started twice would.
+//! - runs two of the workers under one name, as a worker started twice would;
+//! - runs one worker with its clock two hours ahead (libfaketime), as another machine's may be.
 //!
 //! The plan must end with every task complete exactly once, its commit in git, the log's hash
 //! chain verifying, and no turn's completion recorded twice. The figures are printed.
@@ -167,6 +168,8 @@ struct Slot {
     ws: PathBuf,
     netns: Option<String>,
     big: bool,
+    /// This machine's clock is off by this much (libfaketime), as another machine's may be.
+    skew: Option<&'static str>,
     child: Option<Child>,
 }
 
@@ -179,7 +182,16 @@ impl Slot {
                     .arg(env!("CARGO_BIN_EXE_metash"));
                 c
             }
-            None => Command::new(env!("CARGO_BIN_EXE_metash")),
+            None => match self.skew {
+                Some(skew) => {
+                    let mut c = Command::new("faketime");
+                    c.args(["-f", skew])
+                        .arg(env!("CARGO_BIN_EXE_metash"))
+                        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+                    c
+                }
+                None => Command::new(env!("CARGO_BIN_EXE_metash")),
+            },
         };
         let child = cmd
             .arg("-C")
@@ -239,6 +251,9 @@ fn two_hundred_tasks_survive_kills_a_partition_and_a_database_restart() {
     if unsafe { libc::geteuid() } != 0 {
         return metash_testkit::skip("workers fault test", "network namespaces need root");
     }
+    if run("faketime", &["-f", "+0", "true"]).is_err() {
+        return metash_testkit::skip("workers fault test", "faketime is missing (scripts/setup)");
+    }
     let net = 10 + std::process::id() % 200;
     let ns = Netns::make(net).unwrap();
     let mut server = Postgres::start(&bin).unwrap();
@@ -287,6 +302,7 @@ fn two_hundred_tasks_survive_kills_a_partition_and_a_database_restart() {
                 ws,
                 netns: far.then(|| ns.name.clone()),
                 big: i >= 3,
+                skew: (i == 3).then_some("+2h"),
                 child: None,
             }
         })
@@ -440,6 +456,22 @@ fn check_the_plan(coord: &Path, url: &str) {
         .unwrap()
         .get(0);
     assert_eq!(wrong, 0, "a task needing `big` ran on a worker without it");
+    let by: Vec<(String, i64)> = db
+        .client()
+        .query(
+            "SELECT line::jsonb ->> 'agent', count(*) FROM metash.log
+             WHERE project = 'fanout' AND kind = 'task_completed' GROUP BY 1 ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    println!("turns completed per worker: {by:?}");
+    assert!(
+        by.iter().any(|(w, n)| w == "w3" && *n > 0),
+        "the worker with the skewed clock did its share: {by:?}"
+    );
     let pending: i64 = db
         .client()
         .query_one(

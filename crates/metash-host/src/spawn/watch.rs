@@ -40,7 +40,7 @@ impl Seen {
     /// `None` when the grants cannot be read now (the next poll tries again).
     fn read(store: &Store, agent: &str) -> Option<Self> {
         let grants = consent::load_for(store, agent).ok()?;
-        let now = chrono::Utc::now();
+        let now = store.now();
         let mut seen = Self::default();
         for g in grants {
             let cap = g.capability.to_string();

@@ -33,7 +33,12 @@ pub struct PgStore {
     pool: Mutex<Vec<Db>>,
     /// The context's sha256, read once: it never changes.
     context_sha: std::sync::OnceLock<String>,
+    /// The server's clock minus this machine's, and when it was measured.
+    offset: Mutex<Option<(std::time::Instant, chrono::Duration)>>,
 }
+
+/// How long a measured clock offset is trusted.
+const OFFSET_FOR: Duration = Duration::from_secs(60);
 
 /// Never the password.
 impl std::fmt::Debug for PgStore {
@@ -66,6 +71,7 @@ impl PgStore {
             lock_timeout,
             pool: Mutex::new(Vec::new()),
             context_sha: std::sync::OnceLock::new(),
+            offset: Mutex::new(None),
         };
         store.with_db(|_| Ok(()))?;
         Ok(store)
@@ -86,6 +92,45 @@ impl PgStore {
     /// What `f` returns; no connection.
     pub fn db<T>(&self, f: impl FnOnce(&mut Db) -> Result<T>) -> Result<T> {
         self.with_db(f)
+    }
+
+    /// The time by the server's clock: what decides every lease, and what grants and questions
+    /// expire by when the store is shared, so machines whose clocks disagree agree on both. The
+    /// offset to this machine's clock is measured once a minute (a round trip), so asking costs
+    /// nothing; with the server away, the last offset known stands.
+    pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        chrono::Utc::now() + self.offset()
+    }
+
+    fn offset(&self) -> chrono::Duration {
+        let Ok(mut held) = self.offset.lock() else {
+            return chrono::Duration::zero();
+        };
+        if let Some((at, off)) = *held {
+            if at.elapsed() < OFFSET_FOR {
+                return off;
+            }
+        }
+        let measured = self.with_db(|db| {
+            let before = chrono::Utc::now();
+            let micros: i64 = db
+                .client()
+                .query_one(
+                    "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint",
+                    &[],
+                )?
+                .get(0);
+            let after = chrono::Utc::now();
+            let server = chrono::DateTime::from_timestamp_micros(micros).unwrap_or(after);
+            Ok(server - (before + (after - before) / 2))
+        });
+        match measured {
+            Ok(off) => {
+                *held = Some((std::time::Instant::now(), off));
+                off
+            }
+            Err(_) => held.map_or_else(chrono::Duration::zero, |(_, off)| off),
+        }
     }
 
     /// Keeps `bytes` under `name` (a git bundle moving between machines).
