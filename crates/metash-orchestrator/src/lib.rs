@@ -25,7 +25,8 @@ mod rollback;
 pub mod schedule;
 pub mod status;
 mod verify;
-#[cfg(unix)]
+/// Linux: a task's processes die with their worker (`PR_SET_PDEATHSIG`).
+#[cfg(target_os = "linux")]
 pub mod worker;
 
 pub use book::{Book, Halt};

@@ -30,6 +30,8 @@ pub(crate) fn base_blob(qid: &str) -> String {
     format!("base/{qid}")
 }
 
+/// (Written by a worker, which runs on Linux only.)
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) fn result_blob(qid: &str) -> String {
     format!("result/{qid}")
 }

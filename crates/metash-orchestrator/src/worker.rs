@@ -133,6 +133,10 @@ impl Loop<'_> {
             .iter_mut()
             .filter_map(|(q, r)| matches!(r.child.try_wait(), Ok(Some(_))).then(|| q.clone()))
             .collect();
+        if !ended.is_empty() {
+            // Idle is counted from the last task's end, not from the last claim.
+            self.idle_since = Instant::now();
+        }
         for qid in ended {
             let Some(r) = self.running.remove(&qid) else {
                 continue;

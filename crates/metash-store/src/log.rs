@@ -393,7 +393,7 @@ impl EventLog {
         };
         let mut reader = BufReader::with_capacity(256 * 1024, file);
         let mut line = Vec::with_capacity(512);
-        let mut expect = Tail::genesis();
+        let mut chain = Chain::new(&self.path);
         loop {
             line.clear();
             let n = reader.read_until(b'\n', &mut line).at(&self.path)?;
@@ -405,28 +405,8 @@ impl EventLog {
                 return Ok(());
             }
             line.pop();
-            let broken = |reason: String| StoreError::BrokenLog {
-                path: self.path.clone(),
-                seq: expect.seq + 1,
-                reason,
-            };
-            let rec = decode(&line).map_err(|e| e.at(&self.path, expect.seq + 1))?;
-            if rec.seq != expect.seq + 1 {
-                return Err(broken(format!(
-                    "seq {} where {} was expected (gap or reorder)",
-                    rec.seq,
-                    expect.seq + 1
-                )));
-            }
-            if rec.prev != expect.hash {
-                return Err(broken(
-                    "prev does not match the previous record's hash".into(),
-                ));
-            }
-            expect = Tail {
-                seq: rec.seq,
-                hash: rec.hash.clone(),
-            };
+            let rec = decode(&line).map_err(|e| e.at(&self.path, chain.next_seq()))?;
+            chain.check(&rec)?;
             f(rec)?;
         }
     }
@@ -437,34 +417,14 @@ impl EventLog {
         pg: &PgStore,
         mut f: impl FnMut(LogRecord) -> Result<()>,
     ) -> Result<()> {
-        let mut expect = Tail::genesis();
+        let mut chain = Chain::new(&self.path);
         loop {
-            let page = pg.read_after(expect.seq, 5_000)?;
+            let page = pg.read_after(chain.last_seq(), 5_000)?;
             if page.is_empty() {
                 return Ok(());
             }
             for rec in page {
-                let broken = |reason: String| StoreError::BrokenLog {
-                    path: self.path.clone(),
-                    seq: expect.seq + 1,
-                    reason,
-                };
-                if rec.seq != expect.seq + 1 {
-                    return Err(broken(format!(
-                        "seq {} where {} was expected",
-                        rec.seq,
-                        expect.seq + 1
-                    )));
-                }
-                if rec.prev != expect.hash {
-                    return Err(broken(
-                        "prev does not match the previous record's hash".into(),
-                    ));
-                }
-                expect = Tail {
-                    seq: rec.seq,
-                    hash: rec.hash.clone(),
-                };
+                chain.check(&rec)?;
                 f(rec)?;
             }
         }
@@ -481,6 +441,60 @@ impl EventLog {
             Ok(())
         })?;
         Ok(n)
+    }
+}
+
+/// Records checked in chain order, whatever holds them: `seq` without gaps, each `prev` the
+/// hash before it.
+pub(crate) struct Chain<'a> {
+    path: &'a Path,
+    expect: Tail,
+}
+
+impl<'a> Chain<'a> {
+    pub(crate) fn new(path: &'a Path) -> Self {
+        Self {
+            path,
+            expect: Tail::genesis(),
+        }
+    }
+
+    pub(crate) fn last_seq(&self) -> u64 {
+        self.expect.seq
+    }
+
+    pub(crate) fn last(&self) -> &Tail {
+        &self.expect
+    }
+
+    fn next_seq(&self) -> u64 {
+        self.expect.seq + 1
+    }
+
+    /// `rec` follows what came before, or the error names where the chain breaks.
+    pub(crate) fn check(&mut self, rec: &LogRecord) -> Result<()> {
+        let broken = |reason: String| StoreError::BrokenLog {
+            path: self.path.to_path_buf(),
+            seq: self.next_seq(),
+            reason,
+        };
+        if rec.seq != self.next_seq() {
+            return Err(broken(format!(
+                "seq {} where {} was expected (gap or reorder)",
+                rec.seq,
+                self.next_seq()
+            )));
+        }
+        if rec.prev != self.expect.hash {
+            return Err(broken(
+                "prev does not match the previous record's hash".into(),
+            ));
+        }
+        self.expect = Tail {
+            seq: rec.seq,
+            hash: rec.hash.clone(),
+        };
+        Ok(())
     }
 }
 

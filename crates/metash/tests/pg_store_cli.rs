@@ -5,43 +5,11 @@
 //! --answer` plans, executes in worktrees, verifies, merges and completes; the session, the log
 //! and the documents are on the server, and nothing of the store is written under `.meta/`.
 
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+#[path = "support/pg_project.rs"]
+mod support;
 
 use metash_testkit::postgres::{prerequisites, Postgres};
-
-fn metash(ws: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_metash"))
-        .arg("-C")
-        .arg(ws)
-        .args(args)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn ok(ws: &Path, args: &[&str]) -> String {
-    let out = metash(ws, args);
-    assert!(
-        out.status.success(),
-        "metash {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn git(ws: &Path, args: &[&str]) {
-    let st = Command::new("git")
-        .arg("-C")
-        .arg(ws)
-        .args(["-c", "user.name=t", "-c", "user.email=t@localhost"])
-        .args(args)
-        .status()
-        .unwrap();
-    assert!(st.success(), "git {args:?}");
-}
+use support::{metash, ok, project, store_toml, EXAMPLE_GRANTS};
 
 #[test]
 fn the_example_project_runs_to_completion_on_postgres() {
@@ -50,40 +18,14 @@ fn the_example_project_runs_to_completion_on_postgres() {
         Err(why) => return metash_testkit::skip("example on postgres", &why),
     };
     let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path();
-    git(ws, &["init", "-q"]);
-    git(
-        ws,
-        &["commit", "-q", "--allow-empty", "-m", "empty project"],
-    );
-    let store_toml = format!(
-        "[store]\nurl = \"{}\"\nproject = \"greetings\"\n",
-        server.url("postgres")
-    );
-    std::fs::create_dir_all(ws.join(".meta")).unwrap();
-    std::fs::write(ws.join(".meta/config.toml"), &store_toml).unwrap();
-    let context = ws.join("vision.md");
-    std::fs::write(&context, metash_testkit::greetings::context()).unwrap();
-    let said = ok(ws, &["init", "--context", context.to_str().unwrap()]);
+    let head = store_toml(&server.url("postgres"), "greetings");
+    let context = metash_testkit::greetings::context();
+    let (ws, said) = project(dir.path(), "p", &head, &context, EXAMPLE_GRANTS);
+    let ws = ws.as_path();
     assert!(
         said.contains("project greetings on its PostgreSQL store"),
         "{said}"
     );
-    // The example's agents and config, with the store's table kept.
-    metash_testkit::greetings::copy_into(ws);
-    let example = std::fs::read_to_string(ws.join(".meta/config.toml")).unwrap();
-    std::fs::write(
-        ws.join(".meta/config.toml"),
-        format!("{store_toml}\n{example}"),
-    )
-    .unwrap();
-    for (agent, cap) in [
-        ("executor", "files.read"),
-        ("executor", "files.write"),
-        ("verifier", "files.read"),
-    ] {
-        ok(ws, &["consent", "grant", agent, cap]);
-    }
 
     let first = metash(ws, &["run"]);
     assert_eq!(

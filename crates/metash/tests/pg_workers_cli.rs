@@ -1,76 +1,29 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Tasks executed by `metash worker`s: the example project on a real PostgreSQL, a coordinator
-//! (`metash run --workers`) that plans, verifies and merges, and two workers, each in its own
-//! clone of the project, that run the executor turns. Code moves by git bundles through the
-//! server; each task is completed once, by a worker, and its commit lands in the coordinator's
-//! repository.
-#![cfg(unix)]
+//! (`metash run --workers`) that plans, verifies and merges, and workers, each in its own clone
+//! of the project, that run the executor turns. Code moves by git bundles through the server;
+//! each task is completed once, by a worker, and its commit lands in the coordinator's
+//! repository. A question a worker's agent asks waits in the database and is answered from the
+//! coordinator's machine.
+#![cfg(target_os = "linux")]
+
+#[path = "support/pg_project.rs"]
+mod support;
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use metash_testkit::postgres::{prerequisites, Postgres};
-
-fn metash(ws: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_metash"))
-        .arg("-C")
-        .arg(ws)
-        .args(args)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn ok(ws: &Path, args: &[&str]) -> String {
-    let out = metash(ws, args);
-    assert!(
-        out.status.success(),
-        "metash {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let st = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@localhost"])
-        .args(args)
-        .status()
-        .unwrap();
-    assert!(st.success(), "git {args:?}");
-}
-
-/// The example's agents and config, with `[store]` on top.
-fn set_up(ws: &Path, store_toml: &str) {
-    std::fs::create_dir_all(ws.join(".meta")).unwrap();
-    metash_testkit::greetings::copy_into(ws);
-    let example = std::fs::read_to_string(ws.join(".meta/config.toml")).unwrap();
-    std::fs::write(
-        ws.join(".meta/config.toml"),
-        format!("{store_toml}\n{example}"),
-    )
-    .unwrap();
-}
+use serde_json::Value;
+use support::{clone, metash, ok, project, store_toml, EXAMPLE_GRANTS};
 
 fn worker(ws: &Path, id: &str, store: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_metash"))
         .arg("-C")
         .arg(ws)
-        .args([
-            "--json",
-            "worker",
-            "--id",
-            id,
-            "--slots",
-            "2",
-            "--lease-seconds",
-            "5",
-        ])
-        .args(["--idle-exit-seconds", "4"])
+        .args(["--json", "worker", "--id", id, "--slots", "2"])
+        .args(["--lease-seconds", "5", "--idle-exit-seconds", "4"])
         .args(store)
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
@@ -80,69 +33,8 @@ fn worker(ws: &Path, id: &str, store: &[&str]) -> Child {
         .unwrap()
 }
 
-#[test]
-fn workers_in_their_own_clones_execute_the_example_project() {
-    let server = match prerequisites().and_then(|bin| Postgres::start(&bin)) {
-        Ok(s) => s,
-        Err(why) => return metash_testkit::skip("workers on postgres", &why),
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let coord = dir.path().join("coordinator");
-    std::fs::create_dir_all(&coord).unwrap();
-    git(&coord, &["init", "-q"]);
-    git(
-        &coord,
-        &["commit", "-q", "--allow-empty", "-m", "empty project"],
-    );
-    let store_toml = format!(
-        "[store]\nurl = \"{}\"\nproject = \"greetings\"\n",
-        server.url("postgres")
-    );
-    std::fs::create_dir_all(coord.join(".meta")).unwrap();
-    std::fs::write(coord.join(".meta/config.toml"), &store_toml).unwrap();
-    let context = dir.path().join("vision.md");
-    std::fs::write(&context, metash_testkit::greetings::context()).unwrap();
-    ok(&coord, &["init", "--context", context.to_str().unwrap()]);
-    set_up(&coord, &store_toml);
-    for (agent, cap) in [
-        ("executor", "files.read"),
-        ("executor", "files.write"),
-        ("verifier", "files.read"),
-    ] {
-        ok(&coord, &["consent", "grant", agent, cap]);
-    }
-    // Each worker: its own clone, the same config and agents (no store of its own: the server's).
-    let clones: Vec<_> = ["w1", "w2"]
-        .iter()
-        .map(|w| {
-            let ws = dir.path().join(w);
-            let st = Command::new("git")
-                .args(["clone", "-q"])
-                .arg(&coord)
-                .arg(&ws)
-                .status()
-                .unwrap();
-            assert!(st.success());
-            // w2 is told its store on the command line (`--store`), not in its config.
-            set_up(&ws, if *w == "w1" { &store_toml } else { "" });
-            ws
-        })
-        .collect();
-
-    let first = metash(&coord, &["run", "--workers"]);
-    assert_eq!(
-        first.status.code(),
-        Some(4),
-        "{}",
-        String::from_utf8_lossy(&first.stderr)
-    );
-    let url = server.url("postgres");
-    let by_flag = ["--store", url.as_str(), "--project", "greetings"];
-    let workers: Vec<Child> = vec![
-        worker(&clones[0], "w1", &[]),
-        worker(&clones[1], "w2", &by_flag),
-    ];
-    ok(&coord, &["run", "--workers", "--answer", "french"]);
+/// Waits for each worker to stop when idle; the turns they completed.
+fn finish(workers: Vec<Child>) -> u64 {
     let mut completed = 0;
     for w in workers {
         let out = w.wait_with_output().unwrap();
@@ -151,11 +43,58 @@ fn workers_in_their_own_clones_execute_the_example_project() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        let report: Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
         assert_eq!(report["refused"], 0);
         completed += report["completed"].as_u64().unwrap();
     }
+    completed
+}
+
+/// The log's records of `kind`.
+fn records(ws: &Path, kind: &str) -> Vec<Value> {
+    ok(ws, &["--json", "log", "export"])
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|r| r["kind"] == kind)
+        .collect()
+}
+
+fn server() -> Option<Postgres> {
+    match prerequisites().and_then(|bin| Postgres::start(&bin)) {
+        Ok(s) => Some(s),
+        Err(why) => {
+            metash_testkit::skip("workers on postgres", &why);
+            None
+        }
+    }
+}
+
+#[test]
+fn workers_in_their_own_clones_execute_the_example_project() {
+    let Some(server) = server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let url = server.url("postgres");
+    let head = store_toml(&url, "greetings");
+    let context = metash_testkit::greetings::context();
+    let (coord, _) = project(dir.path(), "coordinator", &head, &context, EXAMPLE_GRANTS);
+    // Each worker: its own clone, the same config and agents. w2 is told its store on the
+    // command line (`--store`), not in its config.
+    let (w1, w2) = (dir.path().join("w1"), dir.path().join("w2"));
+    clone(&coord, &w1, &head);
+    clone(&coord, &w2, "");
+
+    let first = metash(&coord, &["run", "--workers"]);
+    assert_eq!(
+        first.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let by_flag = ["--store", url.as_str(), "--project", "greetings"];
+    let workers = vec![worker(&w1, "w1", &[]), worker(&w2, "w2", &by_flag)];
+    ok(&coord, &["run", "--workers", "--answer", "french"]);
+    let completed = finish(workers);
 
     // The project is done, in the coordinator's repository, with the workers' commits.
     assert_eq!(
@@ -164,29 +103,13 @@ fn workers_in_their_own_clones_execute_the_example_project() {
             .trim(),
         "Bonjour, le monde !"
     );
-    let status: serde_json::Value =
-        serde_json::from_str(&ok(&coord, &["--json", "status"])).unwrap();
+    let status: Value = serde_json::from_str(&ok(&coord, &["--json", "status"])).unwrap();
     assert_eq!(status["halt"]["reason"], "complete", "{status}");
-    let log = ok(&coord, &["--json", "log", "export"]);
-    let records: Vec<serde_json::Value> = log
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    let done: Vec<&serde_json::Value> = records
-        .iter()
-        .filter(|r| r["kind"] == "task_completed")
-        .collect();
-    let queued = records
-        .iter()
-        .filter(|r| r["kind"] == "tasks_enqueued")
-        .count();
+    let done = records(&coord, "task_completed");
+    let queued = records(&coord, "tasks_enqueued").len();
     assert_eq!(done.len(), queued, "every queued turn completed once");
     assert_eq!(done.len() as u64, completed, "as the workers counted");
-    assert!(
-        done.len() >= 4,
-        "the four tasks at least ({} turns)",
-        done.len()
-    );
+    assert!(done.len() >= 4, "the four tasks at least ({})", done.len());
     assert!(
         done.iter()
             .all(|r| r["agent"] == "w1" || r["agent"] == "w2"),
@@ -209,5 +132,74 @@ fn workers_in_their_own_clones_execute_the_example_project() {
     assert!(
         text.contains("store: PostgreSQL, project greetings") && text.contains("worker w2 on "),
         "{text}"
+    );
+}
+
+/// The executor has no `files.write` yet: on the worker, its spawn asks. The question waits in
+/// the database (`[host] consent_wait_seconds`), is answered from the coordinator's workspace
+/// (`metash consent answer`), and the worker's agent goes on.
+#[test]
+fn a_question_from_a_workers_agent_is_answered_from_another_machine() {
+    let Some(server) = server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let head = format!(
+        "{}\n[host]\nconsent_wait_seconds = 60\n",
+        store_toml(&server.url("postgres"), "asking")
+    );
+    let context = metash_testkit::greetings::context();
+    let grants = [("executor", "files.read"), ("verifier", "files.read")];
+    let (coord, _) = project(dir.path(), "coordinator", &head, &context, &grants);
+    let w1 = dir.path().join("w1");
+    clone(&coord, &w1, &head);
+    let first = metash(&coord, &["run", "--workers"]);
+    assert_eq!(first.status.code(), Some(4));
+    let workers = vec![worker(&w1, "w1", &[])];
+    let run = {
+        let coord = coord.clone();
+        std::thread::spawn(move || metash(&coord, &["run", "--workers", "--answer", "french"]))
+    };
+    // Each question appears on the server, and is answered here, by another process (the two
+    // tasks of phase 1 may both ask before the first answer is a grant).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut answered = Vec::new();
+    while !run.is_finished() {
+        if Instant::now() > deadline {
+            for mut w in workers {
+                let _ = w.kill();
+                let out = w.wait_with_output().unwrap();
+                eprintln!("worker: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            panic!("the run did not end: {}", ok(&coord, &["status"]));
+        }
+        let pending: Value =
+            serde_json::from_str(&ok(&coord, &["--json", "consent", "pending"])).unwrap();
+        for ask in pending.as_array().into_iter().flatten() {
+            assert_eq!(ask["agent"], "executor", "{ask}");
+            assert_eq!(ask["capability"], "files.write", "{ask}");
+            let id = ask["id"].as_str().unwrap();
+            ok(
+                &coord,
+                &["consent", "answer", id, "for", "--seconds", "3600"],
+            );
+            answered.push(id.to_string());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(!answered.is_empty(), "the worker's agent asked");
+    let out = run.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    finish(workers);
+    let status: Value = serde_json::from_str(&ok(&coord, &["--json", "status"])).unwrap();
+    assert_eq!(status["halt"]["reason"], "complete", "{status}");
+    let grants = records(&coord, "consent_grant");
+    assert!(
+        grants
+            .iter()
+            .any(|g| g["data"]["capability"] == "files.write" && g["agent"] == "executor"),
+        "the answer is a grant: {grants:?}"
     );
 }

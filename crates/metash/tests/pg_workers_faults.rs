@@ -12,41 +12,26 @@
 //! chain verifying, and no turn's completion recorded twice. The figures are printed.
 #![cfg(target_os = "linux")]
 
+#[path = "support/pg_project.rs"]
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use metash_testkit::postgres::{prerequisites, Postgres};
 use serde_json::Value;
+use support::{clone, git, metash, ok, project, store_toml, EXAMPLE_GRANTS};
 
 const TASKS: usize = 200;
 const KILLS: usize = 30;
 const LEASE_S: &str = "3";
+/// Debian's libfaketime (package `faketime`, installed by scripts/setup).
+const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 /// Far longer than the plan takes (about a minute here): past it, something is stuck.
 const DEADLINE: Duration = Duration::from_secs(600);
-
-fn metash(ws: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_metash"))
-        .arg("-C")
-        .arg(ws)
-        .args(args)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn ok(ws: &Path, args: &[&str]) -> String {
-    let out = metash(ws, args);
-    assert!(
-        out.status.success(),
-        "metash {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 fn run(cmd: &str, args: &[&str]) -> Result<(), String> {
     let out = Command::new(cmd)
@@ -117,18 +102,6 @@ impl Drop for Netns {
     }
 }
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@localhost"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}");
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// 200 tasks in one phase; each after its parent in a binary tree (depth 8).
 fn context() -> String {
     let tasks: Vec<Value> = (0..TASKS)
@@ -148,18 +121,6 @@ fn context() -> String {
         "# Fan-out\n\nMany small tasks.\n\n```plan\n{}\n```\n",
         serde_json::json!({"phases": [tasks]})
     )
-}
-
-/// A workspace with the example's agents and config under `[store] url`.
-fn set_up(ws: &Path, url: &str) {
-    std::fs::create_dir_all(ws.join(".meta")).unwrap();
-    metash_testkit::greetings::copy_into(ws);
-    let example = std::fs::read_to_string(ws.join(".meta/config.toml")).unwrap();
-    std::fs::write(
-        ws.join(".meta/config.toml"),
-        format!("[store]\nurl = \"{url}\"\nproject = \"fanout\"\n\n{example}"),
-    )
-    .unwrap();
 }
 
 /// One worker: its clone, and (for one) the namespace it runs in.
@@ -182,16 +143,17 @@ impl Slot {
                     .arg(env!("CARGO_BIN_EXE_metash"));
                 c
             }
-            None => match self.skew {
-                Some(skew) => {
-                    let mut c = Command::new("faketime");
-                    c.args(["-f", skew])
-                        .arg(env!("CARGO_BIN_EXE_metash"))
+            None => {
+                let mut c = Command::new(env!("CARGO_BIN_EXE_metash"));
+                // libfaketime preloaded into the worker itself (the `faketime` command would
+                // be the process the test kills, and leave the worker running).
+                if let Some(skew) = self.skew {
+                    c.env("LD_PRELOAD", FAKETIME_LIB)
+                        .env("FAKETIME", skew)
                         .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
-                    c
                 }
-                None => Command::new(env!("CARGO_BIN_EXE_metash")),
-            },
+                c
+            }
         };
         let child = cmd
             .arg("-C")
@@ -251,8 +213,11 @@ fn two_hundred_tasks_survive_kills_a_partition_and_a_database_restart() {
     if unsafe { libc::geteuid() } != 0 {
         return metash_testkit::skip("workers fault test", "network namespaces need root");
     }
-    if run("faketime", &["-f", "+0", "true"]).is_err() {
-        return metash_testkit::skip("workers fault test", "faketime is missing (scripts/setup)");
+    if !Path::new(FAKETIME_LIB).is_file() {
+        return metash_testkit::skip(
+            "workers fault test",
+            "libfaketime is missing (scripts/setup)",
+        );
     }
     let net = 10 + std::process::id() % 200;
     let ns = Netns::make(net).unwrap();
@@ -261,48 +226,26 @@ fn two_hundred_tasks_survive_kills_a_partition_and_a_database_restart() {
         .listen_also(&format!("10.231.{net}.1"), &format!("10.231.{net}.0/24"))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let coord = dir.path().join("coordinator");
-    std::fs::create_dir_all(coord.join(".meta")).unwrap();
-    git(&coord, &["init", "-q"]);
-    git(
-        &coord,
-        &["commit", "-q", "--allow-empty", "-m", "empty project"],
-    );
     let local_url = server.url("postgres");
-    std::fs::write(
-        coord.join(".meta/config.toml"),
-        format!("[store]\nurl = \"{local_url}\"\nproject = \"fanout\"\n"),
-    )
-    .unwrap();
-    let ctx = dir.path().join("vision.md");
-    std::fs::write(&ctx, context()).unwrap();
-    ok(&coord, &["init", "--context", ctx.to_str().unwrap()]);
-    set_up(&coord, &local_url);
-    for (agent, cap) in [
-        ("executor", "files.read"),
-        ("executor", "files.write"),
-        ("verifier", "files.read"),
-    ] {
-        ok(&coord, &["consent", "grant", agent, cap]);
-    }
+    let head = store_toml(&local_url, "fanout");
+    let (coord, _) = project(dir.path(), "coordinator", &head, &context(), EXAMPLE_GRANTS);
     let far_url = format!("postgres://metash@10.231.{net}.1:{}/postgres", server.port);
     let mut slots: Vec<Slot> = (1..=4)
         .map(|i| {
             let ws = dir.path().join(format!("w{i}"));
-            run(
-                "git",
-                &["clone", "-q", coord.to_str().unwrap(), ws.to_str().unwrap()],
-            )
-            .unwrap();
             let far = i == 4;
-            set_up(&ws, if far { &far_url } else { &local_url });
+            clone(
+                &coord,
+                &ws,
+                &store_toml(if far { &far_url } else { &local_url }, "fanout"),
+            );
             Slot {
                 // Two processes share the name w1, as a worker started twice would.
                 id: format!("w{}", if i == 2 { 1 } else { i }),
                 ws,
                 netns: far.then(|| ns.name.clone()),
                 big: i >= 3,
-                skew: (i == 3).then_some("+2h"),
+                skew: (i == 3).then_some("+7200"),
                 child: None,
             }
         })

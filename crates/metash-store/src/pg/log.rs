@@ -7,7 +7,7 @@ use metash_protocol::LogRecord;
 
 use super::{Client, Db, Statement, Transaction};
 use crate::error::{Result, StoreError};
-use crate::log::{decode, encode_batch, NewEvent, Tail, GENESIS_HASH};
+use crate::log::{decode, encode_batch, Chain, NewEvent, Tail, GENESIS_HASH};
 
 /// The log's prepared statements.
 pub(crate) struct Statements {
@@ -235,36 +235,18 @@ pub fn read_after(db: &mut Db, project: &str, after: u64, max: usize) -> Result<
 /// # Errors
 /// [`StoreError::BrokenLog`] naming the first broken record.
 pub fn verify(db: &mut Db, project: &str) -> Result<u64> {
-    let mut expect = Tail {
-        seq: 0,
-        hash: GENESIS_HASH.to_string(),
-    };
+    let place = std::path::PathBuf::from(format!("postgres: metash.log of {project}"));
+    let mut chain = Chain::new(&place);
     loop {
-        let batch = read_after(db, project, expect.seq, 10_000)?;
+        let batch = read_after(db, project, chain.last_seq(), 10_000)?;
         if batch.is_empty() {
             break;
         }
-        for rec in batch {
-            if rec.seq != expect.seq + 1 {
-                return Err(broken(
-                    project,
-                    expect.seq + 1,
-                    format!("seq {} follows {}", rec.seq, expect.seq),
-                ));
-            }
-            if rec.prev != expect.hash {
-                return Err(broken(
-                    project,
-                    rec.seq,
-                    "prev does not match the previous record's hash".into(),
-                ));
-            }
-            expect = Tail {
-                seq: rec.seq,
-                hash: rec.hash,
-            };
+        for rec in &batch {
+            chain.check(rec)?;
         }
     }
+    let expect = chain.last().clone();
     let head = db.client.query_opt(
         "SELECT seq, hash FROM metash.heads WHERE project = $1",
         &[&project],

@@ -18,7 +18,7 @@ mod orchestrator;
 mod policy;
 mod serve;
 mod store;
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 mod worker;
 
 /// What every command gets besides its own arguments.
@@ -47,7 +47,7 @@ pub enum Command {
     Onboard(onboard::OnboardCommand),
     #[command(flatten)]
     Auth(auth::AuthCommand),
-    #[cfg(unix)]
+    #[cfg(target_os = "linux")]
     #[command(flatten)]
     Worker(worker::WorkerCommand),
 }
@@ -62,7 +62,7 @@ pub fn run(command: Command, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         Command::Host(c) => host::run(c, ctx),
         Command::Onboard(c) => onboard::run(c, ctx),
         Command::Auth(c) => auth::run(c, ctx),
-        #[cfg(unix)]
+        #[cfg(target_os = "linux")]
         Command::Worker(c) => worker::run(c, ctx),
     }
 }
