@@ -31,6 +31,30 @@ fn quantile(v: &mut [Duration], q: f64) -> Duration {
     v[((v.len() - 1) as f64 * q) as usize]
 }
 
+/// `n` rounds (after a tenth more to warm up), each a request on a kept-alive connection and on
+/// a new one, straight (`direct`) and through the handle (`via`): [kept-alive, new] x [direct, handle].
+fn measure(
+    n: usize,
+    direct: SocketAddr,
+    via: SocketAddr,
+    targets: [&String; 2],
+) -> Vec<Vec<Duration>> {
+    let mut conns = [Client::new(direct), Client::new(via)];
+    let mut samples: Vec<Vec<Duration>> = (0..4).map(|_| Vec::with_capacity(n)).collect();
+    for round in 0..n + n / 10 {
+        let warm = round < n / 10;
+        for (i, addr) in [direct, via].into_iter().enumerate() {
+            let ka = timed(|| conns[i].get(targets[i]));
+            let fresh = timed(|| Client::new(addr).get(targets[i]));
+            if !warm {
+                samples[i].push(ka);
+                samples[2 + i].push(fresh);
+            }
+        }
+    }
+    samples
+}
+
 fn main() {
     let (tools, chromium) = match metash_testkit::oidc::prerequisites() {
         Ok(p) => p,
@@ -64,21 +88,7 @@ fn main() {
     let via: SocketAddr = authority.parse().unwrap();
     let (direct_target, via_target) = ("/v1/repos".to_string(), format!("{prefix}/v1/repos"));
 
-    let mut conns = [Client::new(api.addr), Client::new(via)];
-    let targets = [&direct_target, &via_target];
-    // [kept-alive, new connection] x [direct, handle]
-    let mut samples: Vec<Vec<Duration>> = (0..4).map(|_| Vec::with_capacity(n)).collect();
-    for round in 0..n + n / 10 {
-        let warm = round < n / 10;
-        for (i, addr) in [api.addr, via].into_iter().enumerate() {
-            let ka = timed(|| conns[i].get(targets[i]));
-            let fresh = timed(|| Client::new(addr).get(targets[i]));
-            if !warm {
-                samples[i].push(ka);
-                samples[2 + i].push(fresh);
-            }
-        }
-    }
+    let samples = measure(n, api.addr, via, [&direct_target, &via_target]);
     // Every request through the handle reached the API with the real token, never the guess.
     let seen = api.seen();
     let through: Vec<_> = seen.iter().filter(|s| s.target == "/v1/repos").collect();

@@ -96,16 +96,32 @@ impl Oidc {
         self.lines.lock().map(|v| v.clone()).unwrap_or_default()
     }
 
+    /// The lines once the server has printed what it had to: it reports a grant after its
+    /// answer went out, so a client may be done before the line is read. Waits until no new
+    /// line came for 250 ms (at most 5 s).
+    fn settled(&self) -> Vec<String> {
+        let start = std::time::Instant::now();
+        let mut seen = self.lines();
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(250));
+            let now = self.lines();
+            if now.len() == seen.len() || start.elapsed() > std::time::Duration::from_secs(5) {
+                return now;
+            }
+            seen = now;
+        }
+    }
+
     /// Tokens granted by grant type `kind`.
     pub fn grants(&self, kind: &str) -> usize {
         let want = format!("grant {kind}");
-        self.lines().iter().filter(|l| **l == want).count()
+        self.settled().iter().filter(|l| **l == want).count()
     }
 
     /// Grants of `kind` refused.
     pub fn errors(&self, kind: &str) -> Vec<String> {
         let want = format!("grant-error {kind} ");
-        self.lines()
+        self.settled()
             .into_iter()
             .filter(|l| l.starts_with(&want))
             .collect()
