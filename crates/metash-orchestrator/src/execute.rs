@@ -109,6 +109,34 @@ impl Orchestrator<'_> {
         })
     }
 
+    /// The executor's turn at task `id` in its worktree `wt`, told what to address; `on` names
+    /// where it runs in the progress line (`" on w1"` on a worker, else empty).
+    pub(crate) fn executor_turn(
+        &self,
+        id: &str,
+        attempt: u32,
+        findings: &[String],
+        last_error: Option<&str>,
+        wt: &Path,
+        on: &str,
+    ) -> Result<metash_protocol::AgentResponse> {
+        self.progress(
+            &format!("task {id}: executing{on} (attempt {attempt})"),
+            LogLevel::Info,
+        );
+        self.spawn(
+            Role::Executor,
+            &Focus {
+                task: Some(id),
+                findings,
+                attempt,
+                last_error,
+                ..Focus::default()
+            },
+            Some(wt.to_path_buf()),
+        )
+    }
+
     pub(crate) fn execute_phase(&self, state: &SessionState) -> Result<Step> {
         let phase = state.current_phase;
         let nodes = Self::nodes(state);
@@ -298,21 +326,8 @@ impl Orchestrator<'_> {
             findings,
             last_error,
         } = self.begin_attempt(id, &head)?;
-        self.progress(
-            &format!("task {id}: executing (attempt {attempt})"),
-            LogLevel::Info,
-        );
-        let response = self.spawn(
-            Role::Executor,
-            &Focus {
-                task: Some(id),
-                findings: &findings,
-                attempt,
-                last_error: last_error.as_deref(),
-                ..Focus::default()
-            },
-            Some(wt.clone()),
-        )?;
+        let response =
+            self.executor_turn(id, attempt, &findings, last_error.as_deref(), &wt, "")?;
         match response.status {
             AgentStatus::Success => self.complete_attempt(id, &wt, &head, &state, &response.data),
             AgentStatus::Error | AgentStatus::Timeout => {

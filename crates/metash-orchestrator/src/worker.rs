@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use metash_host::Host;
-use metash_protocol::{AgentResponse, AgentStatus, LogLevel, ResponseMetadata};
+use metash_protocol::{AgentResponse, AgentStatus, ResponseMetadata};
 use metash_store::pg::lease::{self, Outcome};
 use metash_store::pg::store::PgStore;
 use metash_store::{Store, StoreError};
@@ -23,7 +23,6 @@ use serde_json::{json, Value};
 
 use crate::engine::{branch_of, worktree_of, Orchestrator};
 use crate::error::{OrchestratorError, Result};
-use crate::prompts::{Focus, Role};
 use crate::remote::{base_blob, result_blob};
 
 /// How a worker runs.
@@ -95,6 +94,7 @@ pub fn serve(store: &Store, opts: &WorkerOptions, stop: &AtomicBool) -> Result<W
         finished: Vec::new(),
         report: WorkerReport::default(),
         last_beat: Instant::now(),
+        last_reap: Instant::now(),
         idle_since: Instant::now(),
     };
     while !stop.load(Ordering::Relaxed) {
@@ -122,6 +122,7 @@ struct Loop<'a> {
     finished: Vec<Finished>,
     report: WorkerReport,
     last_beat: Instant,
+    last_reap: Instant,
     idle_since: Instant,
 }
 
@@ -233,7 +234,11 @@ impl Loop<'_> {
             return;
         }
         let project = self.server.project().to_string();
-        let _ = self.server.db(|db| lease::reap(db, &project));
+        // Expired leases go back to the queue, as often as a heartbeat, not at every tick.
+        if self.last_reap.elapsed() >= self.opts.lease / 3 {
+            let _ = self.server.db(|db| lease::reap(db, &project));
+            self.last_reap = Instant::now();
+        }
         let leases = match self.server.db(|db| {
             lease::claim(
                 db,
@@ -372,20 +377,13 @@ pub fn run_task(host: &Host, qid: &str, worker: &str) -> Result<Value> {
     let wt = worktree_of(&workspace, &id);
     orch.git.ensure_worktree(&wt, &branch, &head)?;
     orch.git.reset_to(&wt, &head)?;
-    orch.progress(
-        &format!("task {id}: executing on {worker} (attempt {attempt})"),
-        LogLevel::Info,
-    );
-    let mut response = orch.spawn(
-        Role::Executor,
-        &Focus {
-            task: Some(&id),
-            findings: &findings,
-            attempt,
-            last_error: last_error.as_deref(),
-            ..Focus::default()
-        },
-        Some(wt.clone()),
+    let mut response = orch.executor_turn(
+        &id,
+        attempt,
+        &findings,
+        last_error.as_deref(),
+        &wt,
+        &format!(" on {worker}"),
     )?;
     let mut bundle = None;
     if response.status == AgentStatus::Success {

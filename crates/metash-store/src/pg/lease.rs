@@ -406,22 +406,30 @@ pub fn reap(db: &mut Db, project: &str) -> Result<Vec<String>> {
         &[&project],
     )?;
     let ids: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-    if !ids.is_empty() {
-        log::append(
-            &mut tx,
-            s,
-            project,
-            &[NewEvent::new(
-                LogKind::LeasesExpired,
-                None,
-                json!({"tasks": ids}),
-            )],
-        )?;
-    }
+    log_tasks(&mut tx, s, project, LogKind::LeasesExpired, &ids)?;
     tx.commit()?;
     // Events a completer committed but did not chain (it died in between) go in now.
     log::chain(db, project)?;
     Ok(ids)
+}
+
+/// A record that `kind` happened to `ids`, if there are any.
+fn log_tasks(
+    tx: &mut super::Transaction<'_>,
+    s: &log::Statements,
+    project: &str,
+    kind: LogKind,
+    ids: &[String],
+) -> Result<()> {
+    if !ids.is_empty() {
+        log::append(
+            tx,
+            s,
+            project,
+            &[NewEvent::new(kind, None, json!({"tasks": ids}))],
+        )?;
+    }
+    Ok(())
 }
 
 /// Withdraws the queued or leased tasks whose ids start with `prefix` (an earlier attempt's
@@ -449,18 +457,7 @@ pub fn cancel(db: &mut Db, project: &str, prefix: &str) -> Result<Vec<String>> {
         &[&project, &pattern],
     )?;
     let ids: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-    if !ids.is_empty() {
-        log::append(
-            &mut tx,
-            s,
-            project,
-            &[NewEvent::new(
-                LogKind::TasksCancelled,
-                None,
-                json!({"tasks": ids}),
-            )],
-        )?;
-    }
+    log_tasks(&mut tx, s, project, LogKind::TasksCancelled, &ids)?;
     tx.commit()?;
     Ok(ids)
 }

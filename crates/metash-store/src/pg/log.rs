@@ -17,6 +17,7 @@ pub(crate) struct Statements {
     write: Statement,
     read: Statement,
     pending: Statement,
+    pending_any: Statement,
     pending_done: Statement,
 }
 
@@ -38,6 +39,8 @@ impl Statements {
                 "SELECT id, kind, agent, data FROM metash.pending WHERE project = $1
                  ORDER BY id LIMIT 10000",
             )?,
+            pending_any: c
+                .prepare("SELECT EXISTS (SELECT 1 FROM metash.pending WHERE project = $1)")?,
             pending_done: c
                 .prepare("DELETE FROM metash.pending WHERE project = $1 AND id = ANY($2)")?,
         })
@@ -129,9 +132,20 @@ pub(crate) fn append(
     events: &[NewEvent],
 ) -> Result<Vec<LogRecord>> {
     let tail = lock_head(tx, db, project)?;
-    let r = rows_for(&tail, events)?;
+    write_after(tx, db, project, &tail, events)
+}
+
+/// Writes `events` after `tail` (the head, locked by the caller) and moves the head.
+fn write_after(
+    tx: &mut Transaction<'_>,
+    s: &Statements,
+    project: &str,
+    tail: &Tail,
+    events: &[NewEvent],
+) -> Result<Vec<LogRecord>> {
+    let r = rows_for(tail, events)?;
     tx.execute(
-        &db.write,
+        &s.write,
         &[
             &project,
             &r.seqs,
@@ -153,6 +167,13 @@ pub(crate) fn append(
 /// The database.
 pub fn chain(db: &mut Db, project: &str) -> Result<usize> {
     let Db { client, s, .. } = db;
+    // Most calls find nothing: they ask without taking the head, which completions want.
+    if !client
+        .query_one(&s.pending_any, &[&project])?
+        .get::<_, bool>(0)
+    {
+        return Ok(0);
+    }
     let mut total = 0;
     loop {
         let mut tx = client.transaction()?;
@@ -161,18 +182,7 @@ pub fn chain(db: &mut Db, project: &str) -> Result<usize> {
         if ids.is_empty() {
             return Ok(total);
         }
-        let r = rows_for(&tail, &events)?;
-        tx.execute(
-            &s.write,
-            &[
-                &project,
-                &r.seqs,
-                &r.kinds,
-                &r.lines,
-                &r.last_seq,
-                &r.last_hash,
-            ],
-        )?;
+        write_after(&mut tx, s, project, &tail, &events)?;
         tx.execute(&s.pending_done, &[&project, &ids])?;
         tx.commit()?;
         total += ids.len();

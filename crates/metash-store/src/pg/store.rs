@@ -220,13 +220,18 @@ impl PgStore {
     /// The database.
     pub fn context(&self) -> Result<Option<(String, String)>> {
         let project = self.project.clone();
-        self.with_db(|db| {
+        let found = self.with_db(|db| {
             let row = db.client().query_opt(
                 "SELECT context, context_sha256 FROM metash.projects WHERE project = $1",
                 &[&project],
             )?;
-            Ok(row.map(|r| (r.get(0), r.get(1))))
-        })
+            Ok(row.map(|r| (r.get::<_, String>(0), r.get::<_, String>(1))))
+        })?;
+        // The sha never changes once the project exists: keep it for the checks.
+        if let Some((_, sha)) = &found {
+            let _ = self.context_sha.set(sha.clone());
+        }
+        Ok(found)
     }
 
     /// The context's sha256.
