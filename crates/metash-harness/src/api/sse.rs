@@ -33,12 +33,11 @@ impl SseParser {
     /// Feeds bytes; calls `on_event` for each event completed by them.
     pub fn feed(&mut self, chunk: &[u8], on_event: &mut dyn FnMut(SseEvent)) {
         let mut chunk = chunk;
-        if self.skip_lf {
-            if chunk.first() == Some(&b'\n') {
+        if self.skip_lf && !chunk.is_empty() {
+            // Only the first byte after the `\r` can be its `\n`; an empty chunk changes nothing.
+            self.skip_lf = false;
+            if chunk[0] == b'\n' {
                 chunk = &chunk[1..];
-            }
-            if !chunk.is_empty() {
-                self.skip_lf = false;
             }
         }
         if self.pos > 0 && self.pos == self.buf.len() {
@@ -159,6 +158,20 @@ mod tests {
         for size in 1..input.len() {
             assert_eq!(parse_in_chunks(input, size), whole, "chunk size {size}");
         }
+    }
+
+    /// Found by the property test in CI: a `\r` ending one chunk, its `\n` alone in the next, then a
+    /// blank line. The `\n` was taken as the `\r`'s and the flag stayed set, so the blank line's
+    /// `\n` was swallowed too and the event never dispatched.
+    #[test]
+    fn a_crlf_cut_between_its_two_bytes_ends_one_line_only() {
+        let mut p = SseParser::new();
+        let mut out = Vec::new();
+        for chunk in [&b"data: x\r"[..], b"\n", b"", b"\ndata: y\n\n"] {
+            p.feed(chunk, &mut |e| out.push(e));
+        }
+        let data: Vec<&str> = out.iter().map(|e| e.data.as_str()).collect();
+        assert_eq!(data, ["x", "y"]);
     }
 
     #[test]
