@@ -120,6 +120,11 @@ pub struct AgentSpec {
     pub manifest: Manifest,
     /// The resolved `entry`: a `.wasm`/`.wat` module or an executable.
     pub entry: PathBuf,
+    /// The agent's own directory (its manifest's, holding the entry), when it has one: a native
+    /// agent may read and execute it (never write), so a script finds the modules shipped beside
+    /// it (`node_modules/`, a vendored package). Ignored when it contains a [`Self::hidden`]
+    /// directory or the workspace: then only the entry itself is readable.
+    pub package: Option<PathBuf>,
     pub args: Vec<String>,
     /// The workspace root; the only part of the filesystem an agent may see (by capability).
     pub workspace: PathBuf,
@@ -177,6 +182,7 @@ impl AgentSpec {
             id: id.into(),
             manifest,
             entry: entry.into(),
+            package: None,
             args: Vec::new(),
             workspace: workspace.into(),
             granted: Vec::new(),

@@ -12,6 +12,7 @@ pub mod openai;
 #[cfg(unix)]
 pub mod postgres;
 pub mod procs;
+pub mod sdk;
 #[cfg(unix)]
 pub mod secret_service;
 pub mod wasm;

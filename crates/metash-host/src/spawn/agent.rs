@@ -62,6 +62,12 @@ pub(crate) fn run(
         workspace,
     );
     grants.apply(&mut spec);
+    // The agent's own directory, when the entry is inside it (the runtime checks the rest).
+    spec.package = agent
+        .manifest_path
+        .parent()
+        .filter(|dir| agent.entry_path.starts_with(dir))
+        .map(Path::to_path_buf);
     spec.allow_native = allow_native;
     spec.fuel = host.config().host.wasm_fuel;
     // metash's own state is never in an agent's view, whatever it was granted.

@@ -99,15 +99,18 @@ impl Spawner for Host {
         if ran.tokens_used > 0 || ran.cost_usd.is_some() {
             budget::charge(self.store(), &req.agent_name, ran.tokens_used, ran.cost_usd)?;
         }
-        if let Some(signal) = ran.checkpoint {
-            return self.checkpoint_response(&req.agent_name, signal, started, ran.tokens_used);
-        }
-        let response = AgentResponse {
-            status: ran.status,
-            data: ran.data,
-            metadata: ResponseMetadata {
-                tokens_used: ran.tokens_used,
-                duration_ms: started.elapsed().as_millis() as u64,
+        // Every spawn ends with one `spawn_end`, a checkpoint's included (status `checkpoint`).
+        let response = match ran.checkpoint {
+            Some(signal) => {
+                self.checkpoint_response(&req.agent_name, signal, started, ran.tokens_used)?
+            }
+            None => AgentResponse {
+                status: ran.status,
+                data: ran.data,
+                metadata: ResponseMetadata {
+                    tokens_used: ran.tokens_used,
+                    duration_ms: started.elapsed().as_millis() as u64,
+                },
             },
         };
         self.record_later(NewEvent::new(

@@ -94,7 +94,7 @@ pub fn program_dirs(program: &Path, path: Option<&std::ffi::OsStr>) -> Vec<PathB
 }
 
 /// The interpreter a `#!` line names, resolved through `env` and `path`.
-fn interpreter(script: &Path, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+pub(crate) fn interpreter(script: &Path, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
     use std::io::Read;
     let mut head = [0u8; 256];
     let n = std::fs::File::open(script).ok()?.read(&mut head).ok()?;

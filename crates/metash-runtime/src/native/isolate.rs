@@ -36,6 +36,8 @@ const SYSTEM_RO: &[&str] = &[
     "/etc/localtime",
     "/etc/ssl/certs",
     "/etc/ca-certificates",
+    // OpenSSL's configuration: Node refuses to start without reading it (no secrets in it).
+    "/etc/ssl/openssl.cnf",
 ];
 
 /// Device files a program may open read-write.

@@ -4,7 +4,7 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use crate::error::{io_err, Result};
 use crate::limits::{parse_cpu, parse_mem, Applied, AppliedLimits};
 use crate::reply::Replier;
 use crate::sink::EventSink;
-use crate::spec::{AgentSpec, Category, NetworkAccess};
+use crate::spec::{AgentSpec, Category, NetworkAccess, PathAccess};
 
 static NONCE: AtomicU64 = AtomicU64::new(0);
 
@@ -66,6 +66,7 @@ fn start_proxy(
 /// Per-action consent for process starts: only with a live gate.
 fn start_exec_gate(
     spec: &AgentSpec,
+    interpreter: Option<PathBuf>,
     sink: &Arc<dyn EventSink>,
     replier: &Replier,
 ) -> Result<Option<(exec_gate::Supervisor, exec_gate::ChildSide)>> {
@@ -74,11 +75,49 @@ fn start_exec_gate(
     };
     exec_gate::Supervisor::start(exec_gate::Cfg {
         agent: spec.id.clone(),
+        interpreter,
         gate: Arc::clone(gate),
         sink: Arc::clone(sink),
         replier: replier.clone(),
     })
     .map(Some)
+}
+
+/// What a native agent needs besides its entry, read and execute only: its package directory
+/// (modules shipped beside a script), and for a script its `#!` interpreter as the agent's own
+/// `PATH` finds it, with that install's `lib/` (an interpreter outside the system directories:
+/// nvm's node, a pyenv python). The interpreter, canonical, is also what the exec gate lets the
+/// entry's `env` start without asking: running the script is what the user consented to.
+fn own_paths(
+    spec: &AgentSpec,
+    entry: &Path,
+    workspace: &Path,
+) -> (Vec<PathAccess>, Option<PathBuf>) {
+    let read = |path: PathBuf| PathAccess { path, write: false };
+    let mut own = Vec::new();
+    if let Some(pkg) = spec.package.as_ref().and_then(|p| p.canonicalize().ok()) {
+        let holds_hidden = spec.hidden.iter().any(|h| {
+            h.canonicalize()
+                .unwrap_or_else(|_| h.clone())
+                .starts_with(&pkg)
+        });
+        if entry.starts_with(&pkg) && !holds_hidden && !workspace.starts_with(&pkg) {
+            own.push(read(pkg));
+        }
+    }
+    // With no PATH, `env` searches what execvp does: /bin, then /usr/bin.
+    let path = spec
+        .env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map_or("/bin:/usr/bin", |(_, v)| v.as_str());
+    let interpreter = super::confine::interpreter(entry, Some(std::ffi::OsStr::new(path)));
+    if let Some(i) = &interpreter {
+        own.push(read(i.clone()));
+        let lib = i.parent().and_then(Path::parent).map(|p| p.join("lib"));
+        own.extend(lib.filter(|l| l.is_dir()).map(read));
+    }
+    (own, interpreter)
 }
 
 /// Every limit as applied, and by what, for the start report.
@@ -121,18 +160,21 @@ impl Sandbox {
             }
             other => other,
         };
+        let (own, interpreter) = own_paths(spec, &entry, &workspace);
+        let mut paths = spec.split_paths().0;
+        paths.extend(own.iter());
         let (ll_fd, abi) = isolate::landlock_ruleset(&isolate::LandlockPlan {
             workspace: &workspace,
             read: spec.has(Category::FilesRead),
             write: spec.has(Category::FilesWrite),
-            paths: &spec.split_paths().0,
+            paths: &paths,
             entry: &entry,
             network: &network,
             connect_ports: &proxy_ports,
         })?;
         let seccomp = isolate::seccomp_program(&network, false)?;
         let (mask, hidden_report, revocable) = plan_mounts(spec, &workspace)?;
-        let (exec_gate, exec_child) = start_exec_gate(spec, sink, replier)?.unzip();
+        let (exec_gate, exec_child) = start_exec_gate(spec, interpreter, sink, replier)?.unzip();
 
         let quota = Quota::apply(
             &spec.id,

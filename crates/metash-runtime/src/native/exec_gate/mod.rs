@@ -52,6 +52,9 @@ fn setup(msg: impl Into<String>) -> RuntimeError {
 /// Who the supervisor asks and where it reports.
 pub struct Cfg {
     pub agent: String,
+    /// The entry's `#!` interpreter (canonical): the entry's own process may exec it once, right
+    /// after the entry (`#!/usr/bin/env node` is `env` starting `node`), without asking.
+    pub interpreter: Option<std::path::PathBuf>,
     pub gate: Arc<dyn ActionGate>,
     pub sink: Arc<dyn EventSink>,
     pub replier: Replier,
@@ -148,6 +151,8 @@ struct Listener {
     pid: i32,
     /// The first notification is the child's own exec of the agent entry.
     entry_seen: bool,
+    /// The entry's interpreter may still be started by the entry's process (once).
+    interpreter_pending: bool,
 }
 
 /// The supervisor loop: receive listeners, answer their notifications, drop each when no process
@@ -187,6 +192,7 @@ fn supervise(host: &OwnedFd, cfg: &Cfg, shared: &Shared) {
                     fd,
                     pid,
                     entry_seen: false,
+                    interpreter_pending: cfg.interpreter.is_some(),
                 }),
                 Received::Failure(msg) => {
                     if let Ok(mut g) = shared.child_failure.lock() {
@@ -282,6 +288,15 @@ fn serve_one(l: &mut Listener, cfg: &Cfg) {
         // kernel would refuse them with ENOENT anyway.
         if matches!(std::fs::metadata(p), Err(e) if e.kind() == io::ErrorKind::NotFound) {
             respond(&l.fd, req.id, libc::ENOENT);
+            return;
+        }
+    }
+    // Only the entry process's very next exec can be its `env` starting the interpreter.
+    if l.interpreter_pending && req.pid as i32 == l.pid {
+        l.interpreter_pending = false;
+        let asked = exec.resolved.as_deref().and_then(|p| p.canonicalize().ok());
+        if asked.is_some() && asked == cfg.interpreter {
+            respond(&l.fd, req.id, 0);
             return;
         }
     }

@@ -1,0 +1,99 @@
+//! The SDKs' example agents (`examples/sdk-typescript`, `examples/sdk-python`), built the way their
+//! READMEs say (`build.sh DEST`) into a fresh directory, for the tests and the round-trip bench.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A language with an SDK.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lang {
+    TypeScript,
+    Python,
+}
+
+impl Lang {
+    pub const ALL: [Lang; 2] = [Lang::TypeScript, Lang::Python];
+
+    /// `typescript`, `python`: the example directory's suffix.
+    pub fn name(self) -> &'static str {
+        match self {
+            Lang::TypeScript => "typescript",
+            Lang::Python => "python",
+        }
+    }
+
+    /// The built entry of agent `stem` (`agent`, `echo`).
+    pub fn entry(self, stem: &str) -> String {
+        match self {
+            Lang::TypeScript => format!("{stem}.mjs"),
+            Lang::Python => format!("{stem}.pyz"),
+        }
+    }
+
+    /// The example's source directory.
+    pub fn example_dir(self) -> PathBuf {
+        repo().join("examples").join(format!("sdk-{}", self.name()))
+    }
+}
+
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The Python that builds and runs the Python side: the setup script's venv (pip, pytest) when
+/// present, else `python3`.
+pub fn python() -> PathBuf {
+    let venv = repo().join(".tools/py/bin/python");
+    if venv.exists() {
+        venv
+    } else {
+        PathBuf::from("python3")
+    }
+}
+
+/// Why the SDK examples cannot be built here, if they cannot (node, npm, python3 with pip).
+pub fn missing() -> Option<String> {
+    let python = python().to_string_lossy().into_owned();
+    let probes: [(&str, &[&str]); 3] = [
+        ("node", &["--version"]),
+        ("npm", &["--version"]),
+        (&python, &["-m", "pip", "--version"]),
+    ];
+    for (prog, args) in probes {
+        let ok = Command::new(prog)
+            .args(args)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !ok {
+            return Some(format!(
+                "`{prog} {}` does not run (Node 20 and Python 3 with pip; scripts/setup)",
+                args.join(" ")
+            ));
+        }
+    }
+    None
+}
+
+/// Builds `lang`'s example into `dest` with its `build.sh`.
+///
+/// # Errors
+/// The build failed: its output.
+pub fn build(lang: Lang, dest: &Path) -> Result<(), String> {
+    let out = Command::new("bash")
+        .arg(lang.example_dir().join("build.sh"))
+        .arg(dest)
+        .env("PYTHON", python())
+        .output()
+        .map_err(|e| format!("bash: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} build failed: {}{}",
+            lang.name(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}

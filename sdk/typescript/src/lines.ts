@@ -1,0 +1,71 @@
+// JSON lines in both directions: the framing shared by the agent protocol (an agent's stdio) and
+// the host's JSON-RPC (`metash serve --stdio`). One value per line, UTF-8, `\n`-terminated.
+
+import { createInterface } from "node:readline";
+import type { Readable, Writable } from "node:stream";
+
+/** Reads lines from a stream into a queue; `next()` waits for one (or `null` at end of input). */
+export class LineQueue {
+  private lines: string[] = [];
+  private waiters: Array<(line: string | null) => void> = [];
+  private ended = false;
+
+  /** `onLine` sees every line as it arrives, before it is queued; returning false drops it. */
+  constructor(input: Readable, private readonly onLine?: (line: string) => boolean) {
+    const rl = createInterface({ input, crlfDelay: Infinity });
+    rl.on("line", (line) => this.push(line));
+    rl.on("close", () => {
+      this.ended = true;
+      for (const w of this.waiters.splice(0)) w(null);
+    });
+  }
+
+  private push(line: string): void {
+    if (line.trim() === "") return;
+    if (this.onLine && !this.onLine(line)) return;
+    const waiter = this.waiters.shift();
+    if (waiter) waiter(line);
+    else this.lines.push(line);
+  }
+
+  /**
+   * The next line, or `null` at end of input. With `timeoutMs`, `undefined` when none came in
+   * time (the line, if it comes later, stays queued for the next call).
+   */
+  next(timeoutMs?: number): Promise<string | null | undefined> {
+    const queued = this.lines.shift();
+    if (queued !== undefined) return Promise.resolve(queued);
+    if (this.ended) return Promise.resolve(null);
+    return new Promise((resolve) => {
+      let timer: NodeJS.Timeout | undefined;
+      const waiter = (line: string | null) => {
+        if (timer) clearTimeout(timer);
+        resolve(line);
+      };
+      this.waiters.push(waiter);
+      if (timeoutMs !== undefined) {
+        timer = setTimeout(() => {
+          const i = this.waiters.indexOf(waiter);
+          if (i >= 0) this.waiters.splice(i, 1);
+          resolve(undefined);
+        }, timeoutMs);
+      }
+    });
+  }
+}
+
+/** Writes one JSON value per line, waiting for the stream to drain when its buffer is full. */
+export class LineWriter {
+  constructor(private readonly out: Writable) {}
+
+  write(value: unknown): Promise<void> {
+    const text = JSON.stringify(value) + "\n";
+    return new Promise((resolve, reject) => {
+      const ok = this.out.write(text, (err) => {
+        if (err) reject(err);
+      });
+      if (ok) resolve();
+      else this.out.once("drain", () => resolve());
+    });
+  }
+}
