@@ -44,5 +44,9 @@ def notes(session: Session, input: Input) -> None:
     session.checkpoint("decision_required", "publish the notes?", ["publish", "discard"])
 
 
-if __name__ == "__main__":
+def main() -> None:
     run_agent(notes)
+
+
+if __name__ == "__main__":
+    main()

@@ -2,5 +2,9 @@
 
 from metash_sdk import run_agent
 
-if __name__ == "__main__":
+def main() -> None:
     run_agent(lambda session, input: session.output("text/plain", f"echo: {input.prompt}"))
+
+
+if __name__ == "__main__":
+    main()

@@ -14,9 +14,11 @@ export declare class LineQueue {
      */
     next(timeoutMs?: number): Promise<string | null | undefined>;
 }
-/** Writes one JSON value per line, waiting for the stream to drain when its buffer is full. */
+/** Writes one JSON value per line, waiting for the stream to drain when its buffer is full. A
+ * write to a stream that ended or failed rejects (never throws from an `error` event). */
 export declare class LineWriter {
     private readonly out;
+    private failure;
     constructor(out: Writable);
     write(value: unknown): Promise<void>;
 }

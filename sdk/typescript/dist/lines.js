@@ -58,23 +58,44 @@ export class LineQueue {
         });
     }
 }
-/** Writes one JSON value per line, waiting for the stream to drain when its buffer is full. */
+/** Writes one JSON value per line, waiting for the stream to drain when its buffer is full. A
+ * write to a stream that ended or failed rejects (never throws from an `error` event). */
 export class LineWriter {
     out;
+    failure = null;
     constructor(out) {
         this.out = out;
+        out.on("error", (err) => {
+            this.failure = err;
+        });
     }
     write(value) {
+        if (this.failure)
+            return Promise.reject(this.failure);
+        if (this.out.writableEnded || this.out.destroyed) {
+            return Promise.reject(new Error("the stream is closed"));
+        }
         const text = JSON.stringify(value) + "\n";
         return new Promise((resolve, reject) => {
             const ok = this.out.write(text, (err) => {
                 if (err)
                     reject(err);
             });
-            if (ok)
+            if (ok) {
                 resolve();
-            else
-                this.out.once("drain", () => resolve());
+                return;
+            }
+            const done = (err) => {
+                this.out.off("drain", done);
+                this.out.off("close", closed);
+                if (err)
+                    reject(err);
+                else
+                    resolve();
+            };
+            const closed = () => done(this.failure ?? new Error("the stream closed before draining"));
+            this.out.on("drain", done);
+            this.out.on("close", closed);
         });
     }
 }

@@ -43,6 +43,8 @@ export declare class MetashClient {
     private listeners;
     private readonly writer;
     private closed;
+    /** The server closed its output: every call fails at once. */
+    private ended;
     /** Starts `metash -C WORKSPACE serve --stdio --quiet` and connects to it. */
     static start(options: ConnectOptions): MetashClient;
     /** A client over any pair of streams (a server started some other way). */

@@ -21,6 +21,8 @@ export class MetashClient {
     listeners = [];
     writer;
     closed;
+    /** The server closed its output: every call fails at once. */
+    ended = false;
     /** Starts `metash -C WORKSPACE serve --stdio --quiet` and connects to it. */
     static start(options) {
         const args = ["-C", options.workspace, "serve", "--stdio", "--quiet", ...(options.serveArgs ?? [])];
@@ -36,7 +38,10 @@ export class MetashClient {
         this.writer = new LineWriter(output);
         const queue = new LineQueue(input, (line) => this.dispatch(line));
         // Nothing is queued (dispatch takes every line); next() resolves at end of input.
-        this.closed = queue.next().then(() => this.failAll(new RpcError(-32000, "the metash server closed the connection", "closed")));
+        this.closed = queue.next().then(() => {
+            this.ended = true;
+            this.failAll(new RpcError(-32000, "the metash server closed the connection", "closed"));
+        });
     }
     dispatch(line) {
         let msg;
@@ -70,11 +75,19 @@ export class MetashClient {
     }
     /** Calls any method by name (the typed methods below are this with their parameters). */
     async call(method, params = {}) {
+        if (this.ended)
+            throw new RpcError(-32000, "the metash server closed the connection", "closed");
         const id = this.nextId++;
         const answer = new Promise((resolve, reject) => {
             this.pending.set(id, { resolve: resolve, reject });
         });
-        await this.writer.write({ jsonrpc: "2.0", id, method, params });
+        try {
+            await this.writer.write({ jsonrpc: "2.0", id, method, params });
+        }
+        catch (e) {
+            this.pending.delete(id);
+            throw new RpcError(-32000, `could not send to the metash server: ${e.message}`, "closed");
+        }
         return answer;
     }
     /** Every event the host makes durable (the log's record, `seq` gapless); returns an unsubscribe. */

@@ -54,18 +54,40 @@ export class LineQueue {
   }
 }
 
-/** Writes one JSON value per line, waiting for the stream to drain when its buffer is full. */
+/** Writes one JSON value per line, waiting for the stream to drain when its buffer is full. A
+ * write to a stream that ended or failed rejects (never throws from an `error` event). */
 export class LineWriter {
-  constructor(private readonly out: Writable) {}
+  private failure: Error | null = null;
+
+  constructor(private readonly out: Writable) {
+    out.on("error", (err) => {
+      this.failure = err;
+    });
+  }
 
   write(value: unknown): Promise<void> {
+    if (this.failure) return Promise.reject(this.failure);
+    if (this.out.writableEnded || this.out.destroyed) {
+      return Promise.reject(new Error("the stream is closed"));
+    }
     const text = JSON.stringify(value) + "\n";
     return new Promise((resolve, reject) => {
       const ok = this.out.write(text, (err) => {
         if (err) reject(err);
       });
-      if (ok) resolve();
-      else this.out.once("drain", () => resolve());
+      if (ok) {
+        resolve();
+        return;
+      }
+      const done = (err?: Error) => {
+        this.out.off("drain", done);
+        this.out.off("close", closed);
+        if (err) reject(err);
+        else resolve();
+      };
+      const closed = () => done(this.failure ?? new Error("the stream closed before draining"));
+      this.out.on("drain", done);
+      this.out.on("close", closed);
     });
   }
 }

@@ -52,6 +52,8 @@ export class MetashClient {
   private listeners: Array<(r: LogRecord) => void> = [];
   private readonly writer: LineWriter;
   private closed: Promise<void>;
+  /** The server closed its output: every call fails at once. */
+  private ended = false;
 
   /** Starts `metash -C WORKSPACE serve --stdio --quiet` and connects to it. */
   static start(options: ConnectOptions): MetashClient {
@@ -68,7 +70,10 @@ export class MetashClient {
     this.writer = new LineWriter(output);
     const queue = new LineQueue(input, (line) => this.dispatch(line));
     // Nothing is queued (dispatch takes every line); next() resolves at end of input.
-    this.closed = queue.next().then(() => this.failAll(new RpcError(-32000, "the metash server closed the connection", "closed")));
+    this.closed = queue.next().then(() => {
+      this.ended = true;
+      this.failAll(new RpcError(-32000, "the metash server closed the connection", "closed"));
+    });
   }
 
   private dispatch(line: string): boolean {
@@ -98,11 +103,17 @@ export class MetashClient {
 
   /** Calls any method by name (the typed methods below are this with their parameters). */
   async call<T = unknown>(method: string, params: Record<string, unknown> = {}): Promise<T> {
+    if (this.ended) throw new RpcError(-32000, "the metash server closed the connection", "closed");
     const id = this.nextId++;
     const answer = new Promise<T>((resolve, reject) => {
       this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject });
     });
-    await this.writer.write({ jsonrpc: "2.0", id, method, params });
+    try {
+      await this.writer.write({ jsonrpc: "2.0", id, method, params });
+    } catch (e) {
+      this.pending.delete(id);
+      throw new RpcError(-32000, `could not send to the metash server: ${(e as Error).message}`, "closed");
+    }
     return answer;
   }
 

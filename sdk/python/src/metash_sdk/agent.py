@@ -72,14 +72,17 @@ class _Lines:
         self.stream = stream
         self.buf = b""
         self.eof = False
+        self.fd: Optional[int] = None
+        self.select: Optional[Callable[..., Any]] = None
+        if sys.platform == "wasi":  # a WASI component: blocking reads (no select on stdin)
+            return
         try:
-            self.fd: Optional[int] = stream.fileno()
-            import select  # noqa: F401  (absent under some WASI builds)
+            self.fd = stream.fileno()
+            import select
 
             self.select = select.select
-        except Exception:
+        except (AttributeError, OSError, ValueError, ImportError):  # BytesIO and the like
             self.fd = None
-            self.select = None
 
     def next(self, timeout: Optional[float]) -> Optional[bytes]:
         """The next line (without its newline); None at end of input. Raises TimeoutError."""

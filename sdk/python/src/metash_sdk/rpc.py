@@ -100,8 +100,12 @@ class MetashClient:
             self._next_id += 1
             self._pending[request_id] = future
             line = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}})
-            self._writer.write(line.encode("utf-8") + b"\n")
-            self._writer.flush()
+            try:
+                self._writer.write(line.encode("utf-8") + b"\n")
+                self._writer.flush()
+            except (OSError, ValueError) as e:  # closed by us, or the server is gone
+                del self._pending[request_id]
+                raise RpcError(-32000, f"could not send to the metash server: {e}", "closed") from e
         return future
 
     def call(self, method: str, params: Optional[Dict[str, Any]] = None, timeout: Optional[float] = None) -> Any:
