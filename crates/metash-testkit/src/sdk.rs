@@ -97,3 +97,54 @@ pub fn build(lang: Lang, dest: &Path) -> Result<(), String> {
         ))
     }
 }
+
+/// The componentizer for `lang`'s WASM build, when there is one: componentize-py from the setup
+/// script's venv (or PATH) for Python.
+pub fn componentizer(lang: Lang) -> Result<PathBuf, String> {
+    match lang {
+        Lang::Python => {
+            let venv = repo().join(".tools/py/bin/componentize-py");
+            let tool = if venv.exists() {
+                venv
+            } else {
+                PathBuf::from("componentize-py")
+            };
+            let runs = Command::new(&tool)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if runs {
+                Ok(tool)
+            } else {
+                Err("componentize-py is not installed (pip install componentize-py==0.25.1; scripts/setup)".into())
+            }
+        }
+        Lang::TypeScript => {
+            Err("no JavaScript componentizer is used (docs/sdk.md, \"WASM agents\")".into())
+        }
+    }
+}
+
+/// Builds `lang`'s example as a WASI component into `dest` with its `build-wasm.sh`.
+///
+/// # Errors
+/// No componentizer, or the build failed: its output.
+pub fn build_wasm(lang: Lang, dest: &Path) -> Result<(), String> {
+    let tool = componentizer(lang)?;
+    let out = Command::new("bash")
+        .arg(lang.example_dir().join("build-wasm.sh"))
+        .arg(dest)
+        .env("COMPONENTIZE_PY", tool)
+        .output()
+        .map_err(|e| format!("bash: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} WASM build failed: {}{}",
+            lang.name(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}

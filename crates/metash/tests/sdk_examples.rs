@@ -21,16 +21,25 @@ struct World {
 }
 
 impl World {
-    /// A project, and `lang`'s example agent built and installed as the user agent `notes-<lang>`.
-    fn new(lang: Lang, test: &str) -> Option<Self> {
+    /// A project, and `lang`'s example agent built (natively, or as a WASI component) and
+    /// installed as the user agent `notes-<lang>[-wasm]`.
+    fn new(lang: Lang, wasm: bool, test: &str) -> Option<Self> {
         if let Some(why) = sdk::missing() {
             metash_testkit::skip(test, &why);
             return None;
         }
         let dir = tempfile::tempdir().unwrap();
-        let agent = format!("notes-{}", lang.name());
+        let agent = format!("notes-{}{}", lang.name(), if wasm { "-wasm" } else { "" });
         let installed = dir.path().join("config/metash/agents").join(&agent);
-        sdk::build(lang, &installed).unwrap();
+        if wasm {
+            if let Err(why) = sdk::componentizer(lang) {
+                metash_testkit::skip(test, &why);
+                return None;
+            }
+            sdk::build_wasm(lang, &installed).unwrap();
+        } else {
+            sdk::build(lang, &installed).unwrap();
+        }
         let w = Self { dir, agent };
         std::fs::create_dir_all(w.ws()).unwrap();
         w.ok(&["init"]);
@@ -142,9 +151,10 @@ fn finished(child: std::process::Child) -> (i32, Value) {
     (out.status.code().unwrap_or(-1), json)
 }
 
-fn the_example_agent_runs_under_metash(lang: Lang) {
-    let test = format!("{} example agent", lang.name());
-    let Some(w) = World::new(lang, &test) else {
+fn the_example_agent_runs_under_metash(lang: Lang, wasm: bool) {
+    let sandbox = if wasm { "wasm" } else { "native" };
+    let test = format!("{} example agent ({sandbox})", lang.name());
+    let Some(w) = World::new(lang, wasm, &test) else {
         return;
     };
     let agent = w.agent.clone();
@@ -182,15 +192,13 @@ fn the_example_agent_runs_under_metash(lang: Lang) {
             .filter(|r| r.kind == kind && r.agent.as_deref() == Some(agent.as_str()))
             .collect()
     };
-    // It ran natively, confined.
+    // It ran in the sandbox asked for, confined.
     let started = of("agent_started");
-    assert_eq!(
-        started[0].data["sandbox"], "native",
-        "{:?}",
-        started[0].data
-    );
-    assert!(started[0].data["landlock_abi"].as_i64().unwrap() >= 1);
-    assert_eq!(started[0].data["seccomp"], true);
+    assert_eq!(started[0].data["sandbox"], sandbox, "{:?}", started[0].data);
+    if !wasm {
+        assert!(started[0].data["landlock_abi"].as_i64().unwrap() >= 1);
+        assert_eq!(started[0].data["seccomp"], true);
+    }
     // The revocation reached it once, as a revocation.
     let sent = of("consent_revoke_sent");
     assert_eq!(sent.len(), 1, "{sent:?}");
@@ -220,12 +228,18 @@ fn the_example_agent_runs_under_metash(lang: Lang) {
 
 #[test]
 fn the_typescript_example_agent_runs_under_metash() {
-    the_example_agent_runs_under_metash(Lang::TypeScript);
+    the_example_agent_runs_under_metash(Lang::TypeScript, false);
 }
 
 #[test]
 fn the_python_example_agent_runs_under_metash() {
-    the_example_agent_runs_under_metash(Lang::Python);
+    the_example_agent_runs_under_metash(Lang::Python, false);
+}
+
+/// The same `agent.py`, componentized: the WASM sandbox, the same behaviour.
+#[test]
+fn the_python_example_agent_runs_under_metash_as_a_wasm_component() {
+    the_example_agent_runs_under_metash(Lang::Python, true);
 }
 
 /// A policy for `metash serve` (nobody can be asked over stdio): what the example needs.
@@ -293,7 +307,7 @@ fn orchestrate(w: &World, lang: Lang) -> Value {
 
 fn the_orchestrator_drives_metash_serve(lang: Lang) {
     let test = format!("{} orchestrator", lang.name());
-    let Some(w) = World::new(lang, &test) else {
+    let Some(w) = World::new(lang, false, &test) else {
         return;
     };
     let summary = orchestrate(&w, lang);
