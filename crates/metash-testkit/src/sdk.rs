@@ -80,17 +80,22 @@ pub fn missing() -> Option<String> {
 /// # Errors
 /// The build failed: its output.
 pub fn build(lang: Lang, dest: &Path) -> Result<(), String> {
+    run_build(lang, "build.sh", dest, ("PYTHON", python()))
+}
+
+/// Runs one of the example's build scripts into `dest`, with one variable set.
+fn run_build(lang: Lang, script: &str, dest: &Path, var: (&str, PathBuf)) -> Result<(), String> {
     let out = Command::new("bash")
-        .arg(lang.example_dir().join("build.sh"))
+        .arg(lang.example_dir().join(script))
         .arg(dest)
-        .env("PYTHON", python())
+        .env(var.0, var.1)
         .output()
         .map_err(|e| format!("bash: {e}"))?;
     if out.status.success() {
         Ok(())
     } else {
         Err(format!(
-            "{} build failed: {}{}",
+            "{} {script} failed: {}{}",
             lang.name(),
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
@@ -131,20 +136,5 @@ pub fn componentizer(lang: Lang) -> Result<PathBuf, String> {
 /// No componentizer, or the build failed: its output.
 pub fn build_wasm(lang: Lang, dest: &Path) -> Result<(), String> {
     let tool = componentizer(lang)?;
-    let out = Command::new("bash")
-        .arg(lang.example_dir().join("build-wasm.sh"))
-        .arg(dest)
-        .env("COMPONENTIZE_PY", tool)
-        .output()
-        .map_err(|e| format!("bash: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} WASM build failed: {}{}",
-            lang.name(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
+    run_build(lang, "build-wasm.sh", dest, ("COMPONENTIZE_PY", tool))
 }
