@@ -80,15 +80,20 @@ pub fn missing() -> Option<String> {
 /// # Errors
 /// The build failed: its output.
 pub fn build(lang: Lang, dest: &Path) -> Result<(), String> {
-    run_build(lang, "build.sh", dest, ("PYTHON", python()))
+    run_build(lang, "build.sh", dest, &[("PYTHON", python())])
 }
 
-/// Runs one of the example's build scripts into `dest`, with one variable set.
-fn run_build(lang: Lang, script: &str, dest: &Path, var: (&str, PathBuf)) -> Result<(), String> {
+/// Runs one of the example's build scripts into `dest`, with the variables set.
+fn run_build(
+    lang: Lang,
+    script: &str,
+    dest: &Path,
+    vars: &[(&str, PathBuf)],
+) -> Result<(), String> {
     let out = Command::new("bash")
         .arg(lang.example_dir().join(script))
         .arg(dest)
-        .env(var.0, var.1)
+        .envs(vars.iter().map(|(k, v)| (*k, v)))
         .output()
         .map_err(|e| format!("bash: {e}"))?;
     if out.status.success() {
@@ -103,38 +108,42 @@ fn run_build(lang: Lang, script: &str, dest: &Path, var: (&str, PathBuf)) -> Res
     }
 }
 
-/// The componentizer for `lang`'s WASM build, when there is one: componentize-py from the setup
-/// script's venv (or PATH) for Python.
-pub fn componentizer(lang: Lang) -> Result<PathBuf, String> {
-    match lang {
-        Lang::Python => {
-            let venv = repo().join(".tools/py/bin/componentize-py");
-            let tool = if venv.exists() {
-                venv
-            } else {
-                PathBuf::from("componentize-py")
-            };
-            let runs = Command::new(&tool)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success());
-            if runs {
-                Ok(tool)
-            } else {
-                Err("componentize-py is not installed (pip install componentize-py==0.25.1; scripts/setup)".into())
-            }
-        }
-        Lang::TypeScript => {
-            Err("no JavaScript componentizer is used (docs/sdk.md, \"WASM agents\")".into())
+/// The tools of `lang`'s WASM build, when they are installed: componentize-py from the setup
+/// script's venv (or PATH) for Python; rolldown and componentize-js from `.tools` (pinned by the
+/// setup script) for TypeScript. The variables `build-wasm.sh` reads them from.
+pub fn componentizer(lang: Lang) -> Result<Vec<(&'static str, PathBuf)>, String> {
+    let tools: &[(&str, PathBuf)] = match lang {
+        Lang::Python => &[(
+            "COMPONENTIZE_PY",
+            repo().join(".tools/py/bin/componentize-py"),
+        )],
+        Lang::TypeScript => &[
+            ("ROLLDOWN", repo().join(".tools/node_modules/.bin/rolldown")),
+            (
+                "COMPONENTIZE_JS",
+                repo().join(".tools/node_modules/.bin/componentize-js"),
+            ),
+        ],
+    };
+    for (_, tool) in tools {
+        let runs = Command::new(tool)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !runs {
+            return Err(format!(
+                "{} does not run (scripts/setup installs the WASM toolchains)",
+                tool.display()
+            ));
         }
     }
+    Ok(tools.to_vec())
 }
 
 /// Builds `lang`'s example as a WASI component into `dest` with its `build-wasm.sh`.
 ///
 /// # Errors
-/// No componentizer, or the build failed: its output.
+/// A tool is missing, or the build failed: its output.
 pub fn build_wasm(lang: Lang, dest: &Path) -> Result<(), String> {
-    let tool = componentizer(lang)?;
-    run_build(lang, "build-wasm.sh", dest, ("COMPONENTIZE_PY", tool))
+    run_build(lang, "build-wasm.sh", dest, &componentizer(lang)?)
 }

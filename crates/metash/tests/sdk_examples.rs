@@ -242,6 +242,12 @@ fn the_python_example_agent_runs_under_metash_as_a_wasm_component() {
     the_example_agent_runs_under_metash(Lang::Python, true);
 }
 
+/// The same `notes.mjs`, bundled and componentized: the WASM sandbox, the same behaviour.
+#[test]
+fn the_typescript_example_agent_runs_under_metash_as_a_wasm_component() {
+    the_example_agent_runs_under_metash(Lang::TypeScript, true);
+}
+
 /// A policy for `metash serve` (nobody can be asked over stdio): what the example needs.
 const POLICY: &str = r#"schema_version = "0.1"
 

@@ -1,6 +1,22 @@
-import type { Readable, Writable } from "node:stream";
-import { LineQueue, LineWriter } from "./lines.js";
 import type { AgentEvent, CheckpointReason, LogRecord, ResumeData } from "./protocol.js";
+/**
+ * How an agent talks to the host: lines in, JSON values out, files in its workspace. Node's is
+ * stdio and `node:fs` (`runAgent` from `@metash/sdk`); a WASI component's is `wasi:cli` streams
+ * and `wasi:filesystem` (the same `runAgent`, resolved to `@metash/sdk/wasi` when bundled for
+ * WASM). Nothing else in the agent helper depends on the platform.
+ */
+export interface Channel {
+    /** The next line from the host; `null` at end of input; `undefined` when `timeoutMs` passed
+     * (a channel that cannot time out just waits). */
+    next(timeoutMs?: number): Promise<string | null | undefined>;
+    /** Writes one JSON value as one line. */
+    write(value: unknown): Promise<void>;
+    /** Writes a file (an absolute path the agent was given, or one relative to the workspace). */
+    writeFile(workspace: string, path: string, data: string): Promise<string>;
+    /** A channel that reads ahead (Node's) calls `screen` on each line the moment it arrives, so a
+     * revocation applies even while the handler is busy; `false` drops the line. */
+    screenOnArrival?(screen: (line: string) => boolean): void;
+}
 /** The event protocol version this SDK speaks; a message with another is refused. */
 export declare const PROTOCOL_VERSION = "0.1";
 /** What the host's `start` said: who the agent is and what it was granted. */
@@ -48,9 +64,6 @@ type Handler = (session: Session, input: Input) => Promise<void> | void;
 export interface RunOptions {
     /** seed 002's `shutdown()` hook: flush state with `session.kv.set` here. */
     onShutdown?: (session: Session) => Promise<void> | void;
-    /** For tests: the host's side (default stdin/stdout). */
-    input?: Readable;
-    output?: Writable;
 }
 /** KV access in one scope: `get` answers `undefined` when nothing is stored. */
 export interface StateView {
@@ -58,16 +71,17 @@ export interface StateView {
     set(key: string, value: unknown): Promise<void>;
 }
 export declare class Session {
-    private readonly queue;
-    private readonly writer;
+    private readonly channel;
     private streams;
     private invocation;
     /** The invocation was ended by the handler (`done` or `checkpoint`). */
     ended: boolean;
     private revokeListeners;
     readonly context: Context;
+    /** Lines are screened by the channel as they arrive (else when read). */
+    private readonly screened;
     /** @internal */
-    constructor(queue: LineQueue, writer: LineWriter);
+    constructor(channel: Channel);
     /** Whether `capability` is granted now (the host enforces it anyway; this is for fallbacks). */
     granted(capability: string): boolean;
     /** Called the moment a grant is revoked or expires (before any other reading). */
@@ -80,6 +94,10 @@ export declare class Session {
     output(contentType: string, data: string): Promise<void>;
     /** One chunk of a stream the agent numbers itself (for output produced as it computes). */
     outputChunk(stream: string, seq: number, contentType: string, data: string): Promise<void>;
+    /** Writes `data` to `path` in the workspace (relative to it, or absolute inside it), the same
+     * way natively and in WASM; returns the path the agent sees (for `artifact`). Needs
+     * `files.write`. */
+    writeFile(path: string, data: string): Promise<string>;
     /** Announces a file the agent wrote in its workspace; the host copies it to the artifact store. */
     artifact(id: string, kind: string, path: string, previewHint?: string): Promise<void>;
     /** Reports an error; the invocation still ends with `done`. */
@@ -114,10 +132,11 @@ export declare class Session {
     begin(): void;
 }
 /**
- * Runs the agent loop: `handler` is called once per `input`; `done` is sent after it returns
- * (with `status: "error"` and an `error` event when it throws). Resolves when the host sends
- * `shutdown` or closes stdin.
+ * The agent loop over `channel`: `handler` is called once per `input`; `done` is sent after it
+ * returns (with `status: "error"` and an `error` event when it throws). Resolves when the host
+ * sends `shutdown` or closes its input. `runAgent` is this over the platform's channel.
  */
-export declare function runAgent(handler: Handler, options?: RunOptions): Promise<void>;
+export declare function runAgentOn(channel: Channel, handler: Handler, options?: RunOptions): Promise<void>;
+export type { Handler };
 /** A log record as the host's JSON-RPC notifications carry it (re-exported for convenience). */
 export type { LogRecord };

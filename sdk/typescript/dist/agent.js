@@ -1,7 +1,6 @@
 // The agent side of metash's agent protocol (docs/agent-protocol.md): JSON lines on stdin from
 // the host, JSON lines on stdout to it. `runAgent` hides the framing; a `Session` is the agent's
 // handle for one invocation, with one method per thing an agent can say.
-import { LineQueue, LineWriter } from "./lines.js";
 /** The event protocol version this SDK speaks; a message with another is refused. */
 export const PROTOCOL_VERSION = "0.1";
 /** The host refused something (`state_denied`, …) or went away before answering. */
@@ -16,18 +15,20 @@ export class AgentError extends Error {
     }
 }
 export class Session {
-    queue;
-    writer;
+    channel;
     streams = 0;
     invocation = 0;
     /** The invocation was ended by the handler (`done` or `checkpoint`). */
     ended = false;
     revokeListeners = [];
     context = { agentId: "", workspace: null, config: {}, capabilities: [] };
+    /** Lines are screened by the channel as they arrive (else when read). */
+    screened;
     /** @internal */
-    constructor(queue, writer) {
-        this.queue = queue;
-        this.writer = writer;
+    constructor(channel) {
+        this.channel = channel;
+        this.screened = channel.screenOnArrival !== undefined;
+        channel.screenOnArrival?.((line) => this.screen(line));
     }
     /** Whether `capability` is granted now (the host enforces it anyway; this is for fallbacks). */
     granted(capability) {
@@ -45,7 +46,7 @@ export class Session {
     send(event) {
         if (event.type === "done" || event.type === "checkpoint")
             this.ended = true;
-        return this.writer.write({ schema_version: PROTOCOL_VERSION, ...event });
+        return this.channel.write({ schema_version: PROTOCOL_VERSION, ...event });
     }
     /** One output card, split into chunks of at most 16 KiB (`"<stream>:<seq>"` ids). */
     async output(contentType, data) {
@@ -65,6 +66,15 @@ export class Session {
             content_type: contentType,
             data,
         });
+    }
+    /** Writes `data` to `path` in the workspace (relative to it, or absolute inside it), the same
+     * way natively and in WASM; returns the path the agent sees (for `artifact`). Needs
+     * `files.write`. */
+    async writeFile(path, data) {
+        const workspace = this.context.workspace;
+        if (!workspace)
+            throw new AgentError("no_workspace", "no workspace was granted (files.write)");
+        return this.channel.writeFile(workspace, path, data);
     }
     /** Announces a file the agent wrote in its workspace; the host copies it to the artifact store. */
     artifact(id, kind, path, previewHint) {
@@ -131,10 +141,13 @@ export class Session {
      * it refused. `null` at end of input; with `timeoutMs`, `undefined` when none came in time.
      */
     async recv(timeoutMs) {
-        const line = await this.queue.next(timeoutMs);
-        if (line === null || line === undefined)
-            return line;
-        return JSON.parse(line);
+        for (;;) {
+            const line = await this.channel.next(timeoutMs);
+            if (line === null || line === undefined)
+                return line;
+            if (this.screened || this.screen(line))
+                return JSON.parse(line);
+        }
     }
     /** Waits until `capability` is revoked (or `timeoutMs` passes: false). */
     async untilRevoked(capability, timeoutMs) {
@@ -189,30 +202,28 @@ export class Session {
 }
 /** Splits `text` into pieces of at most `max` UTF-8 bytes, never inside a character. */
 function splitUtf8(text, max) {
-    const bytes = Buffer.from(text, "utf8");
+    const bytes = new TextEncoder().encode(text);
     if (bytes.length <= max)
         return [text];
+    const decoder = new TextDecoder();
     const out = [];
     let start = 0;
     while (start < bytes.length) {
         let end = Math.min(start + max, bytes.length);
         while (end < bytes.length && (bytes[end] & 0xc0) === 0x80)
             end -= 1;
-        out.push(bytes.subarray(start, end).toString("utf8"));
+        out.push(decoder.decode(bytes.subarray(start, end)));
         start = end;
     }
     return out;
 }
 /**
- * Runs the agent loop: `handler` is called once per `input`; `done` is sent after it returns
- * (with `status: "error"` and an `error` event when it throws). Resolves when the host sends
- * `shutdown` or closes stdin.
+ * The agent loop over `channel`: `handler` is called once per `input`; `done` is sent after it
+ * returns (with `status: "error"` and an `error` event when it throws). Resolves when the host
+ * sends `shutdown` or closes its input. `runAgent` is this over the platform's channel.
  */
-export async function runAgent(handler, options = {}) {
-    const writer = new LineWriter(options.output ?? process.stdout);
-    let session;
-    const queue = new LineQueue(options.input ?? process.stdin, (line) => session?.screen(line) ?? false);
-    session = new Session(queue, writer);
+export async function runAgentOn(channel, handler, options = {}) {
+    const session = new Session(channel);
     for (;;) {
         const event = await session.recv();
         if (event === null || event === undefined)

@@ -2,10 +2,26 @@
 // the host, JSON lines on stdout to it. `runAgent` hides the framing; a `Session` is the agent's
 // handle for one invocation, with one method per thing an agent can say.
 
-import type { Readable, Writable } from "node:stream";
-
-import { LineQueue, LineWriter } from "./lines.js";
 import type { AgentEvent, CheckpointReason, LogRecord, ResumeData } from "./protocol.js";
+
+/**
+ * How an agent talks to the host: lines in, JSON values out, files in its workspace. Node's is
+ * stdio and `node:fs` (`runAgent` from `@metash/sdk`); a WASI component's is `wasi:cli` streams
+ * and `wasi:filesystem` (the same `runAgent`, resolved to `@metash/sdk/wasi` when bundled for
+ * WASM). Nothing else in the agent helper depends on the platform.
+ */
+export interface Channel {
+  /** The next line from the host; `null` at end of input; `undefined` when `timeoutMs` passed
+   * (a channel that cannot time out just waits). */
+  next(timeoutMs?: number): Promise<string | null | undefined>;
+  /** Writes one JSON value as one line. */
+  write(value: unknown): Promise<void>;
+  /** Writes a file (an absolute path the agent was given, or one relative to the workspace). */
+  writeFile(workspace: string, path: string, data: string): Promise<string>;
+  /** A channel that reads ahead (Node's) calls `screen` on each line the moment it arrives, so a
+   * revocation applies even while the handler is busy; `false` drops the line. */
+  screenOnArrival?(screen: (line: string) => boolean): void;
+}
 
 /** The event protocol version this SDK speaks; a message with another is refused. */
 export const PROTOCOL_VERSION = "0.1";
@@ -55,9 +71,6 @@ type Handler = (session: Session, input: Input) => Promise<void> | void;
 export interface RunOptions {
   /** seed 002's `shutdown()` hook: flush state with `session.kv.set` here. */
   onShutdown?: (session: Session) => Promise<void> | void;
-  /** For tests: the host's side (default stdin/stdout). */
-  input?: Readable;
-  output?: Writable;
 }
 
 /** KV access in one scope: `get` answers `undefined` when nothing is stored. */
@@ -74,8 +87,14 @@ export class Session {
   private revokeListeners: Array<(r: Revocation) => void> = [];
   readonly context: Context = { agentId: "", workspace: null, config: {}, capabilities: [] };
 
+  /** Lines are screened by the channel as they arrive (else when read). */
+  private readonly screened: boolean;
+
   /** @internal */
-  constructor(private readonly queue: LineQueue, private readonly writer: LineWriter) {}
+  constructor(private readonly channel: Channel) {
+    this.screened = channel.screenOnArrival !== undefined;
+    channel.screenOnArrival?.((line) => this.screen(line));
+  }
 
   /** Whether `capability` is granted now (the host enforces it anyway; this is for fallbacks). */
   granted(capability: string): boolean {
@@ -95,7 +114,7 @@ export class Session {
   /** Writes any event, framed with the protocol version. */
   send(event: AgentEvent): Promise<void> {
     if (event.type === "done" || event.type === "checkpoint") this.ended = true;
-    return this.writer.write({ schema_version: PROTOCOL_VERSION, ...event });
+    return this.channel.write({ schema_version: PROTOCOL_VERSION, ...event });
   }
 
   /** One output card, split into chunks of at most 16 KiB (`"<stream>:<seq>"` ids). */
@@ -117,6 +136,15 @@ export class Session {
       content_type: contentType,
       data,
     });
+  }
+
+  /** Writes `data` to `path` in the workspace (relative to it, or absolute inside it), the same
+   * way natively and in WASM; returns the path the agent sees (for `artifact`). Needs
+   * `files.write`. */
+  async writeFile(path: string, data: string): Promise<string> {
+    const workspace = this.context.workspace;
+    if (!workspace) throw new AgentError("no_workspace", "no workspace was granted (files.write)");
+    return this.channel.writeFile(workspace, path, data);
   }
 
   /** Announces a file the agent wrote in its workspace; the host copies it to the artifact store. */
@@ -189,9 +217,11 @@ export class Session {
    * it refused. `null` at end of input; with `timeoutMs`, `undefined` when none came in time.
    */
   async recv(timeoutMs?: number): Promise<AgentEvent | null | undefined> {
-    const line = await this.queue.next(timeoutMs);
-    if (line === null || line === undefined) return line;
-    return JSON.parse(line) as AgentEvent;
+    for (;;) {
+      const line = await this.channel.next(timeoutMs);
+      if (line === null || line === undefined) return line;
+      if (this.screened || this.screen(line)) return JSON.parse(line) as AgentEvent;
+    }
   }
 
   /** Waits until `capability` is revoked (or `timeoutMs` passes: false). */
@@ -248,29 +278,27 @@ export class Session {
 
 /** Splits `text` into pieces of at most `max` UTF-8 bytes, never inside a character. */
 function splitUtf8(text: string, max: number): string[] {
-  const bytes = Buffer.from(text, "utf8");
+  const bytes = new TextEncoder().encode(text);
   if (bytes.length <= max) return [text];
+  const decoder = new TextDecoder();
   const out: string[] = [];
   let start = 0;
   while (start < bytes.length) {
     let end = Math.min(start + max, bytes.length);
     while (end < bytes.length && (bytes[end] & 0xc0) === 0x80) end -= 1;
-    out.push(bytes.subarray(start, end).toString("utf8"));
+    out.push(decoder.decode(bytes.subarray(start, end)));
     start = end;
   }
   return out;
 }
 
 /**
- * Runs the agent loop: `handler` is called once per `input`; `done` is sent after it returns
- * (with `status: "error"` and an `error` event when it throws). Resolves when the host sends
- * `shutdown` or closes stdin.
+ * The agent loop over `channel`: `handler` is called once per `input`; `done` is sent after it
+ * returns (with `status: "error"` and an `error` event when it throws). Resolves when the host
+ * sends `shutdown` or closes its input. `runAgent` is this over the platform's channel.
  */
-export async function runAgent(handler: Handler, options: RunOptions = {}): Promise<void> {
-  const writer = new LineWriter(options.output ?? process.stdout);
-  let session: Session | undefined;
-  const queue = new LineQueue(options.input ?? process.stdin, (line) => session?.screen(line) ?? false);
-  session = new Session(queue, writer);
+export async function runAgentOn(channel: Channel, handler: Handler, options: RunOptions = {}): Promise<void> {
+  const session = new Session(channel);
   for (;;) {
     const event = await session.recv();
     if (event === null || event === undefined) return;
@@ -302,6 +330,8 @@ export async function runAgent(handler: Handler, options: RunOptions = {}): Prom
     }
   }
 }
+
+export type { Handler };
 
 /** A log record as the host's JSON-RPC notifications carry it (re-exported for convenience). */
 export type { LogRecord };

@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { PassThrough } from "node:stream";
 import { test } from "node:test";
 
-import { AgentError, PROTOCOL_VERSION, runAgent } from "../dist/index.js";
+import { AgentError, PROTOCOL_VERSION, runAgent, runAgentOn } from "../dist/index.js";
 
 /** A host: `send` writes a line to the agent; `lines()` reads what the agent wrote so far. */
 function host() {
@@ -215,4 +215,54 @@ test("another version or a bad line is answered with an error and never acted on
   const out = h.lines();
   assert.deepEqual(out.map((m) => m.code ?? m.type), ["unsupported_version", "bad_message", "state_update"]);
   assert.match(out[0].message, /0\.2.*0\.1/);
+});
+
+test("writeFile writes under the workspace and resolves the path to announce", async () => {
+  const { mkdtempSync, readFileSync, rmSync } = await import("node:fs");
+  const { tmpdir } = await import("node:os");
+  const { join } = await import("node:path");
+  const ws = mkdtempSync(join(tmpdir(), "metash-sdk-ws-"));
+  try {
+    const h = host();
+    const run = runAgent(
+      async (s) => {
+        const path = await s.writeFile("out/notes.md", "# hi\n");
+        await s.artifact("notes", "text/markdown", path);
+      },
+      { input: h.input, output: h.output },
+    );
+    h.send({ ...START, workspace: ws });
+    h.send({ type: "input", agent_id: "a1", prompt: "x" });
+    h.end();
+    await run;
+    const artifact = h.lines().find((m) => m.type === "artifact");
+    assert.equal(artifact.path, join(ws, "out/notes.md"));
+    assert.equal(readFileSync(artifact.path, "utf8"), "# hi\n");
+  } finally {
+    rmSync(ws, { recursive: true, force: true });
+  }
+});
+
+test("any channel drives the same loop; one that does not read ahead is screened on read", async () => {
+  const incoming = [
+    JSON.stringify({ schema_version: "0.2", type: "input", agent_id: "a1", prompt: "future" }),
+    JSON.stringify({ schema_version: "0.1", ...START, capabilities: ["memory"] }),
+    JSON.stringify({ schema_version: "0.1", type: "input", agent_id: "a1", prompt: "go" }),
+    JSON.stringify({ schema_version: "0.1", type: "consent_revoke", capability: "memory" }),
+  ];
+  const written = [];
+  const channel = {
+    next: async () => incoming.shift() ?? null,
+    write: async (v) => void written.push(v),
+    writeFile: async () => {
+      throw new Error("no files here");
+    },
+  };
+  let revoked;
+  await runAgentOn(channel, async (s) => {
+    revoked = await s.untilRevoked("memory", 1000);
+    await assert.rejects(s.writeFile("x", "y"), /no workspace|no files/);
+  });
+  assert.equal(revoked, true);
+  assert.deepEqual(written.map((m) => m.code ?? m.type), ["unsupported_version", "done"]);
 });
