@@ -245,3 +245,64 @@ fn exec_gate_that_never_answers_does_not_hang_the_host() {
     std::thread::sleep(Duration::from_millis(100));
     assert!(f.events("g-slow", LogKind::SandboxDenied).is_empty());
 }
+
+/// A script agent in a package directory: `agent.py` (`#!/usr/bin/env python3`) imports `helper.py`
+/// beside it and starts `/usr/bin/true` when asked.
+fn script_package(dir: &std::path::Path) -> std::path::PathBuf {
+    let pkg = dir.join("pkg");
+    std::fs::create_dir_all(&pkg).unwrap();
+    std::fs::write(pkg.join("helper.py"), "WORD = 'from the package'\n").unwrap();
+    let entry = pkg.join("agent.py");
+    std::fs::write(
+        &entry,
+        r#"#!/usr/bin/env python3
+import json, subprocess, sys
+def say(**m):
+    sys.stdout.write(json.dumps({"schema_version": "0.1", **m}) + "\n"); sys.stdout.flush()
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg["type"] != "input":
+        continue
+    try:
+        import helper
+        word = helper.WORD
+    except Exception as e:
+        word = "no package: " + type(e).__name__
+    try:
+        ran = subprocess.run(["/usr/bin/true"]).returncode == 0
+    except Exception as e:
+        ran = "refused: " + type(e).__name__
+    say(type="output", agent_id="s", chunk_id="a:0", content_type="text/plain", data=f"{word}|{ran}")
+    say(type="done")
+"#,
+    )
+    .unwrap();
+    std::fs::set_permissions(&entry, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    entry
+}
+
+#[test]
+fn a_script_starts_its_interpreter_unasked_and_reads_its_package_nothing_more() {
+    require_exec_gate!();
+    if !std::path::Path::new("/usr/bin/python3").exists() {
+        return metash_testkit::skip("script agent", "no /usr/bin/python3");
+    }
+    let f = Fixture::new();
+    let entry = script_package(f.dir.path());
+    for (id, package) in [("s-pkg", true), ("s-bare", false)] {
+        let gate = TestGate::new(GateVerdict::Allow);
+        let mut spec = f.native(id, &[], None);
+        spec.entry = entry.clone();
+        spec.package = package.then(|| entry.parent().unwrap().to_path_buf());
+        spec.gate = Gate(Some(gate.clone()));
+        let mut a = f.start(spec);
+        let said = text(&run(&mut a, "go").1);
+        // `env` starting python3 was not asked about; the agent's own exec of `true` was.
+        assert_eq!(gate.programs(), ["/usr/bin/true"], "{id}: {said}");
+        if package {
+            assert_eq!(said, "from the package|True");
+        } else {
+            assert!(said.starts_with("no package:"), "{said}");
+        }
+    }
+}
