@@ -177,6 +177,11 @@ fn main() {
                 })
                 .map_err(io),
             "fail" => Err("boom".into()),
+            // Dies the way a script does when something is missing: stderr, then exit.
+            "die" => {
+                eprintln!("fatal: {arg}");
+                std::process::exit(9)
+            }
             "state" => {
                 let (key, value) = arg.split_once(' ').unwrap_or((arg, "null"));
                 let value = serde_json::from_str(value).map_err(|e| e.to_string())?;

@@ -26,6 +26,18 @@ use crate::wasm::{Kind, WasmAgent, WasmEngine, GUEST_WORKSPACE};
 /// Default WASM memory when the manifest sets none.
 const DEFAULT_WASM_MEM: u64 = 256 * 1024 * 1024;
 
+/// How much of a dead native agent's stderr its invocation's outcome carries.
+const STDERR_REPORTED: usize = 4096;
+
+/// The last `max` bytes of `text`, cut at a character boundary.
+fn last_bytes(text: &str, max: usize) -> String {
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    text[start..].to_string()
+}
+
 /// Runtime-wide settings.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -412,7 +424,7 @@ impl Agent {
             Some(&self.spec.id),
             json!({"prompt_bytes": prompt.len(), "context_refs": context_refs}),
         );
-        let outcome = match &mut self.backend {
+        let mut outcome = match &mut self.backend {
             Backend::Wasm(w) => w.invoke(
                 &self.spec,
                 &self.sink,
@@ -430,6 +442,12 @@ impl Agent {
             }
             Backend::None => return Err(RuntimeError::NotRunning(self.spec.id.clone())),
         };
+        if let (Backend::Native(p), InvocationStatus::Exited { .. }) =
+            (&self.backend, &outcome.status)
+        {
+            let tail = p.stderr_after_exit(Duration::from_millis(100));
+            outcome.stderr = Some(last_bytes(&tail, STDERR_REPORTED)).filter(|t| !t.is_empty());
+        }
         if outcome.throttled_ms > 0 {
             self.sink.record(
                 LogKind::AgentThrottled,

@@ -59,6 +59,10 @@ pub struct Outcome {
     pub duration_ms: u64,
     /// Total time the token bucket held the agent's events.
     pub throttled_ms: u64,
+    /// The end of a native agent's stderr when it exited before ending the invocation: why it
+    /// died is usually there (a missing module, a file the sandbox refused).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
 }
 
 /// Counts an invocation's messages and says when it is over.
@@ -140,6 +144,7 @@ impl Tracker {
             protocol_errors: self.bad,
             duration_ms: self.started.elapsed().as_millis() as u64,
             throttled_ms: self.throttled.as_millis() as u64,
+            stderr: None,
         }
     }
 }

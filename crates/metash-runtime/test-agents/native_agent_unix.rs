@@ -291,6 +291,11 @@ fn handle<W: Write>(s: &mut Session<W>, prompt: &str) -> Result<(), String> {
             })
             .map_err(|e| e.to_string()),
         "exit" => std::process::exit(arg.parse().unwrap_or(3)),
+        // Dies the way a script does when something is missing: a message on stderr, then exit.
+        "die" => {
+            eprintln!("fatal: {arg}");
+            std::process::exit(9)
+        }
         other => Err(format!("unknown command {other:?}")),
     }
 }

@@ -116,7 +116,9 @@ pub(crate) fn run(
             }
         });
     }
-    Ok(answer(&agent.id, outcome?.status, heard))
+    let outcome = outcome?;
+    heard.stderr = outcome.stderr;
+    Ok(answer(&agent.id, outcome.status, heard))
 }
 
 /// `native` must be allowed (asked if need be) before a native agent runs; the refusal if not.
@@ -249,6 +251,8 @@ impl Grants {
 struct Heard {
     output: String,
     failure: Option<String>,
+    /// The end of its stderr, when it died before finishing (the runtime's outcome says).
+    stderr: Option<String>,
 }
 
 /// Runs the invocation, acting on the agent's events. The runtime has already logged each event
@@ -375,7 +379,11 @@ fn state_answer(
 /// The spawn's answer from how the invocation ended.
 fn answer(agent: &str, end: InvocationStatus, heard: Heard) -> Ran {
     let status = end.agent_status();
-    let Heard { output, failure } = heard;
+    let Heard {
+        output,
+        failure,
+        stderr,
+    } = heard;
     let (data, checkpoint) = match end {
         InvocationStatus::Checkpoint { signal } => (String::new(), Some(signal)),
         InvocationStatus::Done { summary, .. } if status == AgentStatus::Error => (
@@ -387,8 +395,9 @@ fn answer(agent: &str, end: InvocationStatus, heard: Heard) -> Ran {
         InvocationStatus::Done { .. } | InvocationStatus::Timeout => (output, None),
         InvocationStatus::Exited { code, signal } => (
             failure.unwrap_or_else(|| {
+                let stderr = stderr.map(|e| format!("; stderr: {}", e.trim_end())).unwrap_or_default();
                 format!(
-                    "`{agent}` exited before finishing (code {code:?}, signal {signal:?}); output: {output}"
+                    "`{agent}` exited before finishing (code {code:?}, signal {signal:?}); output: {output}{stderr}"
                 )
             }),
             None,

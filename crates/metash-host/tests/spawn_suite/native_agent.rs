@@ -50,6 +50,21 @@ fn native_agent_success_and_error() {
     }
 }
 
+/// An agent that dies says why: the end of its stderr is in the spawn's answer.
+#[test]
+fn a_native_agent_that_dies_says_why() {
+    let Some(p) = project() else { return };
+    let host = p.host(&["native"]);
+    let r = spawn(&host, "die no module named helper", None);
+    assert_eq!(r.status, AgentStatus::Error);
+    assert!(r.data.contains("exited before finishing"), "{}", r.data);
+    assert!(
+        r.data.contains("stderr: fatal: no module named helper"),
+        "{}",
+        r.data
+    );
+}
+
 /// Native execution is opt-in: without consent the agent never starts.
 #[test]
 fn native_agent_without_consent_is_refused() {

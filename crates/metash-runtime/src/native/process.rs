@@ -45,6 +45,8 @@ pub struct NativeProcess {
     replier: Replier,
     rx: Receiver<Msg>,
     stderr: Arc<Mutex<VecDeque<u8>>>,
+    /// The thread keeping `stderr`: done once the agent (and anything it left) closed stderr.
+    stderr_reader: Option<thread::JoinHandle<()>>,
     sandbox: Sandbox,
     exit: Option<ExitStatus>,
     /// Limits already logged as hit (each is logged once).
@@ -69,7 +71,7 @@ fn keep_stderr_tail(
     id: &str,
     mut err: std::process::ChildStderr,
     tail: Arc<Mutex<VecDeque<u8>>>,
-) -> Result<()> {
+) -> Result<thread::JoinHandle<()>> {
     thread::Builder::new()
         .name(format!("metash-err-{id}"))
         .spawn(move || {
@@ -85,7 +87,6 @@ fn keep_stderr_tail(
                 }
             }
         })
-        .map(drop)
         .map_err(io_err("starting the stderr reader"))
 }
 
@@ -152,9 +153,10 @@ impl NativeProcess {
             })
             .map_err(io_err("starting the output reader"))?;
         let stderr = Arc::new(Mutex::new(VecDeque::new()));
-        if let Some(err) = child.stderr.take() {
-            keep_stderr_tail(&spec.id, err, Arc::clone(&stderr))?;
-        }
+        let stderr_reader = match child.stderr.take() {
+            Some(err) => Some(keep_stderr_tail(&spec.id, err, Arc::clone(&stderr))?),
+            None => None,
+        };
         // Writes go through a thread so an agent that never reads stdin cannot block the host.
         let (in_tx, in_rx) = mpsc::sync_channel::<Vec<u8>>(16);
         if let Some(stdin) = child.stdin.take() {
@@ -181,6 +183,7 @@ impl NativeProcess {
             replier: replier.clone(),
             rx,
             stderr,
+            stderr_reader,
             sandbox,
             exit: None,
             reported: Vec::new(),
@@ -279,6 +282,21 @@ impl NativeProcess {
             self.signal_group(libc::SIGKILL);
             thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    /// The last bytes the agent wrote to stderr, once the reader has taken all of it (waiting at
+    /// most `within`: a child the agent left behind may hold stderr open).
+    pub fn stderr_after_exit(&self, within: Duration) -> String {
+        let until = Instant::now() + within;
+        while self
+            .stderr_reader
+            .as_ref()
+            .is_some_and(|r| !r.is_finished())
+            && Instant::now() < until
+        {
+            thread::sleep(Duration::from_millis(2));
+        }
+        self.stderr_tail()
     }
 
     /// The last bytes the agent wrote to stderr.

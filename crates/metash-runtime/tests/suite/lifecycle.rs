@@ -112,6 +112,30 @@ fn native_agent_that_exits_is_terminated() {
         }
     );
     assert_eq!(a.state(), LifecycleState::Terminated);
+    // Nothing on stderr: nothing reported.
+    assert_eq!(o.stderr, None);
+}
+
+/// Why a native agent died is in its outcome and its log record: the end of its stderr.
+#[test]
+fn a_native_agent_that_dies_leaves_its_stderr_in_the_outcome() {
+    require_native!();
+    let f = Fixture::new();
+    let mut a = f.start(f.native("l-die", &[], None));
+    let (o, _) = run(&mut a, "die cannot find module @metash/sdk");
+    assert!(
+        matches!(o.status, InvocationStatus::Exited { code: Some(9), .. }),
+        "{o:?}"
+    );
+    assert_eq!(
+        o.stderr.as_deref().map(str::trim_end),
+        Some("fatal: cannot find module @metash/sdk")
+    );
+    let end = &f.events("l-die", LogKind::AgentInvocationEnd)[0].data;
+    assert!(
+        end["stderr"].as_str().unwrap().contains("@metash/sdk"),
+        "{end}"
+    );
 }
 
 #[test]
