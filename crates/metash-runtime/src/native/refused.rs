@@ -86,6 +86,10 @@ impl NativeProcess {
         match self.never {}
     }
 
+    pub fn stderr_after_exit(&self, _: Duration) -> String {
+        match self.never {}
+    }
+
     /// # Errors
     /// Never returns: there is no such process.
     pub fn invoke(
