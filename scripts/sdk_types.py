@@ -46,7 +46,7 @@ def pascal(text):
 
 
 class Model:
-    """Every named type: `kind` is 'object' (fields), 'union' (members) or 'alias' (a type expr)."""
+    """Every named schema (the `$defs` of all files and each file's root), each defined once."""
 
     def __init__(self):
         self.named = {}  # name -> (definition dict, source file)
@@ -161,7 +161,6 @@ class Emitter:
         own properties merged in (Python has no intersection types)."""
         base_props = node.get("properties", {})
         base_req = node.get("required", [])
-        names = []
         exprs = []
         for i, member in enumerate(members):
             if self.is_object(member) or base_props:
@@ -170,7 +169,6 @@ class Emitter:
                 variant = name + (pascal(tag) if isinstance(tag, str) else str(i + 1))
                 required = list(dict.fromkeys(base_req + member.get("required", [])))
                 self.declare_object(variant, props, required, member.get("description"))
-                names.append(variant)
                 exprs.append((variant, f'"{variant}"'))
             else:
                 exprs.append(self.expr(member, f"{name}{i + 1}"))
