@@ -39,6 +39,6 @@ pub use invocation::{
     Endpoint, HarnessOptions, Materialized,
 };
 pub use programs::{program_version, Program, Programs};
-pub use request::RunTurnNonInteractiveRequest;
+pub use request::{RunTurnNonInteractiveRequest, SignInOptions};
 pub use tokio_util::sync::CancellationToken;
 pub use turn::Harness;

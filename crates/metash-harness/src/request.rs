@@ -75,6 +75,29 @@ pub struct HarnessOptions {
     /// Pre-answer the CLI's "do you trust this folder?" question for `cwd` (interactive runs ask
     /// it; headless runs do not). Only with `isolatedHome`: the user's own trust list is theirs.
     pub trust_cwd: bool,
+    /// The CLI signs in with the provider's subscription instead of a key (Claude Code, Codex):
+    /// it is given a placeholder sign-in of its own, and `endpoint` (metash's credential proxy)
+    /// adds the real one. See [`SignInOptions`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sign_in: Option<SignInOptions>,
+}
+
+/// A placeholder subscription sign-in for the CLI: Claude Code gets `CLAUDE_CODE_OAUTH_TOKEN`;
+/// Codex gets a ChatGPT-mode `auth.json` in its own `CODEX_HOME` (always under `aspHome`, never
+/// the user's) and a provider that uses it (`requires_openai_auth`). No real token is written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SignInOptions {
+    /// What stands in for every token and the account id (the proxy replaces them).
+    pub placeholder: String,
+    /// Codex: the ChatGPT plan the placeholder names (`plus`, `pro`...). Not a secret; Codex
+    /// picks its models and features by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
+    /// Codex: its `chatgpt_base_url` (account and plugin requests). metash points it at the proxy,
+    /// which serves no such path: those requests are refused there and never leave the machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chatgpt_base_url: Option<String>,
 }
 
 /// Seed 003 section 3.3's request. `spec` (the seed's `SpaceSpec`) is agent-spaces' description

@@ -6,6 +6,8 @@
 //! clients answering at once cannot both win; a question past its deadline cannot be answered and
 //! is denied.
 
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use metash_policy::{Answer, ConsentPrompter, ConsentQuestion, NonInteractive};
@@ -212,7 +214,206 @@ impl ConsentPrompter for WaitingPrompter {
     fn name(&self) -> &'static str {
         "any client"
     }
+
+    fn by_rule(&self, q: &ConsentQuestion) -> Option<Answer> {
+        self.rules.decide(q)
+    }
 }
+
+/// How many consent questions one agent may have: waiting at once, and asked in any minute
+/// (`[host] consent_max_pending`, `consent_per_minute`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuestionLimits {
+    pub max_pending: usize,
+    pub per_minute: usize,
+}
+
+/// Why an agent's question was refused without asking anyone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// It already has this many different questions waiting.
+    TooManyPending { max: usize },
+    /// It was asked this many questions in the last minute.
+    RateLimited { per_minute: usize },
+}
+
+impl Refusal {
+    /// The `error` event's code.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::TooManyPending { .. } => "consent_too_many_pending",
+            Self::RateLimited { .. } => "consent_rate_limited",
+        }
+    }
+
+    /// What the agent (and the log) is told.
+    pub fn message(self, agent: &str) -> String {
+        match self {
+            Self::TooManyPending { max } => format!(
+                "`{agent}` already has {max} consent questions waiting for an answer (the most \
+                 an agent may have); refused without asking"
+            ),
+            Self::RateLimited { per_minute } => format!(
+                "`{agent}` was asked {per_minute} consent questions in the last minute (the \
+                 most an agent may ask); refused without asking"
+            ),
+        }
+    }
+
+    pub fn hint(self) -> &'static str {
+        "wait for the answers you asked for, ask less often, or go on without it ([host] \
+         consent_max_pending and consent_per_minute in .meta/config.toml set the limits)"
+    }
+}
+
+/// Where one question stands for the caller that brings it.
+pub(crate) enum Turn<A: Clone> {
+    /// Nobody asks it yet: the caller asks, then [`Lead::finish`]es with the answer.
+    Ask(Lead<A>),
+    /// The same question (same agent, capability, reason) is waiting: its answer will be this
+    /// one's ([`Slot::wait`]).
+    Join(Arc<Slot<A>>),
+    /// Past the agent's cap or rate.
+    Refused(Refusal),
+}
+
+/// One question's answer, shared by everyone who asked it.
+pub(crate) struct Slot<A> {
+    answer: Mutex<Option<Option<A>>>,
+    ready: Condvar,
+}
+
+impl<A: Clone> Slot<A> {
+    /// Waits for the asker's answer; `None` when the asker went away without one.
+    pub fn wait(&self) -> Option<A> {
+        let mut a = self.answer.lock().unwrap_or_else(PoisonError::into_inner);
+        while a.is_none() {
+            a = self.ready.wait(a).unwrap_or_else(PoisonError::into_inner);
+        }
+        a.clone().flatten()
+    }
+
+    fn set(&self, answer: Option<A>) {
+        *self.answer.lock().unwrap_or_else(PoisonError::into_inner) = Some(answer);
+        self.ready.notify_all();
+    }
+}
+
+/// The caller asking a question; dropping it without an answer frees its waiters (with none).
+pub(crate) struct Lead<A: Clone> {
+    questions: Arc<Questions<A>>,
+    agent: String,
+    key: (String, String),
+    slot: Arc<Slot<A>>,
+}
+
+impl<A: Clone> Lead<A> {
+    /// Gives everyone who asked the same question `answer`.
+    pub fn finish(self, answer: A) {
+        self.slot.set(Some(answer));
+    }
+}
+
+impl<A: Clone> Drop for Lead<A> {
+    fn drop(&mut self) {
+        let mut all = self.questions.lock();
+        if let Some(q) = all.get_mut(&self.agent) {
+            q.pending.remove(&self.key);
+        }
+        drop(all);
+        let mut a = self
+            .slot
+            .answer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if a.is_none() {
+            *a = Some(None);
+            self.slot.ready.notify_all();
+        }
+    }
+}
+
+struct AgentQuestions<A> {
+    pending: HashMap<(String, String), Arc<Slot<A>>>,
+    /// When each question of the last minute was asked.
+    asked: VecDeque<Instant>,
+}
+
+/// The consent questions agents have waiting and have asked: the cap on waiting questions and
+/// the rate per agent, and identical waiting questions collapsed into one (issue 31: an agent
+/// asked 40 questions in a row, each posted and waited for).
+pub(crate) struct Questions<A> {
+    agents: Mutex<HashMap<String, AgentQuestions<A>>>,
+}
+
+impl<A> Default for Questions<A> {
+    fn default() -> Self {
+        Self {
+            agents: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<A: Clone> Questions<A> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, AgentQuestions<A>>> {
+        self.agents.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `agent` brings a question for `capability` because `reason`: join the same one waiting,
+    /// ask it (counted), or be refused.
+    pub fn enter(
+        self: &Arc<Self>,
+        agent: &str,
+        capability: &str,
+        reason: &str,
+        limits: QuestionLimits,
+    ) -> Turn<A> {
+        let mut all = self.lock();
+        let q = all
+            .entry(agent.to_string())
+            .or_insert_with(|| AgentQuestions {
+                pending: HashMap::new(),
+                asked: VecDeque::new(),
+            });
+        let key = (capability.to_string(), reason.to_string());
+        if let Some(slot) = q.pending.get(&key) {
+            return Turn::Join(Arc::clone(slot));
+        }
+        if q.pending.len() >= limits.max_pending {
+            return Turn::Refused(Refusal::TooManyPending {
+                max: limits.max_pending,
+            });
+        }
+        let now = Instant::now();
+        while q
+            .asked
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= RATE_WINDOW)
+        {
+            q.asked.pop_front();
+        }
+        if q.asked.len() >= limits.per_minute {
+            return Turn::Refused(Refusal::RateLimited {
+                per_minute: limits.per_minute,
+            });
+        }
+        q.asked.push_back(now);
+        let slot = Arc::new(Slot {
+            answer: Mutex::new(None),
+            ready: Condvar::new(),
+        });
+        q.pending.insert(key.clone(), Arc::clone(&slot));
+        Turn::Ask(Lead {
+            questions: Arc::clone(self),
+            agent: agent.to_string(),
+            key,
+            slot,
+        })
+    }
+}
+
+/// The window of [`QuestionLimits::per_minute`].
+const RATE_WINDOW: Duration = Duration::from_secs(60);
 
 #[cfg(test)]
 mod tests {
@@ -230,6 +431,72 @@ mod tests {
             sensitive: None,
             duration_s: Some(30),
         }
+    }
+
+    const LIMITS: QuestionLimits = QuestionLimits {
+        max_pending: 3,
+        per_minute: 10,
+    };
+
+    #[test]
+    fn past_the_rate_questions_are_refused_and_other_agents_are_not() {
+        let qs = Arc::new(Questions::<u32>::default());
+        for i in 0..10 {
+            match qs.enter("a", "network", &format!("why {i}"), LIMITS) {
+                Turn::Ask(lead) => lead.finish(i),
+                _ => panic!("question {i} was not asked"),
+            }
+        }
+        assert!(matches!(
+            qs.enter("a", "network", "one more", LIMITS),
+            Turn::Refused(Refusal::RateLimited { per_minute: 10 })
+        ));
+        assert!(matches!(
+            qs.enter("b", "network", "mine", LIMITS),
+            Turn::Ask(_)
+        ));
+    }
+
+    #[test]
+    fn past_the_cap_of_waiting_questions_one_is_refused_but_the_same_one_joins() {
+        let qs = Arc::new(Questions::<&'static str>::default());
+        let leads: Vec<Lead<&str>> = (0..3)
+            .map(
+                |i| match qs.enter("a", "codegen", &format!("q{i}"), LIMITS) {
+                    Turn::Ask(l) => l,
+                    _ => panic!("not asked"),
+                },
+            )
+            .collect();
+        let refused = qs.enter("a", "codegen", "q3", LIMITS);
+        assert!(matches!(
+            refused,
+            Turn::Refused(Refusal::TooManyPending { max: 3 })
+        ));
+        let joined: Vec<_> = (0..4)
+            .map(|_| match qs.enter("a", "codegen", "q1", LIMITS) {
+                Turn::Join(slot) => std::thread::spawn(move || slot.wait()),
+                _ => panic!("the same question was not collapsed"),
+            })
+            .collect();
+        let mut leads = leads.into_iter();
+        for answer in ["first", "second"] {
+            leads.next().expect("a lead").finish(answer);
+        }
+        for j in joined {
+            assert_eq!(j.join().unwrap(), Some("second"), "one answer for all");
+        }
+        // Answered questions no longer wait: room for another; an abandoned one frees its waiters.
+        let third = leads.next().unwrap();
+        let Turn::Join(slot) = qs.enter("a", "codegen", "q2", LIMITS) else {
+            panic!("not collapsed");
+        };
+        drop(third);
+        assert_eq!(slot.wait(), None);
+        assert!(matches!(
+            qs.enter("a", "codegen", "q4", LIMITS),
+            Turn::Ask(_)
+        ));
     }
 
     #[test]

@@ -10,6 +10,11 @@
 //! wasm_fuel = 2000000000   # optional: deterministic work bound per WASM invocation
 //! kv_max_keys = 1000       # per agent KV namespace and the scratchpad (the defaults)
 //! kv_max_bytes = 1048576
+//! agent_disk = "2g"        # native agents, per spawn: bytes and files added under what they
+//! agent_files = 100000     #   may write (the defaults); past either the spawn is stopped
+//! max_log_bytes_per_agent = "256m"   # per agent and run: past it, its chatter is not logged
+//! consent_max_pending = 3  # per agent: questions waiting for an answer at once
+//! consent_per_minute = 10  # per agent: questions asked per minute; past either, refused at once
 //!
 //! [budget]                 # across all spawns of the session
 //! max_tokens = 200000
@@ -24,9 +29,14 @@
 //! max_tokens = 4096                    # used when the spawn gives none
 //! mem = "4g"                           # CLI frontends: quotas of the sandboxed process tree
 //! cpu = "2"
-//! max_pids = 512
+//! max_pids = 512                      # (mem defaults to 4g, max_pids to 512, no cpu limit)
+//! disk = "2g"                          # CLI frontends: bytes and files the spawn may add under
+//! files = 100000                       #   its worktree, HOME and TMPDIR (the defaults)
 //! timeout_seconds = 900                # when the spawn gives none
 //! permissions = "bypass"               # or "ask": Claude Code's tool uses go to metash's consent
+//! auth = "subscription"                # Claude Code, Codex: "key", or the user's sign-in (`claude
+//!                                      # login`, CLAUDE_CODE_OAUTH_TOKEN, `codex login`); absent:
+//!                                      # the key when its variable is set, else a sign-in found
 //! network = ["github.com", "*.npmjs.org"]   # CLI frontends: reachable besides the model
 //!
 //! [prices."my-finetune"]   # USD per million tokens; overrides the built-in table (pricing.rs)
@@ -41,6 +51,9 @@ use metash_protocol::{show_seconds, timeout_from_secs, HarnessFrontend, ModelHin
 use serde::Deserialize;
 
 use crate::error::{HostError, Result};
+
+mod access;
+pub use access::{no_sign_in, Access};
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -63,7 +76,30 @@ pub struct HostSection {
     /// nobody is at a terminal. 0 or absent: denied at once, never waited for.
     #[serde(default)]
     pub consent_wait_seconds: Option<f64>,
+    /// Native agents' write quotas per spawn: bytes (`"2g"`, `"500Mi"`) and files they may add
+    /// under what they may write; past either the spawn is stopped and says why. Absent: 2 GiB
+    /// and 100,000 files. (CLI roles have `[roles.X] disk` and `files`.)
+    #[serde(default)]
+    pub agent_disk: Option<String>,
+    #[serde(default)]
+    pub agent_files: Option<u64>,
+    /// Bytes of log one agent may add in a run (`"256m"`, the default): past it, what it says
+    /// (its output, its model's turn events) is no longer logged, which an `events_lost` record
+    /// says; what the host decides about it (start, limits, consent, end) still is.
+    #[serde(default)]
+    pub max_log_bytes_per_agent: Option<String>,
+    /// Consent questions one agent may have waiting at once (default 3) and may have asked in
+    /// any minute (default 10); past either, its request is refused at once
+    /// (`consent_too_many_pending`, `consent_rate_limited`). Identical questions waiting at once
+    /// are asked once.
+    #[serde(default)]
+    pub consent_max_pending: Option<usize>,
+    #[serde(default)]
+    pub consent_per_minute: Option<usize>,
 }
+
+/// Bytes of log one agent may add in a run unless `[host] max_log_bytes_per_agent` says.
+pub const DEFAULT_MAX_LOG_BYTES_PER_AGENT: u64 = 256 << 20;
 
 /// The longest a question may wait for a client: a day.
 pub const MAX_CONSENT_WAIT_S: f64 = 86_400.0;
@@ -75,6 +111,28 @@ impl HostSection {
             .filter(|s| s.is_finite() && *s > 0.0)
             .map(|s| std::time::Duration::from_secs_f64(s.min(MAX_CONSENT_WAIT_S)))
             .unwrap_or_default()
+    }
+
+    /// Native agents' write quota per spawn (`agent_disk`, `agent_files`; defaults where unset).
+    pub fn agent_write_quota(&self) -> metash_runtime::limits::WriteQuota {
+        metash_runtime::limits::WriteQuota::new(self.agent_disk.clone(), self.agent_files)
+    }
+
+    /// Bytes of log per agent and run (`max_log_bytes_per_agent`, default 256 MiB; a value that
+    /// does not parse, which [`HostConfig::parse`] refuses, reads as the default).
+    pub fn max_log_bytes_per_agent(&self) -> u64 {
+        self.max_log_bytes_per_agent
+            .as_deref()
+            .and_then(|v| metash_runtime::limits::parse_bytes("max_log_bytes_per_agent", v).ok())
+            .unwrap_or(DEFAULT_MAX_LOG_BYTES_PER_AGENT)
+    }
+
+    /// The cap and rate of one agent's consent questions.
+    pub fn consent_limits(&self) -> crate::asks::QuestionLimits {
+        crate::asks::QuestionLimits {
+            max_pending: self.consent_max_pending.unwrap_or(3),
+            per_minute: self.consent_per_minute.unwrap_or(10),
+        }
     }
 
     /// The KV quota of every agent namespace and of the scratchpad.
@@ -146,6 +204,13 @@ pub struct Role {
     pub cpu: Option<String>,
     #[serde(default)]
     pub max_pids: Option<u64>,
+    /// CLI frontends: bytes (`"2g"`) and files the spawn may add under its worktree, HOME and
+    /// TMPDIR while it runs (default 2 GiB and 100,000); past either the turn is stopped and
+    /// says why.
+    #[serde(default)]
+    pub disk: Option<String>,
+    #[serde(default)]
+    pub files: Option<u64>,
     /// A spawn's deadline when the spawn gives none (before `[host] default_timeout_seconds`).
     #[serde(default)]
     pub timeout_seconds: Option<f64>,
@@ -156,6 +221,22 @@ pub struct Role {
     /// CLI frontends: who answers the CLI's own permission prompts (see [`Permissions`]).
     #[serde(default)]
     pub permissions: Permissions,
+    /// Claude Code and Codex: what reaches the model (see [`RoleAuth`]). Absent: the key when
+    /// its variable is set, else the user's subscription sign-in when one is found.
+    #[serde(default)]
+    pub auth: Option<RoleAuth>,
+}
+
+/// How a CLI role reaches its model. Either way the CLI holds only a placeholder and metash's
+/// credential proxy adds the real credential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RoleAuth {
+    /// The model key in the role's variable (`api_key_env`, else the frontend's own).
+    Key,
+    /// The user's subscription: Claude Code's `claude login` or `CLAUDE_CODE_OAUTH_TOKEN`
+    /// (`claude setup-token`), Codex's `codex login` (ChatGPT).
+    Subscription,
 }
 
 /// Who answers a CLI's permission prompts. Either way metash's sandbox is the boundary.
@@ -375,6 +456,13 @@ impl HostFile {
                     timeout_text(t)
                 ));
             }
+            if role.auth == Some(RoleAuth::Subscription) && role.sign_in_cli().is_none() {
+                return bad(format!(
+                    "[roles.{name}] auth = \"subscription\" needs Claude Code (agent-sdk, \
+                     claude-code) or Codex (codex-cli); {} takes a key",
+                    role.frontend.as_str()
+                ));
+            }
             if role.permissions == Permissions::Ask
                 && !metash_harness::frontend::info(role.frontend).permission_prompt
             {
@@ -386,12 +474,51 @@ impl HostFile {
                 ));
             }
         }
+        if let Err(why) = self.check_quotas() {
+            return bad(why);
+        }
         if let Some(max) = self.budget.max_cost_usd {
             if !(max.is_finite() && max >= 0.0) {
                 return bad(format!(
                     "[budget] max_cost_usd must be a number >= 0, not {max}"
                 ));
             }
+        }
+        Ok(())
+    }
+}
+
+impl HostFile {
+    /// The write, log and consent quotas: sizes that parse, counts of at least 1.
+    fn check_quotas(&self) -> std::result::Result<(), String> {
+        let size = |key: &str, v: &Option<String>| match v {
+            Some(v) => metash_runtime::limits::parse_bytes("size", v)
+                .map(drop)
+                .map_err(|_| {
+                    format!("{key} must be a size such as \"2g\" or \"500Mi\", not {v:?}")
+                }),
+            None => Ok(()),
+        };
+        let count = |key: &str, v: Option<u64>| match v {
+            Some(0) => Err(format!("{key} must be at least 1")),
+            _ => Ok(()),
+        };
+        let h = &self.host;
+        size("[host] agent_disk", &h.agent_disk)?;
+        size("[host] max_log_bytes_per_agent", &h.max_log_bytes_per_agent)?;
+        count("[host] agent_files", h.agent_files)?;
+        count(
+            "[host] consent_max_pending",
+            h.consent_max_pending.map(|n| n as u64),
+        )?;
+        count(
+            "[host] consent_per_minute",
+            h.consent_per_minute.map(|n| n as u64),
+        )?;
+        for (name, role) in &self.roles {
+            size(&format!("[roles.{name}] disk"), &role.disk)?;
+            size(&format!("[roles.{name}] mem"), &role.mem)?;
+            count(&format!("[roles.{name}] files"), role.files)?;
         }
         Ok(())
     }
@@ -467,6 +594,52 @@ mod tests {
             assert_eq!(c.host.consent_wait().as_secs_f64(), secs);
         }
         assert!(HostConfig::default().host.consent_wait().is_zero());
+    }
+
+    #[test]
+    fn quotas_parse_with_defaults_and_bad_ones_name_their_key() {
+        let p = Path::new(".meta/config.toml");
+        let d = HostConfig::default();
+        assert_eq!(d.host.max_log_bytes_per_agent(), 256 << 20);
+        assert_eq!(
+            d.host.agent_write_quota().resolve().unwrap(),
+            (2 << 30, 100_000)
+        );
+        let limits = d.host.consent_limits();
+        assert_eq!((limits.max_pending, limits.per_minute), (3, 10));
+        let c = HostConfig::parse(
+            "[host]\nagent_disk = \"50m\"\nagent_files = 7\nmax_log_bytes_per_agent = \"1Mi\"\n\
+             consent_max_pending = 1\nconsent_per_minute = 2\n\
+             [roles.a]\nfrontend = \"pi-sdk\"\ndisk = \"1g\"\nfiles = 9\nmem = \"4g\"\n",
+            p,
+        )
+        .unwrap();
+        assert_eq!(c.host.agent_write_quota().resolve().unwrap(), (50 << 20, 7));
+        assert_eq!(c.host.max_log_bytes_per_agent(), 1 << 20);
+        assert_eq!(c.host.consent_limits().per_minute, 2);
+        assert_eq!(c.roles["a"].disk.as_deref(), Some("1g"));
+        for (bad, key) in [
+            ("[host]\nagent_disk = \"lots\"\n", "[host] agent_disk"),
+            (
+                "[host]\nconsent_per_minute = 0\n",
+                "[host] consent_per_minute",
+            ),
+            (
+                "[host]\nmax_log_bytes_per_agent = \"-1\"\n",
+                "max_log_bytes_per_agent",
+            ),
+            (
+                "[roles.a]\nfrontend = \"pi-sdk\"\nfiles = 0\n",
+                "[roles.a] files",
+            ),
+            (
+                "[roles.a]\nfrontend = \"pi-sdk\"\nmem = \"4gb\"\n",
+                "[roles.a] mem",
+            ),
+        ] {
+            let err = HostConfig::parse(bad, p).unwrap_err().to_string();
+            assert!(err.contains(key), "{bad}: {err}");
+        }
     }
 
     /// The module doc's example, as a user would write it.

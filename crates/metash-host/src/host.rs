@@ -235,14 +235,7 @@ impl Host {
     /// # Errors
     /// [`HostError::Config`] naming the missing variable or program.
     pub fn preflight_role(&self, name: &str, role: &Role) -> Result<()> {
-        if let Some(var) = role.key_env() {
-            if self.env_var(&var).is_none_or(|v| v.is_empty()) {
-                return Err(HostError::Config(format!(
-                    "role `{name}` ({}) needs the environment variable {var}, which is not set",
-                    role.frontend.as_str()
-                )));
-            }
-        }
+        crate::spawn::key_proxy::preflight(self, name, role)?;
         if let Some(p) = metash_harness::frontend::info(role.frontend).program {
             if self.harness()?.programs.get(p).is_none() {
                 return Err(HostError::Config(format!(
@@ -333,6 +326,38 @@ impl Host {
     /// The directories no agent may see, whatever it is granted: the project's `.meta/`.
     pub fn hidden_dirs(&self) -> Vec<PathBuf> {
         vec![self.store.meta_dir().to_path_buf()]
+    }
+
+    /// What no agent may change, whatever it is granted: the project's `.git` (objects, refs,
+    /// config, hooks, `info/attributes`, every worktree's admin directory). metash's own git and
+    /// the user's read what is there: a planted hook, filter or ref would run or be merged outside
+    /// any sandbox. (A task worktree's `.git` file is the executor's to rewrite: nothing metash
+    /// does reads it, see [`crate::gitdirs`].)
+    pub fn protected_dirs(&self) -> Vec<PathBuf> {
+        vec![self.workspace().join(".git")]
+    }
+
+    /// Where a spawn may work: anywhere but inside metash's state directory, except a task
+    /// worktree metash made (a direct child of `.meta/worktrees/`). The canonical path.
+    ///
+    /// # Errors
+    /// The directory does not exist, or lies in `.meta/` and is not a task worktree.
+    pub fn check_workdir(&self, workdir: &Path) -> Result<PathBuf> {
+        let dir = workdir
+            .canonicalize()
+            .map_err(|e| HostError::Other(format!("workdir {}: {e}", workdir.display())))?;
+        if !self.is_hidden(&dir) {
+            return Ok(dir);
+        }
+        let worktrees = self.store.meta_dir().join("worktrees").canonicalize().ok();
+        if worktrees.is_some() && dir.parent() == worktrees.as_deref() {
+            return Ok(dir);
+        }
+        Err(HostError::InvalidRequest(format!(
+            "workdir {} lies inside metash's state directory (.meta), which no agent may work in \
+             (only a task worktree under .meta/worktrees/ may)",
+            workdir.display()
+        )))
     }
 
     /// Whether `path` (resolved as far as it exists, `..` and symlinks included) is inside

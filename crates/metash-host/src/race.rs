@@ -8,7 +8,7 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use metash_policy::{parse_answer, Answer, ConsentPrompter, ConsentQuestion};
+use metash_policy::{describe_question, parse_answer, Answer, ConsentPrompter, ConsentQuestion};
 use metash_store::Store;
 
 use crate::asks::{answer_of, post, reply};
@@ -91,13 +91,11 @@ impl ConsentPrompter for RacingPrompter {
             return Answer::Deny;
         };
         let suggested = q.duration_s.unwrap_or(600);
+        // metash's record first, the agent's reason after it, escaped (see describe_question).
         let prompt = format!(
-            "metash: agent {} asks for `{}`: {}\n  [o] allow once  [s {suggested}] allow for N \
-             seconds  [d] deny  (or answer in `metash ui` / `metash consent answer {id}`; denied \
-             in {} s) > ",
-            q.agent,
-            q.capability,
-            q.reason,
+            "{}  [o] allow once  [s {suggested}] allow for N seconds  [d] deny  (or answer in \
+             `metash ui` / `metash consent answer {id}`; denied in {} s) > ",
+            describe_question(q),
             self.wait.as_secs()
         );
         let _ = write!(err, "{prompt}");

@@ -1,9 +1,10 @@
 //! `metash sandbox --role R -- CMD…`: any command under a role's sandbox, exactly as the role's
-//! CLI runs in a spawn (same consent, same confinement, same credential proxy), with the terminal
-//! inherited. `metash attach --role R` opens interactive CLI sessions through it.
+//! CLI runs in a spawn (same consent, same confinement, same credential proxy). From a terminal the
+//! command gets a pty of its own that metash relays, never the user's terminal; without one it has
+//! no terminal at all. `metash attach --role R` opens interactive CLI sessions through it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use metash_protocol::LogKind;
@@ -21,20 +22,98 @@ pub struct Sandboxed {
     /// The report of what the sandbox allows (also in the log as `agent_started`).
     pub report: serde_json::Value,
     _confinement: metash_runtime::native::confine::Confinement,
+    /// From a terminal: the host's side of the program's own pty.
+    relay: Option<Relay>,
     _proxy: Option<metash_runtime::credential::CredentialProxy>,
     _dir: tempfile::TempDir,
 }
 
 impl Sandboxed {
-    /// Runs it to the end with the caller's stdio.
+    /// Runs it to the end: on its own pty relayed to the caller's terminal, or without a terminal,
+    /// with the caller's stdin and whichever of stdout and stderr is the caller's terminal copied
+    /// through a pipe (a terminal's descriptor would let it read what the user types).
     ///
     /// # Errors
-    /// The program could not be started.
+    /// The program could not be started, or the relay failed.
     pub fn status(mut self) -> Result<ExitStatus> {
-        self.command
-            .status()
-            .map_err(|e| HostError::Other(format!("running the command: {e}")))
+        let run = |e: std::io::Error| HostError::Other(format!("running the command: {e}"));
+        if let Some(relay) = self.relay.take() {
+            let mut child = self
+                .command
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(run)?;
+            return relay_run(relay, &mut child).map_err(run);
+        }
+        headless(&mut self.command).map_err(run)
     }
+}
+
+#[cfg(target_os = "linux")]
+type Relay = metash_runtime::native::tty::Relay;
+#[cfg(not(target_os = "linux"))]
+type Relay = std::convert::Infallible;
+
+#[cfg(target_os = "linux")]
+fn relay_run(relay: Relay, child: &mut std::process::Child) -> std::io::Result<ExitStatus> {
+    relay.run(child)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn relay_run(relay: Relay, _: &mut std::process::Child) -> std::io::Result<ExitStatus> {
+    match relay {}
+}
+
+/// From a terminal (stdin is one): the program's own pty, relayed. Elsewhere no sandbox runs.
+fn interactive(
+    confinement: &mut metash_runtime::native::confine::Confinement,
+) -> Result<Option<Relay>> {
+    use std::io::IsTerminal;
+    if !std::io::stdin().is_terminal() {
+        return Ok(None);
+    }
+    #[cfg(target_os = "linux")]
+    return confinement
+        .relay_terminal()
+        .map(Some)
+        .map_err(|e| HostError::Other(e.to_string()));
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = confinement;
+        Ok(None)
+    }
+}
+
+/// Runs `command` with no terminal: stdout and stderr that are the caller's terminal go through
+/// pipes copied here.
+fn headless(command: &mut Command) -> std::io::Result<ExitStatus> {
+    use std::io::IsTerminal;
+    if std::io::stdout().is_terminal() {
+        command.stdout(Stdio::piped());
+    }
+    if std::io::stderr().is_terminal() {
+        command.stderr(Stdio::piped());
+    }
+    let mut child = command.spawn()?;
+    let copies = [
+        child.stdout.take().map(|o| copy_to(o, std::io::stdout())),
+        child.stderr.take().map(|e| copy_to(e, std::io::stderr())),
+    ];
+    let status = child.wait()?;
+    for c in copies.into_iter().flatten() {
+        let _ = c.join();
+    }
+    Ok(status)
+}
+
+/// A thread copying `from` to `to` until the end.
+fn copy_to(
+    mut from: impl std::io::Read + Send + 'static,
+    mut to: impl std::io::Write + Send + 'static,
+) -> std::thread::JoinHandle<std::io::Result<u64>> {
+    std::thread::spawn(move || std::io::copy(&mut from, &mut to))
 }
 
 impl Host {
@@ -64,14 +143,15 @@ impl Host {
     ) -> Result<(Option<key_proxy::Started>, Option<u16>)> {
         let proxy = key_proxy::start(self, role_name, role, None)?;
         let port = match &proxy {
-            Some((p, endpoint, vars)) => {
-                for v in vars {
+            Some(started) => {
+                for v in &started.placeholders {
                     spec_env.insert(v.clone(), key_proxy::PLACEHOLDER.to_string());
                 }
-                spec_env.insert("METASH_MODEL_BASE_URL".into(), endpoint.base_url.clone());
+                let base = started.endpoint.base_url.clone();
+                spec_env.insert("METASH_MODEL_BASE_URL".into(), base.clone());
                 let var = metash_harness::frontend::info(role.frontend).base_url_env;
-                spec_env.insert(var.into(), endpoint.base_url.clone());
-                Some(p.addr().port())
+                spec_env.insert(var.into(), base);
+                Some(started.proxy.addr().port())
             }
             None => role
                 .base_url
@@ -99,9 +179,7 @@ impl Host {
             return Err(HostError::Config("no command to run in the sandbox".into()));
         };
         let role = self.configured_role(role_name)?;
-        if let Some(refused) = native_consent(self, role_name)? {
-            return Err(HostError::Other(refused.data));
-        }
+        native_consent(self, role_name)?;
         let dir = tempfile::Builder::new()
             .prefix("metash-sandbox-")
             .tempdir_in(self.spawn_root()?)
@@ -109,8 +187,7 @@ impl Host {
         let mut spec_env: std::collections::BTreeMap<String, String> =
             env.iter().cloned().collect();
         let (proxy, port) = self.model_route(role_name, role, &mut spec_env)?;
-        let workdir = std::path::absolute(workdir)
-            .map_err(|e| HostError::Other(format!("{}: {e}", workdir.display())))?;
+        let workdir = self.check_workdir(workdir)?;
         let mut confiner = RoleConfiner::new(
             role_name,
             role,
@@ -120,10 +197,13 @@ impl Host {
             self.event_sink(),
         );
         confiner.fence.hidden = self.hidden_dirs();
+        confiner.fence.protected = self.protected_dirs();
+        confiner.project = Some(self.workspace());
         confiner.fence.connect_ports = port.into_iter().collect();
-        let confinement = confiner
+        let mut confinement = confiner
             .prepare(argv0, &workdir, &spec_env)
             .map_err(HostError::Other)?;
+        let relay = interactive(&mut confinement)?;
         let program = confinement.report["program"]
             .as_str()
             .map_or_else(|| PathBuf::from(argv0), PathBuf::from);
@@ -140,7 +220,8 @@ impl Host {
             command,
             report,
             _confinement: confinement,
-            _proxy: proxy.map(|(p, ..)| p),
+            relay,
+            _proxy: proxy.map(|s| s.proxy),
             _dir: dir,
         })
     }

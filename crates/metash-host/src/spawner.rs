@@ -20,6 +20,24 @@ pub struct SpawnRequest {
     pub workdir: Option<PathBuf>,
     /// Correlates the spawn's events with a plan task, when there is one.
     pub task_id: Option<String>,
+    /// Whether the agent may write its workspace. The orchestrator's planner gets `ReadOnly` (it
+    /// works on the project root, the user's checkout); a task's executor `ReadWrite` in its
+    /// worktree. `metash spawn`, JSON-RPC and MCP keep the agent's own grants (`ReadWrite`).
+    pub access: WorkspaceAccess,
+}
+
+/// What a spawn may do to its workspace, whatever the agent was granted. Either way `.git` stays
+/// read-only and `.meta/` hidden.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WorkspaceAccess {
+    /// As granted: a CLI role writes its workspace; a native or WASM agent as its `files.*`
+    /// grants say.
+    #[default]
+    ReadWrite,
+    /// Read-only: a CLI role's workspace is read-only in Landlock (its own HOME and TMPDIR stay
+    /// writable), an API role writes nothing anyway, and a native or WASM agent's `files.write`
+    /// on the workspace (or on any path inside the project) becomes `files.read`.
+    ReadOnly,
 }
 
 impl SpawnRequest {

@@ -9,6 +9,8 @@
 //! - `hang [N]`: outputs `partial`, starts a grandchild `sleep 300[.N]` holding stdout, ignores SIGTERM,
 //!   and sleeps forever (the host must kill the whole group at the timeout)
 //! - `consent CAPABILITY`: asks for it mid-run; outputs `granted EXPIRES` or `refused CODE HINT`
+//! - `consents N CAPABILITY`: asks for it N times in a row (reasons `ask 0`, `ask 1`…); outputs
+//!   how many answers of each kind (`granted:G consent_denied:D consent_rate_limited:R …`)
 //! - `fetch METHOD URL [WAIT_FILE]`: a plain-HTTP request through `$HTTP_PROXY`; outputs the status
 //!   line and body, or the status and the `error` event the host sent. With WAIT_FILE, waits (at
 //!   most 20 s) for that file to exist and then does the same request again.
@@ -218,6 +220,20 @@ fn main() {
                     }
                 };
                 s.output("text/plain", &text).map_err(io)
+            }
+            "consents" => {
+                let (n, cap) = arg.split_once(' ').unwrap_or((arg, "codegen"));
+                let mut tally = std::collections::BTreeMap::<String, u32>::new();
+                for i in 0..n.parse::<u32>().unwrap_or(1) {
+                    let reason = format!("ask {i}");
+                    let kind = match s.request_consent(cap, &reason, None).map_err(io)? {
+                        Consent::Granted { .. } => "granted".to_string(),
+                        Consent::Refused { code, .. } => code,
+                    };
+                    *tally.entry(kind).or_default() += 1;
+                }
+                let text: Vec<String> = tally.iter().map(|(k, n)| format!("{k}:{n}")).collect();
+                s.output("text/plain", &text.join(" ")).map_err(io)
             }
             "fetch" => {
                 let mut words = arg.split_whitespace();

@@ -12,6 +12,7 @@
 //! | `verified.<id>` | the verifier passed the task's current commits |
 //! | `summaries.<id>` | the executor's last summary, for the verifier |
 //! | `merged.<id>` | the commit the task's branch was merged into the project at |
+//! | `branches.<id>` | `{base, tips}`: the commit the task's branch was made at (recorded before the branch is) and every commit metash put it at since; the branch is used only at one of them (recorded.rs) |
 //! | `decisions[]` | checkpoint answers `{id, question, answer}`, shown to every later prompt |
 //! | `planAttempts`, `lastRejection` | plans rejected in this phase, and why the last one was |
 //! | `resumeFor` | `{role, task}` whose checkpoint was answered: spawned first, alone, so the host's `resume_data` reaches it |
@@ -49,6 +50,45 @@ pub struct Book {
     pub halt: Option<Halt>,
     /// What a worker must offer to run a task (only tasks that ask for something).
     pub labels: BTreeMap<String, Vec<String>>,
+    /// The commits metash made each task's branch at and moved it to.
+    pub branches: BTreeMap<String, Option<BranchRecord>>,
+}
+
+/// What metash recorded of a task's branch: where it made it and every commit it put it at
+/// since (the base first, then dependency merges and the executor's commits, in order). A
+/// branch that points anywhere else was moved by something that is not metash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BranchRecord {
+    pub base: String,
+    pub tips: Vec<String>,
+}
+
+impl BranchRecord {
+    /// A branch about to be made at `base`.
+    pub fn at(base: &str) -> Self {
+        Self {
+            base: base.to_string(),
+            tips: vec![base.to_string()],
+        }
+    }
+
+    /// Where the branch must be now: the last commit metash put it at.
+    pub fn last(&self) -> &str {
+        self.tips.last().unwrap_or(&self.base)
+    }
+
+    pub fn holds(&self, sha: &str) -> bool {
+        self.base == sha || self.tips.iter().any(|t| t == sha)
+    }
+
+    /// The record with `sha` as the new tip.
+    pub fn moved_to(&self, sha: &str) -> Self {
+        let mut r = self.clone();
+        if r.last() != sha {
+            r.tips.push(sha.to_string());
+        }
+        r
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -109,6 +149,13 @@ pub enum HaltReason {
     Blocked,
     /// A merge conflict was not resolved.
     MergeAborted,
+    /// metash refused a task's branch (it points at a commit metash did not record) or a tree
+    /// (it would put `.meta/`, `.git/`, a new submodule or a link out into the checkout).
+    Refused,
+    /// A role's spawn needs a consent nobody gave (native execution, refused without a person
+    /// to ask): nothing would change by retrying. The message says how to grant it; the next
+    /// run tries again on its own.
+    ConsentRefused,
     /// Halted for a reason this version does not name (or none recorded).
     #[serde(other)]
     Halted,
@@ -123,6 +170,8 @@ impl HaltReason {
             HaltReason::TaskFailed => "task_failed",
             HaltReason::Blocked => "blocked",
             HaltReason::MergeAborted => "merge_aborted",
+            HaltReason::Refused => "refused",
+            HaltReason::ConsentRefused => "consent_refused",
             HaltReason::Halted => "halted",
         }
     }
@@ -195,6 +244,11 @@ impl Book {
     pub fn merged_at(&self, id: &str) -> Option<&str> {
         self.merged.get(id).and_then(Option::as_deref)
     }
+
+    /// What metash recorded of the task's branch, if it made one.
+    pub fn branch(&self, id: &str) -> Option<&BranchRecord> {
+        self.branches.get(id).and_then(Option::as_ref)
+    }
 }
 
 /// Every bookkeeping entry, by its key under `variables.metash` (the camelCase names of [`Book`]'s
@@ -220,10 +274,11 @@ pub enum Entry {
     /// The answer to the orchestrator's own checkpoint (a merge conflict's).
     LastAnswer,
     Labels,
+    Branches,
 }
 
 impl Entry {
-    pub const ALL: [Entry; 17] = [
+    pub const ALL: [Entry; 18] = [
         Entry::Phases,
         Entry::NoChange,
         Entry::Running,
@@ -241,6 +296,7 @@ impl Entry {
         Entry::RolledBack,
         Entry::LastAnswer,
         Entry::Labels,
+        Entry::Branches,
     ];
 
     /// The key under `variables.metash`.
@@ -263,6 +319,7 @@ impl Entry {
             Entry::RolledBack => "rolledBack",
             Entry::LastAnswer => "lastAnswer",
             Entry::Labels => "labels",
+            Entry::Branches => "branches",
         }
     }
 }

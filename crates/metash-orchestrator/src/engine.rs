@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use metash_host::{Host, SpawnRequest, Spawner};
+use metash_host::{Host, SpawnRequest, Spawner, WorkspaceAccess};
 use metash_protocol::{
     AgentResponse, AgentStatus, CheckpointReason, CheckpointSignal, LogLevel, PendingCheckpoint,
     SessionState, SessionStatus, SpawnOptions, TaskStatus,
@@ -183,8 +183,15 @@ impl<'a> Orchestrator<'a> {
     /// halts, or `max_phases` phases are done.
     ///
     /// # Errors
-    /// Store, git or host failures; another run in progress; `--answer` with nothing pending.
+    /// Store, git or host failures; another run in progress; `--answer` with nothing pending;
+    /// the repository's executable git configuration changed
+    /// ([`OrchestratorError::GitConfigChanged`], also logged as a `git_trust` event).
     pub fn run(&mut self, options: &RunOptions) -> Result<RunOutcome> {
+        let outcome = self.run_trusted(options);
+        self.trust_logged(outcome)
+    }
+
+    fn run_trusted(&mut self, options: &RunOptions) -> Result<RunOutcome> {
         if let Some(j) = options.jobs {
             self.jobs = j.max(1);
         }
@@ -198,6 +205,8 @@ impl<'a> Orchestrator<'a> {
         }
         let run = crate::run_lock(self.store())?;
         let _handed = self.git.handing_down(&run);
+        // Before any git command: the executable git configuration is the one a person accepted.
+        self.check_git_trust()?;
         self.git.ensure_repo()?;
         for lock in self.git.clear_stale_locks() {
             self.progress(
@@ -214,7 +223,9 @@ impl<'a> Orchestrator<'a> {
         }
         self.preflight()?;
         self.recover()?;
-        if options.retry {
+        // A halt for a refused consent is taken up again by the next run (whose grants may now
+        // be there): nothing else about it needs a person's `--retry`.
+        if options.retry || self.halted_for(HaltReason::ConsentRefused)? {
             self.retry_halted()?;
         }
         let mut phases = 0u32;
@@ -236,9 +247,13 @@ impl<'a> Orchestrator<'a> {
                         Step::Stop(RunOutcome::Halted(halt))
                     }
                 }
-                SessionStatus::Planning => self.plan_phase(&state)?,
-                SessionStatus::Executing => self.execute_phase(&state)?,
-                SessionStatus::Verifying => self.verify_phase(&state)?,
+                SessionStatus::Planning => self.consent_halts(self.plan_phase(&state), &state)?,
+                SessionStatus::Executing => {
+                    self.consent_halts(self.execute_phase(&state), &state)?
+                }
+                SessionStatus::Verifying => {
+                    self.consent_halts(self.verify_phase(&state), &state)?
+                }
             };
             match step {
                 Step::Continue => {}
@@ -360,6 +375,30 @@ impl<'a> Orchestrator<'a> {
         Ok(())
     }
 
+    /// Whether the session is halted for `reason`.
+    fn halted_for(&self, reason: HaltReason) -> Result<bool> {
+        let state = self.store().state()?;
+        Ok(state.status == SessionStatus::Halted
+            && Book::of(&state).halt.is_some_and(|h| h.reason == reason))
+    }
+
+    /// A phase a refused consent stopped halts the session at once (`consent_refused`, saying
+    /// what grants it): a retry could not change the answer.
+    fn consent_halts(&self, step: Result<Step>, state: &SessionState) -> Result<Step> {
+        match step {
+            Err(OrchestratorError::Host(metash_host::HostError::ConsentRefused {
+                message,
+                ..
+            })) => self.halt(Halt {
+                reason: HaltReason::ConsentRefused,
+                phase: state.current_phase,
+                failed: vec![],
+                message,
+            }),
+            other => other,
+        }
+    }
+
     fn retry_halted(&self) -> Result<()> {
         let state = self.store().state()?;
         if state.status != SessionStatus::Halted {
@@ -454,9 +493,18 @@ impl<'a> Orchestrator<'a> {
             },
             workdir,
             task_id: focus.task.map(str::to_string),
+            // The planner works on the project root, the user's checkout: it reads, never writes
+            // (a write there, `.git/` above all, would be acted on by metash's own git). An
+            // executor writes its task worktree; a verifier's writes there are never committed.
+            access: match role {
+                Role::Planner => WorkspaceAccess::ReadOnly,
+                Role::Executor | Role::Verifier => WorkspaceAccess::ReadWrite,
+            },
         };
         match self.spawner.spawn_agent(&request) {
             Ok(r) => Ok(r),
+            // Refused consent: not the role failing. Retrying cannot change it; the run halts.
+            Err(e @ metash_host::HostError::ConsentRefused { .. }) => Err(e.into()),
             // The host could not serve the request at all: as the role failing, so the loop's
             // bounds (attempts, gapCount) apply and the reason reaches the report.
             Err(e) => Ok(AgentResponse {

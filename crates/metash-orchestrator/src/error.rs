@@ -28,6 +28,13 @@ pub enum OrchestratorError {
     Busy(String),
     #[error("{0}")]
     Refused(String),
+    /// The repository's executable git configuration (filters, drivers, fsmonitor, hooks...)
+    /// differs from what a person accepted (`.meta/git-trust.json`): no git command runs until
+    /// a person accepts it (`metash git trust`).
+    #[error("{}", crate::git::trust::change::refusal(.changes))]
+    GitConfigChanged {
+        changes: Vec<crate::git::trust::change::Change>,
+    },
     #[error("{context}: {source}")]
     Io {
         context: String,

@@ -2,11 +2,14 @@
 //! own git worktree on its own branch (`metash/task/<id>`, started from its dependencies' work).
 //!
 //! One attempt, and what makes it crash-safe:
-//! 1. the worktree is made (idempotently), cleaned, and the unmerged dependencies merged in;
-//! 2. `running.<id> = {attempt, head}` is recorded;
+//! 1. the worktree is made (idempotently) on its branch at the last commit recorded for the task
+//!    (a branch metash did not record is refused: `recorded.rs`), cleaned, and the unmerged
+//!    dependencies' recorded commits merged in;
+//! 2. `running.<id> = {attempt, head}` is recorded (for a new branch, before it is made, with its
+//!    base: `branches.<id>`);
 //! 3. the executor runs in the worktree;
 //! 4. success: the orchestrator commits what changed and records, in **one** update, the task
-//!    `complete`, its commits, and `running.<id> = null`. Error or timeout: the worktree is reset to
+//!    `complete`, its commits, the branch's new tips, and `running.<id> = null`. Error or timeout: the worktree is reset to
 //!    `head` and the task is `failed` (retried up to `max_task_attempts`).
 //!
 //! A run killed between 2 and 4 leaves `running.<id>`: the next run resets the worktree to `head`
@@ -14,7 +17,7 @@
 //! twice and a task whose commits are recorded is never redone.
 
 use std::collections::HashSet;
-use std::path::{Component, Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc;
 
 use metash_protocol::{
@@ -22,13 +25,13 @@ use metash_protocol::{
 };
 use serde_json::{json, Value};
 
-use crate::book::{self, Book, Entry, FailedTask, Halt, HaltReason, ResumeFor};
-use crate::engine::{branch_of, worktree_of, Orchestrator, RunOutcome, Step};
+use crate::book::{self, Book, BranchRecord, Entry, FailedTask, Halt, HaltReason, ResumeFor};
+use crate::engine::{Orchestrator, RunOutcome, Step};
 use crate::error::{OrchestratorError, Result};
-use crate::git::Merge;
 use crate::planning::clip;
 use crate::prompts::{Focus, Role};
-use crate::reply::extract_json;
+use crate::recorded::Ready;
+use crate::reply::{apply_files, extract_json};
 use crate::schedule::Scheduler;
 
 /// How one attempt ended.
@@ -60,12 +63,21 @@ pub(crate) struct Begun {
     pub attempt: u32,
     pub findings: Vec<String>,
     pub last_error: Option<String>,
+    /// What is recorded of the task's branch as the attempt starts.
+    pub record: Option<BranchRecord>,
+    /// The dependency merges made for the attempt after `record` (recorded with its completion).
+    pub merges: Vec<String>,
 }
 
 impl Orchestrator<'_> {
     /// Records attempt N of task `id` as running from `head`, with the review comments waiting
-    /// for it joined to its findings.
-    pub(crate) fn begin_attempt(&self, id: &str, head: &str) -> Result<Begun> {
+    /// for it joined to its findings, and `record` (a new branch's base) in the same update.
+    pub(crate) fn begin_attempt(
+        &self,
+        id: &str,
+        head: &str,
+        record: Option<&BranchRecord>,
+    ) -> Result<Begun> {
         let state = self.store().state()?;
         let book = Book::of(&state);
         let attempt = book.attempts.get(id).copied().unwrap_or(0) + 1;
@@ -84,6 +96,9 @@ impl Orchestrator<'_> {
         let mut updates = Vec::new();
         if !waiting.is_empty() {
             updates.push(book::set_for(Entry::Findings, id, json!(findings)));
+        }
+        if let Some(r) = record {
+            updates.push(book::set_for(Entry::Branches, id, json!(r)));
         }
         self.update(
             vec![
@@ -106,7 +121,19 @@ impl Orchestrator<'_> {
             attempt,
             findings,
             last_error,
+            record: record.cloned(),
+            merges: Vec::new(),
         })
+    }
+
+    /// An attempt recorded as running that stops before its executor runs (a dependency's merge
+    /// conflicts, the branch is refused): not running, and not counted.
+    pub(crate) fn unbegin(&self, id: &str, begun: &Begun) -> Result<()> {
+        self.update(vec![
+            book::set_for(Entry::Running, id, book::null()),
+            book::set_for(Entry::Attempts, id, json!(begun.attempt - 1)),
+        ])
+        .map(drop)
     }
 
     /// The executor's turn at task `id` in its worktree `wt`, told what to address; `on` names
@@ -315,21 +342,15 @@ impl Orchestrator<'_> {
 
     /// One executor attempt at task `id` (see the module doc for the protocol).
     fn attempt(&self, id: &str) -> Result<Attempt> {
-        let wt = match self.prepare_worktree(id)? {
-            Ok(wt) => wt,
+        let Ready { wt, head, begun } = match self.prepare_attempt(id)? {
+            Ok(ready) => ready,
             Err(outcome) => return Ok(Attempt::Stop(outcome)),
         };
-        let head = self.git.head(&wt)?;
-        let Begun {
-            state,
-            attempt,
-            findings,
-            last_error,
-        } = self.begin_attempt(id, &head)?;
-        let response =
-            self.executor_turn(id, attempt, &findings, last_error.as_deref(), &wt, "")?;
+        let attempt = begun.attempt;
+        let last_error = begun.last_error.as_deref();
+        let response = self.executor_turn(id, attempt, &begun.findings, last_error, &wt, "")?;
         match response.status {
-            AgentStatus::Success => self.complete_attempt(id, &wt, &head, &state, &response.data),
+            AgentStatus::Success => self.complete_attempt(id, &wt, &head, &begun, &response.data),
             AgentStatus::Error | AgentStatus::Timeout => {
                 let why = format!(
                     "executor {}: {}",
@@ -349,23 +370,25 @@ impl Orchestrator<'_> {
         id: &str,
         wt: &Path,
         head: &str,
-        state: &SessionState,
+        begun: &Begun,
         data: &str,
     ) -> Result<Attempt> {
-        match commit_response(self, id, wt, data)? {
+        match commit_response(self, id, wt, head, data)? {
             Err(why) => self.fail_attempt(id, wt, head, why),
-            Ok(sha) => self.record_complete(id, state, sha, data),
+            Ok(sha) => self.record_complete(id, begun, sha, data),
         }
     }
 
-    /// Records task `id` complete with `sha` (its new commit, if it made one).
+    /// Records task `id` complete with `sha` (its new commit, if it made one), and the attempt's
+    /// dependency merges and `sha` as its branch's new tips.
     pub(crate) fn record_complete(
         &self,
         id: &str,
-        state: &SessionState,
+        begun: &Begun,
         sha: Option<String>,
         data: &str,
     ) -> Result<Attempt> {
+        let state = &begun.state;
         let summary = summary_of(data);
         let mut commits: Vec<String> = state
             .task(id)
@@ -373,16 +396,30 @@ impl Orchestrator<'_> {
             .unwrap_or_default();
         commits.extend(sha.clone());
         let next_idx = next_task_idx(state, id);
-        self.update(vec![
-            book::task_set(id, "status", json!(TaskStatus::Complete)),
-            book::task_set(id, "commits", json!(commits)),
-            ("plan.currentTaskIdx".into(), json!(next_idx)),
-            book::set_for(Entry::Running, id, book::null()),
-            book::set_for(Entry::Attempts, id, json!(0)),
-            book::set_for(Entry::Errors, id, book::null()),
-            book::set_for(Entry::Verified, id, json!(false)),
-            book::set_for(Entry::Summaries, id, json!(clip(&summary))),
-        ])?;
+        // The new commits become the branch's recorded tips in the same update.
+        let tip = begun.record.as_ref().map(|r| {
+            let moved = begun
+                .merges
+                .iter()
+                .chain(sha.as_ref())
+                .fold(r.clone(), |r, c| r.moved_to(c));
+            book::set_for(Entry::Branches, id, json!(moved))
+        });
+        self.update(
+            vec![
+                book::task_set(id, "status", json!(TaskStatus::Complete)),
+                book::task_set(id, "commits", json!(commits)),
+                ("plan.currentTaskIdx".into(), json!(next_idx)),
+                book::set_for(Entry::Running, id, book::null()),
+                book::set_for(Entry::Attempts, id, json!(0)),
+                book::set_for(Entry::Errors, id, book::null()),
+                book::set_for(Entry::Verified, id, json!(false)),
+                book::set_for(Entry::Summaries, id, json!(clip(&summary))),
+            ]
+            .into_iter()
+            .chain(tip)
+            .collect(),
+        )?;
         self.progress(
             &format!(
                 "task {id}: complete ({})",
@@ -436,77 +473,26 @@ impl Orchestrator<'_> {
         ])?;
         Ok(Attempt::Failed(why))
     }
-
-    /// The task's worktree, clean, holding the work of every dependency not yet merged into the
-    /// project. `Err(outcome)` when merging a dependency conflicts (a checkpoint for a person).
-    pub(crate) fn prepare_worktree(
-        &self,
-        id: &str,
-    ) -> Result<std::result::Result<PathBuf, RunOutcome>> {
-        let workspace = self.workspace();
-        let state = self.store().state()?;
-        let book = Book::of(&state);
-        let task = state
-            .task(id)
-            .ok_or_else(|| OrchestratorError::UnknownTask(id.to_string()))?;
-        let unmerged: Vec<String> = task
-            .dependencies
-            .iter()
-            .filter(|d| book.merged_at(d).is_none())
-            .map(|d| branch_of(d))
-            .collect();
-        let base = match unmerged.first() {
-            Some(b) if self.git.branch_exists(b)? => b.clone(),
-            _ => "HEAD".to_string(),
-        };
-        let wt = worktree_of(&workspace, id);
-        let created = self.git.ensure_worktree(&wt, &branch_of(id), &base)?;
-        if !created {
-            // Reused: drop whatever a failed or killed attempt left behind.
-            self.git.reset_to(&wt, "HEAD")?;
-        }
-        for dep in &unmerged {
-            if (created && *dep == base)
-                || !self.git.branch_exists(dep)?
-                || self.git.is_ancestor(&wt, dep, "HEAD")?
-            {
-                continue;
-            }
-            let msg = format!("metash: bring {dep} into task {id}");
-            if let Merge::Conflict { files } = self.git.merge(&wt, dep, &msg)? {
-                let step = self.raise_own(
-                    format!(
-                        "Merging {dep} into task {id}'s worktree conflicts in {}. Resolve the \
-                         conflict in {} and commit, then run `metash run --answer done`.",
-                        files.join(", "),
-                        wt.display()
-                    ),
-                    vec!["done".into()],
-                    ResumeFor {
-                        role: "executor".into(),
-                        task: Some(id.to_string()),
-                        asked: None,
-                    },
-                )?;
-                if let Step::Stop(outcome) = step {
-                    return Ok(Err(outcome));
-                }
-            }
-        }
-        Ok(Ok(wt))
-    }
 }
 
 /// The executor's files applied to the worktree and committed: the commit (`None`: nothing
 /// changed), or why the files could not be applied (the attempt fails).
+///
+/// The attempt started at `head`. An agent that committed in the worktree itself (its branch
+/// moved) has its commits folded into metash's one (`reset --soft`), so the task's commits are
+/// exactly those metash records: the merge checks them and a rollback reverts all of its work.
 pub(crate) fn commit_response(
     orch: &Orchestrator<'_>,
     id: &str,
     wt: &Path,
+    head: &str,
     data: &str,
 ) -> Result<std::result::Result<Option<String>, String>> {
     if let Err(why) = apply_files(wt, data) {
         return Ok(Err(why));
+    }
+    if orch.branch_tip(&crate::engine::branch_of(id))?.as_deref() != Some(head) {
+        orch.git.run(wt, &["reset", "--soft", "-q", head])?;
     }
     let state = orch.store().state()?;
     let title = title_of(&state, id);
@@ -537,121 +523,5 @@ fn summary_of(data: &str) -> String {
             .map(str::to_string)
             .unwrap_or_default(),
         _ => data.trim().chars().take(2000).collect(),
-    }
-}
-
-/// Writes the `files` of a JSON reply (`[{path, content}]`) into the worktree, for executors that
-/// cannot write themselves (plain API model roles). Paths must stay inside the worktree and out of
-/// `.git` and `.meta`.
-fn apply_files(wt: &Path, data: &str) -> std::result::Result<(), String> {
-    let Ok(Value::Object(map)) = extract_json(data) else {
-        return Ok(());
-    };
-    let Some(files) = map.get("files").and_then(Value::as_array) else {
-        return Ok(());
-    };
-    for f in files {
-        let (Some(path), Some(content)) = (
-            f.get("path").and_then(Value::as_str),
-            f.get("content").and_then(Value::as_str),
-        ) else {
-            return Err("each entry of `files` needs a string `path` and `content`".into());
-        };
-        let rel = Path::new(path);
-        let ok = !path.is_empty()
-            && rel.components().all(|c| matches!(c, Component::Normal(_)))
-            && !matches!(rel.components().next(), Some(Component::Normal(first)) if first == ".git" || first == ".meta");
-        if !ok {
-            return Err(format!(
-                "file path `{path}` must be relative, inside the worktree, outside .git and .meta"
-            ));
-        }
-        write_no_follow(wt, rel, content).map_err(|e| format!("{path}: {e}"))?;
-    }
-    Ok(())
-}
-
-/// Writes `content` at `rel` under `wt` without following a symlink anywhere on the way: a link
-/// in the worktree (committed by an earlier task, or in the project itself) pointing at `../..`
-/// would otherwise carry the write into `.meta/` or out of the project.
-fn write_no_follow(wt: &Path, rel: &Path, content: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut at = wt.to_path_buf();
-    let mut parts = rel.components().peekable();
-    while let Some(part) = parts.next() {
-        at.push(part);
-        let last = parts.peek().is_none();
-        match std::fs::symlink_metadata(&at) {
-            Ok(m) if m.file_type().is_symlink() => {
-                return Err(std::io::Error::other(format!(
-                    "{} is a symbolic link; metash writes no file through one",
-                    at.display()
-                )));
-            }
-            Ok(m) if !last && !m.is_dir() => {
-                return Err(std::io::Error::other(format!(
-                    "{} is not a directory",
-                    at.display()
-                )));
-            }
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !last => {
-                std::fs::create_dir(&at)?;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-    }
-    let mut o = std::fs::OpenOptions::new();
-    o.write(true).create(true).truncate(true);
-    // The last component too: a link created between the check above and this open.
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut o, libc::O_NOFOLLOW);
-    let mut f = o.open(&at)?;
-    f.write_all(content.as_bytes())
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    /// A model executor's `files` reply cannot write through a symlink in the worktree (into
-    /// `.meta/` two levels up, or anywhere), nor name `..`, `.git` or `.meta`.
-    #[test]
-    fn files_are_never_written_through_a_link_or_out_of_the_worktree() {
-        let project = tempfile::tempdir().unwrap();
-        let meta = project.path().join(".meta");
-        let wt = meta.join("worktrees/t1");
-        std::fs::create_dir_all(&wt).unwrap();
-        std::fs::write(meta.join("consent.json"), "{}").unwrap();
-        std::os::unix::fs::symlink("../..", wt.join("up")).unwrap();
-        std::os::unix::fs::symlink("../../consent.json", wt.join("grants")).unwrap();
-        let reply = |path: &str| {
-            serde_json::json!({"files": [{"path": path, "content": "forged"}]}).to_string()
-        };
-        for bad in [
-            "up/consent.json",
-            "grants",
-            "../../consent.json",
-            ".meta/x",
-            ".git/config",
-            "/etc/x",
-        ] {
-            let err = apply_files(&wt, &reply(bad)).unwrap_err();
-            assert!(
-                err.contains(bad.trim_start_matches('/')) || err.contains("link"),
-                "{bad}: {err}"
-            );
-        }
-        assert_eq!(
-            std::fs::read_to_string(meta.join("consent.json")).unwrap(),
-            "{}"
-        );
-        apply_files(&wt, &reply("src/new/file.txt")).unwrap();
-        assert_eq!(
-            std::fs::read_to_string(wt.join("src/new/file.txt")).unwrap(),
-            "forged"
-        );
     }
 }

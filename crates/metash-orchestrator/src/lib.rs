@@ -10,6 +10,7 @@
 
 pub mod book;
 pub mod config;
+pub mod cost;
 mod engine;
 mod error;
 mod execute;
@@ -18,12 +19,14 @@ mod merge;
 pub mod plan;
 mod planning;
 pub mod prompts;
+mod recorded;
 mod remote;
 pub mod reply;
 pub mod review;
 mod rollback;
 pub mod schedule;
 pub mod status;
+mod trust_gate;
 mod verify;
 /// Linux: a task's processes die with their worker (`PR_SET_PDEATHSIG`).
 #[cfg(target_os = "linux")]

@@ -3,6 +3,11 @@
 //! by a run that died before recording it, or by a person resolving a conflict) is recorded, not
 //! merged again. A conflict is a `human_action` checkpoint: the merge is left in progress for the
 //! person, who commits it and answers `done` (or `abort`).
+//!
+//! What is merged is the task's last recorded commit, by its id, and only while the task's branch
+//! points there (`recorded.rs`); its tree is checked first (`git::guard`): nothing under `.meta/`
+//! or `.git/` in any spelling, no new submodule, no link out of the checkout. A refusal halts the
+//! session (`refused`) naming the task, the path and the rule; nothing of the task is merged.
 
 use std::path::Path;
 
@@ -12,8 +17,9 @@ use serde_json::json;
 use crate::book::{self, Book, Entry, Halt, HaltReason, ResumeFor};
 use crate::engine::{branch_of, worktree_of, Orchestrator, Step};
 use crate::error::Result;
-use crate::git::Merge;
+use crate::git::{guard, Merge};
 use crate::plan::{self, TaskNode};
+use crate::recorded::Untrusted;
 
 impl Orchestrator<'_> {
     pub(crate) fn merge_phase(&self, phase: u32) -> Result<Step> {
@@ -31,7 +37,7 @@ impl Orchestrator<'_> {
             if node.phase > phase || book.merged_at(&id).is_some() {
                 continue;
             }
-            if let Some(step) = self.merge_task(&root, node)? {
+            if let Some(step) = self.merge_task(&root, node, &state, &book)? {
                 return Ok(step);
             }
             let head = self.git.head(&root)?;
@@ -95,14 +101,31 @@ impl Orchestrator<'_> {
         Ok(None)
     }
 
-    /// Merges one task's branch into the project. No branch left: nothing of it is outside HEAD.
-    /// A branch already contained in HEAD merges as "Already up to date", making no commit:
-    /// merging is idempotent. `Some`: a person must act first (local changes, a conflict).
-    fn merge_task(&self, root: &Path, node: &TaskNode) -> Result<Option<Step>> {
+    /// Merges one task's last recorded commit into the project. No branch left and that commit
+    /// in HEAD: nothing of it is outside HEAD. A commit already contained in HEAD merges as
+    /// "Already up to date", making no commit: merging is idempotent. `Some`: a person must act
+    /// first (local changes, a conflict), or the session halts (a refused branch or tree).
+    fn merge_task(
+        &self,
+        root: &Path,
+        node: &TaskNode,
+        state: &SessionState,
+        book: &Book,
+    ) -> Result<Option<Step>> {
         let id = &node.id;
-        let branch = branch_of(id);
-        if !self.git.branch_exists(&branch)? {
-            return Ok(None);
+        let rev = match self.recorded_tip(id, book)? {
+            Ok(Some(rev)) => rev,
+            Ok(None) => return Ok(None),
+            Err(Untrusted(why)) => return self.halt(self.refusal(state, id, why)).map(Some),
+        };
+        let refused = self.git.check_merge(root, &rev)?;
+        if !refused.is_empty() {
+            let what = format!(
+                "metash refused to merge {rev}, task {id}'s recorded commit, into {}",
+                root.display()
+            );
+            let why = guard::describe(&what, &refused);
+            return self.halt(self.refusal(state, id, why)).map(Some);
         }
         let ask = |question: String| {
             self.raise_own(
@@ -116,7 +139,7 @@ impl Orchestrator<'_> {
             )
             .map(Some)
         };
-        let blocking = self.git.undo_interrupted_merge(root, &branch)?;
+        let blocking = self.git.undo_interrupted_merge(root, &rev)?;
         if !blocking.is_empty() {
             return ask(format!(
                 "Uncommitted changes in {} block merging task {id} ({}): {}. Commit or stash \
@@ -127,7 +150,7 @@ impl Orchestrator<'_> {
             ));
         }
         let msg = format!("metash: merge task {id}: {}", node.title);
-        if let Merge::Conflict { files } = self.git.merge(root, &branch, &msg)? {
+        if let Merge::Conflict { files } = self.git.merge(root, &rev, &msg)? {
             return ask(format!(
                 "Merging task {id} ({}) conflicts in {}. Resolve the conflicts in {}, commit the \
                  merge, then run `metash run --answer done` (or `--answer abort` to give up and \

@@ -4,7 +4,8 @@
 //! attempt, verifies and merges. Only the executor's turn moves: the task's base goes to the
 //! server as a git bundle with the task in the lease queue, a worker on any machine runs the
 //! executor on it and returns the response and its commit as a bundle, and the coordinator
-//! fast-forwards the task's branch to it and records the task as it would have.
+//! fast-forwards the task's branch to it (only to exactly one commit on the attempt's head, by
+//! its id: `worker_commit`) and records the task as it would have.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -17,6 +18,7 @@ use serde_json::{json, Value};
 use crate::engine::{branch_of, Orchestrator};
 use crate::error::{OrchestratorError, Result};
 use crate::execute::{Attempt, Begun};
+use crate::recorded::Ready;
 
 /// How often the coordinator looks at a queued task.
 const POLL: Duration = Duration::from_millis(100);
@@ -49,12 +51,10 @@ impl Orchestrator<'_> {
     /// One attempt at task `id`, its executor turn run by a worker.
     pub(crate) fn attempt_remote(&self, id: &str) -> Result<Attempt> {
         let server = self.server()?;
-        let wt = match self.prepare_worktree(id)? {
-            Ok(wt) => wt,
+        let Ready { wt, head, begun } = match self.prepare_attempt(id)? {
+            Ok(ready) => ready,
             Err(outcome) => return Ok(Attempt::Stop(outcome)),
         };
-        let head = self.git.head(&wt)?;
-        let begun = self.begin_attempt(id, &head)?;
         // A turn an earlier run queued for this task (it was killed waiting) is withdrawn: only
         // the turn queued now may complete it.
         let stale = server.db(|db| lease::cancel(db, server.project(), &format!("{id}#")))?;
@@ -125,6 +125,32 @@ impl Orchestrator<'_> {
         }
     }
 
+    /// The commit a worker's bundle brought (fetched to `fetched`), if metash can record it for
+    /// the task: exactly one commit on the attempt's `head` (the worker folds an agent's own
+    /// commits into metash's one), or `head` itself. `Err`: why it is refused (the attempt fails).
+    fn worker_commit(
+        &self,
+        wt: &Path,
+        fetched: &str,
+        head: &str,
+    ) -> Result<std::result::Result<String, String>> {
+        let Some(new) = self.git.resolve(wt, fetched)? else {
+            return Ok(Err(format!("the worker's bundle holds no {fetched}")));
+        };
+        if new == head {
+            return Ok(Ok(new));
+        }
+        let first = self.git.resolve(wt, &format!("{new}^1"))?;
+        let second = self.git.resolve(wt, &format!("{new}^2"))?;
+        if first.as_deref() != Some(head) || second.is_some() {
+            return Ok(Err(format!(
+                "refused the worker's result {new}: it is not one commit on {head}, where the \
+                 attempt started"
+            )));
+        }
+        Ok(Ok(new))
+    }
+
     /// What the worker's response means, as [`Orchestrator::attempt`] would have taken it.
     fn settle_remote(
         &self,
@@ -158,14 +184,18 @@ impl Orchestrator<'_> {
                             &bytes,
                             &format!("+refs/heads/{}:{tip}", branch_of(id)),
                         )?;
-                        self.git.run(wt, &["merge", "--ff-only", "--quiet", &tip])?;
-                        let new = self.git.head(wt)?;
+                        let new = match self.worker_commit(wt, &tip, head)? {
+                            Ok(new) => new,
+                            Err(why) => return self.fail_attempt(id, wt, head, why),
+                        };
+                        // By its id, as checked: the fetched ref may be written again meanwhile.
+                        self.git.run(wt, &["merge", "--ff-only", "--quiet", &new])?;
                         (new != head).then_some(new)
                     }
                     None => None,
                 };
                 self.progress(&format!("task {id}: done by {worker}"), LogLevel::Info);
-                self.record_complete(id, &begun.state, sha, &response.data)
+                self.record_complete(id, begun, sha, &response.data)
             }
             AgentStatus::Error | AgentStatus::Timeout => {
                 let why = format!(

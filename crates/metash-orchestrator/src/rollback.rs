@@ -73,11 +73,9 @@ impl Orchestrator<'_> {
         commits: &[String],
         done: usize,
     ) -> Result<Vec<String>> {
+        let in_head = self.recorded_to_revert(root, id, commits)?;
         let mut reverts = Vec::new();
-        for sha in commits.iter().rev() {
-            if !self.git.is_ancestor(root, sha, "HEAD")? {
-                continue;
-            }
+        for sha in in_head.iter().rev() {
             match self.git.revert(root, sha)? {
                 Merge::Clean => reverts.push(self.git.head(root)?),
                 Merge::Conflict { files } => {
@@ -93,14 +91,55 @@ impl Orchestrator<'_> {
         Ok(reverts)
     }
 
+    /// Which of a task's recorded `commits` are in HEAD, checked before any is reverted: each must
+    /// be a full commit id naming itself (never a ref, which something else could move), and
+    /// what reverting it writes into the checkout must pass the merge guard (`git::guard`).
+    fn recorded_to_revert(&self, root: &Path, id: &str, commits: &[String]) -> Result<Vec<String>> {
+        let mut in_head = Vec::new();
+        for sha in commits {
+            if !crate::recorded::is_commit_id(sha)
+                || self.git.resolve(root, sha)?.as_deref() != Some(sha.as_str())
+            {
+                return Err(OrchestratorError::Refused(format!(
+                    "task {id}'s recorded commit {sha:?} is not a commit of this repository; \
+                     nothing of the task was reverted"
+                )));
+            }
+            if !self.git.is_ancestor(root, sha, "HEAD")? {
+                continue;
+            }
+            let refused = self.git.check_revert(root, sha)?;
+            if !refused.is_empty() {
+                return Err(crate::git::guard::refused(
+                    &format!("reverting {sha} of task {id} would write what metash never merges"),
+                    &refused,
+                ));
+            }
+            in_head.push(sha.clone());
+        }
+        Ok(in_head)
+    }
+
     /// Rolls back `plan.task` and, with `with_dependents`, its dependents.
     ///
     /// # Errors
     /// Dependents with work exist but `with_dependents` is false; a revert conflicts (it is
-    /// aborted, nothing of that task is changed); another run holds the run lock.
+    /// aborted, nothing of that task is changed); another run holds the run lock; the
+    /// repository's executable git configuration changed (nothing is changed; logged).
     pub fn rollback(&self, plan: &RollbackPlan, with_dependents: bool) -> Result<Vec<RolledBack>> {
+        let done = self.rollback_trusted(plan, with_dependents);
+        self.trust_logged(done)
+    }
+
+    fn rollback_trusted(
+        &self,
+        plan: &RollbackPlan,
+        with_dependents: bool,
+    ) -> Result<Vec<RolledBack>> {
         let run = crate::run_lock(self.store())?;
         let _handed = self.git.handing_down(&run);
+        // Before any git command (a revert runs the repository's filters and merge drivers).
+        self.check_git_trust()?;
         if !plan.dependents.is_empty() && !with_dependents {
             return Err(OrchestratorError::Refused(format!(
                 "tasks {} depend on {}; roll them back too (--yes) or not at all",
@@ -145,6 +184,8 @@ impl Orchestrator<'_> {
                 book::set_for(Entry::Errors, &id, book::null()),
                 book::set_for(Entry::Attempts, &id, json!(0)),
                 book::set_for(Entry::Running, &id, book::null()),
+                // The branch is gone: a new one starts from a new recorded base.
+                book::set_for(Entry::Branches, &id, book::null()),
                 book::set_for(
                     Entry::RolledBack,
                     &id,

@@ -79,6 +79,8 @@ pub fn serve(store: &Store, opts: &WorkerOptions, stop: &AtomicBool) -> Result<W
             "a worker needs the store on PostgreSQL ([store] url in .meta/config.toml)".into(),
         )
     })?;
+    // This clone's git runs nothing planted: checked before the first task (and by each task).
+    crate::trust_gate::check(store, &crate::git::Git::new(store.workspace()))?;
     let results = store.meta_dir().join("worker").join(&opts.id);
     std::fs::create_dir_all(&results)
         .map_err(|e| OrchestratorError::io(results.display().to_string(), e))?;
@@ -346,9 +348,19 @@ fn kill_group(mut child: Child) {
 /// worker's id.
 ///
 /// # Errors
-/// The task or its base is not on the server; git or the host failed.
+/// The task or its base is not on the server; git or the host failed; this clone's executable
+/// git configuration changed (logged; no git command ran).
 pub fn run_task(host: &Host, qid: &str, worker: &str) -> Result<Value> {
-    let store = host.store();
+    let orch = Orchestrator::new(host, host)?;
+    let outcome = orch
+        .check_git_trust()
+        .and_then(|()| task_turn(&orch, qid, worker));
+    orch.trust_logged(outcome)
+}
+
+/// [`run_task`] once the configuration is known to be trusted.
+fn task_turn(orch: &Orchestrator<'_>, qid: &str, worker: &str) -> Result<Value> {
+    let store = orch.host.store();
     let server = store.server().ok_or_else(|| {
         OrchestratorError::Refused("a worker needs the store on PostgreSQL".into())
     })?;
@@ -365,7 +377,6 @@ pub fn run_task(host: &Host, qid: &str, worker: &str) -> Result<Value> {
     let findings: Vec<String> =
         serde_json::from_value(payload["findings"].clone()).unwrap_or_default();
     let last_error = payload["lastError"].as_str().map(str::to_string);
-    let orch = Orchestrator::new(host, host)?;
     let base = server.get_blob(&base_blob(qid))?.ok_or_else(|| {
         OrchestratorError::Refused(format!("the base of {qid} is not on the server"))
     })?;
@@ -387,7 +398,7 @@ pub fn run_task(host: &Host, qid: &str, worker: &str) -> Result<Value> {
     )?;
     let mut bundle = None;
     if response.status == AgentStatus::Success {
-        match crate::execute::commit_response(&orch, &id, &wt, &response.data)? {
+        match crate::execute::commit_response(orch, &id, &wt, &head, &response.data)? {
             Err(why) => {
                 response.status = AgentStatus::Error;
                 response.data = why;

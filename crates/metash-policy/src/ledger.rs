@@ -8,7 +8,7 @@ use std::io::Write;
 use metash_protocol::LogKind;
 
 use chrono::{DateTime, Duration, NaiveDate, Utc};
-use metash_protocol::LogRecord;
+use metash_protocol::{sanitize_line, LogRecord};
 use metash_store::Store;
 use serde_json::Value;
 
@@ -220,7 +220,7 @@ pub fn summary(rec: &LogRecord) -> String {
     }
 }
 
-/// A readable table of `recs`, redacted.
+/// A readable table of `recs`, redacted, every cell safe to print on a terminal.
 pub fn render_table(recs: &[LogRecord], redactor: &Redactor) -> String {
     let rows: Vec<[String; 6]> = recs
         .iter()
@@ -240,6 +240,9 @@ pub fn render_table(recs: &[LogRecord], redactor: &Redactor) -> String {
                 cap,
                 summary(&r),
             ]
+            // Reasons, messages and paths are the agents' words: shown, never obeyed, by the
+            // terminal (and one row per record, whatever newlines they hold).
+            .map(|cell| sanitize_line(&cell).into_owned())
         })
         .collect();
     let header = ["SEQ", "TIME (UTC)", "KIND", "AGENT", "CAPABILITY", "DETAIL"];

@@ -63,8 +63,8 @@ pub use policy::{
 };
 pub use policy_file::PolicyFile;
 pub use prompt::{
-    parse_answer, Answer, ConsentPrompter, ConsentQuestion, DenyAll, NonInteractive,
-    TerminalPrompter,
+    describe_question, parse_answer, Answer, ConsentPrompter, ConsentQuestion, DenyAll,
+    NonInteractive, TerminalPrompter,
 };
 pub use redact::Redactor;
 pub use registry::{Agent, AgentDirs, Registry, Source};

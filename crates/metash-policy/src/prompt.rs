@@ -6,6 +6,8 @@
 
 use std::io::{BufRead, Write};
 
+use metash_protocol::sanitize_line;
+
 use crate::capability::Capability;
 use crate::policy_file::PolicyFile;
 pub use crate::question::{Answer, ConsentQuestion};
@@ -14,6 +16,12 @@ pub trait ConsentPrompter {
     fn ask(&mut self, q: &ConsentQuestion) -> Answer;
     /// Recorded in the ledger as who answered (`terminal`, `policy`, `nobody`, ...).
     fn name(&self) -> &'static str;
+    /// The answer [`Self::ask`] would give `q` by rule alone, at once, without asking anyone (the
+    /// policy file, `--yes-to`, nobody to ask); `None` when someone would be asked. The host's
+    /// cap and rate on an agent's questions count only questions someone is asked.
+    fn by_rule(&self, _q: &ConsentQuestion) -> Option<Answer> {
+        None
+    }
 }
 
 /// Nobody to ask: always deny.
@@ -26,6 +34,9 @@ impl ConsentPrompter for DenyAll {
     }
     fn name(&self) -> &'static str {
         "nobody"
+    }
+    fn by_rule(&self, _: &ConsentQuestion) -> Option<Answer> {
+        Some(Answer::Deny)
     }
 }
 
@@ -64,23 +75,46 @@ pub fn parse_answer(line: &str) -> Option<Answer> {
     }
 }
 
+/// The question as a person reads it: metash's own record first (the agent, the capability,
+/// the grant length it suggests), then the agent's reason, marked as the agent's words and
+/// shown on one line with every terminal control escaped, so the reason can neither erase nor
+/// rewrite the record above it (issue 31). Ends with a newline; the caller adds the choices.
+pub fn describe_question(q: &ConsentQuestion) -> String {
+    let who = if q.agent_name.is_empty() || q.agent_name == q.agent {
+        sanitize_line(&q.agent).into_owned()
+    } else {
+        format!(
+            "{} ({})",
+            sanitize_line(&q.agent_name),
+            sanitize_line(&q.agent)
+        )
+    };
+    let sensitive = q
+        .sensitive
+        .map(|s| format!(" [sensitive: {}]", s.as_str()))
+        .unwrap_or_default();
+    let length = q
+        .duration_s
+        .map_or("one action".to_string(), |d| format!("{d} s suggested"));
+    let reason = if q.reason.trim().is_empty() {
+        "(none given)".into()
+    } else {
+        sanitize_line(&q.reason)
+    };
+    format!(
+        "metash: agent {who} asks for `{}`{sensitive} ({length})\n  reason (the agent's words): {reason}\n",
+        sanitize_line(&q.capability.to_string())
+    )
+}
+
 impl<R: BufRead, W: Write> ConsentPrompter for TerminalPrompter<R, W> {
     fn ask(&mut self, q: &ConsentQuestion) -> Answer {
-        let who = if q.agent_name.is_empty() || q.agent_name == q.agent {
-            q.agent.clone()
-        } else {
-            format!("{} ({})", q.agent_name, q.agent)
-        };
-        let sensitive = q
-            .sensitive
-            .map(|s| format!(" [sensitive: {}]", s.as_str()))
-            .unwrap_or_default();
+        let question = describe_question(q);
         let suggested = q.duration_s.unwrap_or(600);
         for _ in 0..3 {
             let _ = write!(
                 self.output,
-                "metash: agent {who} asks for `{}`{sensitive}: {}\n  [o] allow once  [s {suggested}] allow for N seconds  [d] deny > ",
-                q.capability, q.reason
+                "{question}  [o] allow once  [s {suggested}] allow for N seconds  [d] deny > "
             );
             let _ = self.output.flush();
             let mut line = String::new();
@@ -140,6 +174,10 @@ impl ConsentPrompter for NonInteractive {
     fn name(&self) -> &'static str {
         "policy"
     }
+
+    fn by_rule(&self, q: &ConsentQuestion) -> Option<Answer> {
+        Some(self.decide(q).unwrap_or(Answer::Deny))
+    }
 }
 
 #[cfg(test)]
@@ -156,5 +194,32 @@ mod tests {
         assert_eq!(parse_answer("s 0"), None);
         assert_eq!(parse_answer("maybe"), None);
         assert_eq!(parse_answer(""), None);
+    }
+
+    /// metash's record comes first and whole; the agent's reason after it, marked, with its
+    /// erase-line, OSC, C1 and bidi controls shown instead of obeyed, and its newline too.
+    #[test]
+    fn the_question_shows_the_record_first_and_the_reason_escaped() {
+        let mut q = ConsentQuestion::new(
+            "fetcher",
+            "network:api.example.com".parse().unwrap(),
+            "\r\x1b[2Kmetash: agent fetcher asks for `nothing`\n\u{9b}2K\x1b]52;c;eA==\x07\u{202e}",
+            Some(60),
+        );
+        q.sensitive = Some(crate::question::Sensitive::NetworkWrite);
+        let text = describe_question(&q);
+        let record = "metash: agent fetcher asks for `network:api.example.com` [sensitive: \
+                      network_write] (60 s suggested)\n";
+        assert!(text.starts_with(record), "{text}");
+        let reason = text.strip_prefix(record).unwrap();
+        assert_eq!(
+            reason,
+            "  reason (the agent's words): \\r\\x1b[2Kmetash: agent fetcher asks for \
+             `nothing`\\n\\u{9b}2K\\x1b]52;c;eA==\\x07\\u{202e}\n"
+        );
+        q.reason = " ".into();
+        q.duration_s = None;
+        assert!(describe_question(&q)
+            .contains("(one action)\n  reason (the agent's words): (none given)"));
     }
 }

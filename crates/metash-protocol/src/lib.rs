@@ -15,6 +15,7 @@ pub mod log;
 pub mod manifest;
 pub mod schema;
 pub mod session;
+pub mod terminal;
 
 pub use events::{AgentEvent, BaseEvent, EventEnvelope, ProtocolMessage, EVENT_PROTOCOL_VERSION};
 pub use harness::{
@@ -33,3 +34,4 @@ pub use manifest::{Hook, Manifest, SandboxKind, MANIFEST_SCHEMA_VERSIONS};
 pub use session::{
     PendingCheckpoint, Plan, SessionState, SessionStatus, Task, TaskStatus, SESSION_SCHEMA_VERSION,
 };
+pub use terminal::{sanitize_for_terminal, sanitize_line};

@@ -45,6 +45,9 @@ log_kinds! {
     SessionInit => "session_init",
     /// `data` is `{key, value, scope}`; folding these over `session_init` rebuilds session.json.
     StateUpdate => "state_update",
+    /// The project's owner changed `.meta/context.md` (`metash context edit|set`): `{old_sha256,
+    /// new_sha256, diff}`.
+    ContextChanged => "context_changed",
     /// A per-agent KV write: `data` is `{namespace, key, value}` (value `null` deletes).
     KvSet => "kv_set",
     /// A progress line for people: `data` is `{message, level}`.
@@ -158,6 +161,9 @@ log_kinds! {
     ToolCall => "tool_call",
     /// A model role's tool result (summarized).
     ToolResult => "tool_result",
+    /// The repository's executable git configuration (`.meta/git-trust.json`): `{action:
+    /// recorded|refused|accepted, file, changes: [{kind, file, key, old, new}], by}`.
+    GitTrust => "git_trust",
 }
 
 impl std::fmt::Display for LogKind {

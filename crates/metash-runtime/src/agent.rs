@@ -364,6 +364,7 @@ impl Agent {
                 else if self.spec.has(Category::FilesRead) { "read-only" } else { "none" },
             "paths": crate::limits::paths_report(&self.spec, Some(GUEST_WORKSPACE)),
             "paths_revocable": if self.spec.has_files() { wasm.paths_revocable() } else { Value::Null },
+            "protected": wasm.protected_report(),
             "network": wasm.network_report(),
             "env": self.spec.env.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
         });

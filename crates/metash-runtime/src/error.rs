@@ -16,6 +16,9 @@ pub enum RuntimeError {
     NativeNotAllowed(String),
     #[error("sandbox could not be applied, agent not started (fail-closed): {0}")]
     SandboxSetup(String),
+    /// A grant could not be taken back from an agent that runs (it may still use it).
+    #[error("withdrawing the grant from the running agent failed (it may still use it): {0}")]
+    Withdrawal(String),
     #[error("invalid resource quantity {value:?} for {field}: {reason}")]
     BadQuantity {
         field: &'static str,
@@ -46,6 +49,7 @@ impl RuntimeError {
             Self::Protocol(_) => "protocol_error",
             Self::NativeNotAllowed(_) => "native_not_allowed",
             Self::SandboxSetup(_) => "sandbox_setup_failed",
+            Self::Withdrawal(_) => "withdrawal_failed",
             Self::BadQuantity { .. } => "bad_quantity",
             Self::Wasm(_) => "wasm_error",
             Self::NotRunning(_) => "not_running",

@@ -155,6 +155,9 @@ pub struct AgentSpec {
     pub max_line: usize,
     /// Process limit for native agents (fork bombs).
     pub max_pids: u64,
+    /// Native agents: bytes and files the spawn may add under what it can write (defaults where
+    /// unset; see [`crate::limits::WriteQuota`]).
+    pub write_quota: crate::limits::WriteQuota,
     /// Events buffered between the reader and the consumer (bounds host memory with `max_line`).
     pub channel_capacity: usize,
     /// Live consent for sensitive actions (proxied connections, process starts).
@@ -166,8 +169,16 @@ pub struct AgentSpec {
     /// Directories no agent may see, whatever it is granted: the host's own state (`.meta/`).
     /// A grant that contains one gets it masked (natively: an empty read-only mount over it in the
     /// agent's own mount namespace); a WASM preopen that contains one is refused. The runtime
-    /// knows no names: the host says which.
+    /// knows no names: the host says which. A grant that lies inside one is refused, except the
+    /// workspace itself (a task worktree the host made under `.meta/worktrees/`, which the host
+    /// checks before it builds the spec).
     pub hidden: Vec<PathBuf>,
+    /// Paths no agent may change, whatever it is granted: the project's `.git`. metash's own git and the user's run what is configured there, so
+    /// a planted hook, filter or ref would run or be merged outside any sandbox. A writable grant
+    /// that contains one (or lies inside one) gets it read-only (natively: a read-only bind of it
+    /// on itself in the agent's own mount namespace; for WASM, the same in its view); where that
+    /// cannot be done the agent does not start.
+    pub protected: Vec<PathBuf>,
 }
 
 impl AgentSpec {
@@ -198,10 +209,12 @@ impl AgentSpec {
             output_cap: 64 * 1024 * 1024,
             max_line: 1024 * 1024,
             max_pids: 64,
+            write_quota: crate::limits::WriteQuota::default(),
             channel_capacity: 64,
             gate: Gate::default(),
             fuel: None,
             hidden: Vec::new(),
+            protected: Vec::new(),
         }
     }
 
@@ -214,6 +227,20 @@ impl AgentSpec {
         }
         dirs.extend(self.split_paths().0.into_iter().map(|p| p.path.clone()));
         dirs
+    }
+
+    /// The same as [`Self::granted_dirs`], each with whether it is writable: what
+    /// [`Self::protected`] is checked against.
+    pub fn granted_access(&self) -> Vec<PathAccess> {
+        let mut all = Vec::new();
+        if self.has(Category::FilesRead) || self.has(Category::FilesWrite) {
+            all.push(PathAccess {
+                path: self.workspace.clone(),
+                write: self.has(Category::FilesWrite),
+            });
+        }
+        all.extend(self.split_paths().0.into_iter().cloned());
+        all
     }
 
     /// Whether the whole category is granted (unscoped).
@@ -239,6 +266,33 @@ impl AgentSpec {
             NetworkAccess::None
         }
     }
+}
+
+/// A grant inside a hidden directory (a file in `.meta/`, another task's worktree) is never given:
+/// only the workspace itself may be there, strictly inside (a task worktree the host made under
+/// `.meta/worktrees/`). All paths canonical.
+///
+/// # Errors
+/// [`crate::RuntimeError::SandboxSetup`] naming the grant.
+pub fn refuse_inside_hidden(
+    hidden: &[PathBuf],
+    granted: &[PathAccess],
+    workspace: Option<&std::path::Path>,
+) -> crate::error::Result<()> {
+    for g in granted {
+        let Some(h) = hidden.iter().find(|h| g.path.starts_with(h)) else {
+            continue;
+        };
+        if workspace == Some(g.path.as_path()) && g.path != *h {
+            continue;
+        }
+        return Err(crate::RuntimeError::SandboxSetup(format!(
+            "{} lies inside {}, metash's own state, which no grant reaches",
+            g.path.display(),
+            h.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Whether `host` matches an allowlist entry (`example.com` exactly, `*.example.com` for

@@ -61,7 +61,7 @@ impl Withdrawer {
         Self {
             ns,
             view: View::Native,
-            workspace: spec.workspace.clone(),
+            workspace: absolute(&spec.workspace),
             paths: spec.paths.clone(),
             whole_workspace: spec.has(Category::FilesRead) || spec.has(Category::FilesWrite),
         }
@@ -78,7 +78,7 @@ impl Withdrawer {
             view: View::Wasm {
                 root: root.to_path_buf(),
             },
-            workspace: spec.workspace.clone(),
+            workspace: absolute(&spec.workspace),
             paths: spec.paths.clone(),
             whole_workspace: spec.has(Category::FilesRead) || spec.has(Category::FilesWrite),
         }
@@ -89,7 +89,7 @@ impl Withdrawer {
     /// the path as the host names it. `None` when the capability gave no path this agent holds.
     ///
     /// # Errors
-    /// The kernel refused a mount step (named).
+    /// [`crate::RuntimeError::Withdrawal`]: the kernel refused a mount step (named).
     pub fn withdraw(&self, capability: &str) -> Option<Result<PathBuf>> {
         let (path, what, own_mount) = withdrawal(
             &self.workspace,
@@ -101,7 +101,12 @@ impl Withdrawer {
             View::Native => path.clone(),
             View::Wasm { root } => root.join(self.guest_path(&path).trim_start_matches('/')),
         };
-        Some(self.apply(&at, &path, what, own_mount).map(|()| path))
+        // The mount steps say "sandbox setup"; here the agent runs already.
+        let applied = self.apply(&at, &path, what, own_mount).map_err(|e| match e {
+            crate::RuntimeError::SandboxSetup(why) => crate::RuntimeError::Withdrawal(why),
+            other => other,
+        });
+        Some(applied.map(|()| path))
     }
 
     fn guest_path(&self, path: &Path) -> String {
@@ -123,6 +128,13 @@ impl Withdrawer {
             "withdrawing a path needs Linux mount namespaces".into(),
         ))
     }
+}
+
+/// `p` absolute, so a withdrawal names the same place however the spec named it (a relative
+/// workspace would be resolved against the withdrawal process's directory, not the agent's).
+#[cfg(target_os = "linux")]
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
 /// The path `capability` gave, what ending it takes away, and whether the path is a mount of its

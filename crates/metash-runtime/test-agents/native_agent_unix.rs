@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 
 use metash_agent::Session;
 
+#[path = "fence_probes.rs"]
+mod fence_probes;
+
 static LINGER: AtomicBool = AtomicBool::new(false);
 
 fn fail<W: Write>(s: &mut Session<W>, what: &str, e: impl std::fmt::Display) -> Result<(), String> {
@@ -296,7 +299,8 @@ fn handle<W: Write>(s: &mut Session<W>, prompt: &str) -> Result<(), String> {
             eprintln!("fatal: {arg}");
             std::process::exit(9)
         }
-        other => Err(format!("unknown command {other:?}")),
+        other => fence_probes::handle(s, other, arg)
+            .unwrap_or_else(|| Err(format!("unknown command {other:?}"))),
     }
 }
 

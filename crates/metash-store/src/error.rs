@@ -8,7 +8,7 @@ pub enum StoreError {
     NotInitialized(PathBuf),
     #[error("{0} already holds a metash project")]
     AlreadyInitialized(PathBuf),
-    #[error("{path} changed since `metash init` (expected sha256 {expected}, found {found}); context.md is immutable: restore it; nothing was changed")]
+    #[error("{path} changed behind metash's back (expected sha256 {expected}, found {found}); agents and runs read it as recorded: restore it, and make changes with `metash context edit` or `metash context set FILE` (recorded in the log); nothing was changed")]
     ContextChanged {
         path: PathBuf,
         expected: String,
@@ -68,6 +68,9 @@ pub enum StoreError {
     },
     #[error("{0}")]
     Rejected(String),
+    /// Something else holds what this needs (a run, for a context change).
+    #[error("busy: {0}")]
+    Busy(String),
     /// The PostgreSQL backend's server refused or failed (its message and SQLSTATE).
     #[error("PostgreSQL: {0}")]
     Database(String),

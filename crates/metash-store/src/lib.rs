@@ -41,12 +41,27 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 pub use artifacts::{ArtifactInfo, Artifacts, GcReport, Retention};
-pub use context::TEMPLATE as CONTEXT_TEMPLATE;
+pub use context::{line_diff, placeholders_in, ContextChange, RUN_LOCK, TEMPLATE as CONTEXT_TEMPLATE};
 pub use error::{Result, StoreError};
 pub use kv::{Kv, Quota as KvQuota};
 pub use log::{EventLog, NewEvent, Tail};
 
 use error::IoContext;
+
+/// `.meta/.gitignore`, written by `init`: metash's runtime state (the log, locks, the session
+/// view, KV, artifacts, caches, worktrees, grants) stays out of git; what a person writes and may
+/// share (the context, the config, the policy, project agents, prompts) can be committed.
+const GITIGNORE: &str = "# metash: runtime state is not for git; what you write here can be committed.
+*
+!.gitignore
+!context.md
+!config.toml
+!policy.toml
+!agents/
+!agents/**
+!prompts/
+!prompts/**
+";
 
 /// The lock timeout when none is configured.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_millis(5_000);
@@ -57,6 +72,9 @@ pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_millis(5_000);
 struct StoreMeta {
     store_version: u32,
     context_sha256: String,
+    /// Set while `set_context` replaces context.md: the hash of the file being written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    context_next_sha256: Option<String>,
     created_at: String,
 }
 
@@ -118,9 +136,13 @@ pub struct Store {
 
 impl Store {
     fn handle(workspace: &Path) -> Self {
+        // One absolute workspace from here on: a relative `.` would name another directory for
+        // every git and sandbox step that runs elsewhere (a worktree, a mount namespace).
+        let workspace =
+            std::path::absolute(workspace).unwrap_or_else(|_| workspace.to_path_buf());
         let meta = workspace.join(".meta");
         Self {
-            workspace: workspace.to_path_buf(),
+            workspace: workspace.clone(),
             log: EventLog::new(meta.join("events.jsonl")),
             meta,
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
@@ -161,6 +183,10 @@ impl Store {
     pub fn init(workspace: &Path, context: Option<&str>) -> Result<Self> {
         let store = Self::handle(workspace);
         std::fs::create_dir_all(&store.meta).at(&store.meta)?;
+        let ignore = store.meta.join(".gitignore");
+        if !ignore.exists() {
+            atomic::write_atomic(&ignore, GITIGNORE.as_bytes())?;
+        }
         if let Some(pg) = backend::postgres(workspace, &store.meta, store.lock_timeout)? {
             let context = context.unwrap_or(context::TEMPLATE);
             let sha = context::sha256_hex(context.as_bytes());
@@ -182,6 +208,7 @@ impl Store {
         let meta = StoreMeta {
             store_version: STORE_VERSION,
             context_sha256: context::sha256_hex(context.as_bytes()),
+            context_next_sha256: None,
             created_at: log::now(),
         };
         store.write_raw_json(&store.meta.join("store.json"), &meta)?;
@@ -282,6 +309,10 @@ impl Store {
         let path = self.context_path();
         let bytes = std::fs::read(&path).at(&path)?;
         let found = context::sha256_hex(&bytes);
+        if meta.context_next_sha256.as_deref() == Some(found.as_str()) {
+            // A `set_context` killed after writing the file: finish it.
+            return self.write_context_shas(&found, None);
+        }
         if found != meta.context_sha256 {
             return Err(StoreError::ContextChanged {
                 path,
@@ -663,6 +694,22 @@ impl Store {
     /// Writes `data` in its versioned envelope.
     fn write_json(&self, path: &Path, data: &Value) -> Result<()> {
         self.write_raw_json(path, &envelope::seal(data))
+    }
+
+    /// Rewrites store.json's context hashes (the rest kept).
+    fn write_context_shas(&self, sha: &str, next: Option<&str>) -> Result<()> {
+        let path = self.meta.join("store.json");
+        let mut meta: StoreMeta =
+            serde_json::from_value(self.read_raw_json(&path)?.unwrap_or(Value::Null)).map_err(
+                |e| StoreError::BadFile {
+                    path: path.clone(),
+                    line: 1,
+                    message: e.to_string(),
+                },
+            )?;
+        meta.context_sha256 = sha.to_string();
+        meta.context_next_sha256 = next.map(str::to_string);
+        self.write_raw_json(&path, &meta)
     }
 
     fn write_raw_json<T: Serialize>(&self, path: &Path, value: &T) -> Result<()> {

@@ -13,6 +13,8 @@ use serde_json::{json, Value};
 #[derive(Debug, Clone)]
 pub struct Captured {
     pub method: String,
+    /// The request target (path and query).
+    pub path: String,
     /// Header names lowercased, in the order received.
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
@@ -86,6 +88,7 @@ fn serve_conn(
         }
         let mut parts = first.split_whitespace();
         let method = parts.next().unwrap_or("").to_string();
+        let path = parts.next().unwrap_or("").to_string();
         let mut len = 0usize;
         let mut chunked = false;
         let mut headers = Vec::new();
@@ -127,6 +130,7 @@ fn serve_conn(
         }
         let captured = Captured {
             method,
+            path,
             headers,
             body,
         };

@@ -21,8 +21,35 @@ pub enum Exit {
     /// Refused before anything ran: `consent check` (the capability), `harness` (a provider,
     /// model or continuation that cannot work; JSON `{"error":{"code","message"}}` on stdout).
     Refused = 7,
+    /// Refused consent: the run (or spawn) needs a grant nobody gave (native execution without
+    /// `--yes-to native` or a stored grant); the message names the command that grants it.
+    /// Nothing was retried: trying again without the grant would be refused the same way.
+    ConsentRefused = 8,
     /// The command line itself was wrong (unknown flag, missing argument): nothing ran.
     Usage = 64,
+}
+
+impl Exit {
+    /// The code for a command that failed with `err`: [`Exit::ConsentRefused`] when a refused
+    /// consent stopped it, else [`Exit::Failure`].
+    pub fn of_error(err: &anyhow::Error) -> Self {
+        let refused = err.chain().any(|e| {
+            matches!(
+                e.downcast_ref::<metash_host::HostError>(),
+                Some(metash_host::HostError::ConsentRefused { .. })
+            ) || matches!(
+                e.downcast_ref::<metash_orchestrator::OrchestratorError>(),
+                Some(metash_orchestrator::OrchestratorError::Host(
+                    metash_host::HostError::ConsentRefused { .. }
+                ))
+            )
+        });
+        if refused {
+            Self::ConsentRefused
+        } else {
+            Self::Failure
+        }
+    }
 }
 
 impl From<Exit> for ExitCode {

@@ -37,15 +37,18 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return usage(&e),
     };
+    // One absolute workspace path, made here once: every layer below gets the same path whether
+    // the user ran from inside the project (`-C .`, the default) or named it.
+    let workspace = std::path::absolute(&cli.workspace).unwrap_or(cli.workspace);
     let ctx = cmd::Ctx {
-        workspace: cli.workspace,
+        workspace,
         json: cli.json,
     };
     match cmd::run(cli.command, &ctx) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("metash: {}", redacted(&ctx, &format!("{err:#}")));
-            Exit::Failure.into()
+            Exit::of_error(&err).into()
         }
     }
 }
@@ -61,7 +64,8 @@ fn redacted(ctx: &cmd::Ctx, message: &str) -> String {
         }
         Err(_) => metash_host::redaction::throwaway(),
     };
-    redactor.redact_str(message).into_owned()
+    // An error can quote an agent's words too (a checkpoint id, an answer): shown, not obeyed.
+    metash_protocol::sanitize_for_terminal(&redactor.redact_str(message)).into_owned()
 }
 
 /// `--help` and `--version` print and succeed; a wrong command line prints clap's message and

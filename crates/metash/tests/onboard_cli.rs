@@ -44,6 +44,20 @@ fn metash(ws: &Path, pi: Option<&Path>, key: bool) -> Command {
     c
 }
 
+/// The project's vision, as a newcomer writes it after `init` (`metash context set`).
+fn set_context(ws: &Path, pi: &Path) {
+    let file = ws.join("vision.md");
+    std::fs::write(&file, "# Project: first\n\n## Current Phase Focus\n\nPhase 1: three files.\n")
+        .unwrap();
+    let out = metash(ws, Some(pi), true)
+        .args(["context", "set"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    std::fs::remove_file(file).unwrap();
+}
+
 fn doctor(ws: &Path, pi: Option<&Path>, key: bool) -> (Output, Value) {
     let out = metash(ws, pi, key)
         .args(["doctor", "--json"])
@@ -245,6 +259,7 @@ fn init_agent_pi_then_run_completes_a_plan_in_the_sandbox() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
+    set_context(&ws, &pi);
     let out = metash(&ws, Some(&pi), true)
         .args(["run", "--non-interactive", "--yes-to", "native", "--json"])
         .env("GIT_AUTHOR_NAME", "t")
@@ -299,15 +314,24 @@ fn init_agent_pi_then_run_completes_a_plan_in_the_sandbox() {
         .status()
         .unwrap()
         .success());
+    set_context(&ws2, &pi);
     let out = metash(&ws2, Some(&pi), true)
         .args(["run", "--non-interactive"])
         .output()
         .unwrap();
-    assert!(!out.status.success());
-    let all = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    // At once (exit 8, refused consent), the planner asked once, never three rejected plans.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(8), "{stderr}");
+    assert!(
+        stderr.contains("metash consent grant planner native --sensitive --duration-s 86400")
+            && stderr.contains("metash run --yes-to native"),
+        "{stderr}"
     );
-    assert!(all.contains("native"), "{all}");
+    let log = std::fs::read_to_string(ws2.join(".meta/events.jsonl")).unwrap();
+    let spawns = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["kind"] == "spawn")
+        .count();
+    assert_eq!(spawns, 1, "{log}");
 }

@@ -121,9 +121,51 @@ fn changed_context_stops_commands() {
     std::fs::write(ws.join(".meta/context.md"), "# changed\n").unwrap();
     let msg = err(ws, &["state", "set", "variables.x", "1"]);
     assert!(
-        msg.contains("context.md changed since `metash init`"),
+        msg.contains("context.md changed behind metash's back") && msg.contains("metash context edit"),
         "{msg}"
     );
+}
+
+/// Issue 32: `metash context set` and `edit` (from inside the project, `-C` left to its default)
+/// change the context on purpose; `metash run` refuses the template's placeholders.
+#[test]
+fn the_context_is_changed_with_context_set_and_edit() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    ok(ws, &["init"]);
+    let msg = err(ws, &["run"]);
+    assert!(msg.contains("placeholders") && msg.contains("<name>"), "{msg}");
+    let file = ws.join("vision.md");
+    std::fs::write(&file, "# Project: P\n\n## Vision\n\nA real one.\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_metash"))
+        .current_dir(ws)
+        .args(["context", "set", "vision.md", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["changed"], true);
+    assert!(v["diff"].as_str().unwrap().contains("+A real one."));
+    assert_eq!(v["placeholders"], serde_json::json!([]));
+    assert!(ok(ws, &["context", "show"]).contains("A real one."));
+    // `edit`: the editor gets a copy; what it saves is installed.
+    let editor = ws.join("ed.sh");
+    std::fs::write(&editor, "#!/bin/sh\necho 'Phase 2: more.' >> \"$1\"\n").unwrap();
+    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_metash"))
+        .current_dir(ws)
+        .args(["context", "edit"])
+        .env("EDITOR", &editor)
+        .env_remove("VISUAL")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = std::fs::read_to_string(ws.join(".meta/context.md")).unwrap();
+    assert!(text.ends_with("A real one.\nPhase 2: more.\n"), "{text}");
+    let log = ok(ws, &["log", "tail", "-n", "5"]);
+    assert_eq!(log.matches("context_changed").count(), 2, "{log}");
+    // Every command accepts the changed context.
+    ok(ws, &["state", "get"]);
 }
 
 #[test]

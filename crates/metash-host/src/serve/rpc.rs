@@ -94,6 +94,9 @@ impl From<&CallError> for RpcError {
                 }
                 HostError::Config(_) => Self::new(CONFIG_ERROR, "config", message),
                 HostError::Policy(_) => Self::new(POLICY_ERROR, "policy", message),
+                HostError::ConsentRefused { .. } => {
+                    Self::new(POLICY_ERROR, "consent_refused", message)
+                }
                 HostError::CheckpointPending { .. } => {
                     Self::new(CHECKPOINT_PENDING, "checkpoint_pending", message)
                 }

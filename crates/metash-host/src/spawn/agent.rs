@@ -2,7 +2,7 @@
 //! no memory of any earlier conversation), granted only what it declared and the user allowed.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use metash_protocol::LogKind;
@@ -15,9 +15,9 @@ use serde_json::{json, Value};
 
 use super::gate::PolicyGate;
 use super::Ran;
-use crate::error::Result;
+use crate::error::{HostError, Result};
 use crate::host::Host;
-use crate::spawner::SpawnRequest;
+use crate::spawner::{SpawnRequest, WorkspaceAccess};
 
 pub(crate) fn run(
     host: &Host,
@@ -33,16 +33,17 @@ pub(crate) fn run(
         )));
     };
     let agent = &agent;
-    let gate = Arc::new(PolicyGate {
-        policy: Arc::new(host.policy_with(registry.clone())?),
-        prompter: Arc::new(Mutex::new(host.prompter())),
-    });
-    let workspace = req.workdir.clone().unwrap_or_else(|| host.workspace());
+    let gate = Arc::new(PolicyGate::new(host, host.policy_with(registry.clone())?));
+    let workspace =
+        match host.check_workdir(&req.workdir.clone().unwrap_or_else(|| host.workspace())) {
+            Ok(w) => w,
+            Err(e) => return Ok(Ran::error(format!("`{}` was not started: {e}", agent.id))),
+        };
     // Native execution is opt-in per agent.
     let allow_native = agent.manifest.sandbox == SandboxKind::Native;
     if allow_native {
         if let Some(refused) = native_refused(&gate, agent) {
-            return Ok(refused);
+            return Err(refused);
         }
     }
     let refs = match super::context_refs::resolve(
@@ -54,7 +55,7 @@ pub(crate) fn run(
         Ok(r) => r,
         Err(e) => return Ok(Ran::error(format!("`{}` was not started: {e}", agent.id))),
     };
-    let grants = Grants::decide(host, &gate, agent, &workspace)?;
+    let grants = Grants::decide(host, &gate, agent, &workspace)?.access(host, req, &workspace);
     let mut spec = AgentSpec::new(
         agent.id.clone(),
         agent.manifest.clone(),
@@ -70,8 +71,11 @@ pub(crate) fn run(
         .map(Path::to_path_buf);
     spec.allow_native = allow_native;
     spec.fuel = host.config().host.wasm_fuel;
-    // metash's own state is never in an agent's view, whatever it was granted.
+    spec.write_quota = host.config().host.agent_write_quota();
+    // metash's own state is never in an agent's view, and `.git` never writable, whatever it
+    // was granted.
     spec.hidden = host.hidden_dirs();
+    spec.protected = host.protected_dirs();
     spec.gate = Gate(Some(gate.clone()));
     spec.timeout = timeout;
     spec.config = json!({
@@ -121,16 +125,18 @@ pub(crate) fn run(
     Ok(answer(&agent.id, outcome.status, heard))
 }
 
-/// `native` must be allowed (asked if need be) before a native agent runs; the refusal if not.
-fn native_refused(gate: &PolicyGate, agent: &metash_policy::Agent) -> Option<Ran> {
+/// `native` must be allowed (asked if need be) before a native agent runs; the refusal if not
+/// ([`crate::error::HostError::ConsentRefused`]: the spawn stops, nothing is retried).
+fn native_refused(gate: &PolicyGate, agent: &metash_policy::Agent) -> Option<HostError> {
     let ask = CapabilityRequest::native_exec(format!("run `{}` natively", agent.id));
     match gate.authorize(&agent.id, &ask) {
         Authorization::Allowed { .. } => None,
-        Authorization::Denied { message, hint, .. } => Some(Ran::error(format!(
-            "native execution of `{}` is not allowed: {message}{}",
-            agent.id,
-            hint.map(|h| format!(" ({h})")).unwrap_or_default()
-        ))),
+        Authorization::Denied { message, .. } => Some(HostError::consent_refused(
+            &agent.id,
+            "native",
+            &format!("native execution of `{}`", agent.id),
+            &message,
+        )),
     }
 }
 
@@ -228,6 +234,39 @@ impl Grants {
             self.granted.push(name);
         }
         Ok(())
+    }
+
+    /// As the spawn's [`WorkspaceAccess`] allows.
+    fn access(mut self, host: &Host, req: &SpawnRequest, workspace: &Path) -> Self {
+        if req.access == WorkspaceAccess::ReadOnly {
+            self.read_only(&[workspace, host.workspace().as_path()]);
+        }
+        self
+    }
+
+    /// A spawn that must not write the project (a planner): `files.write` on the workspace
+    /// becomes `files.read`, and so does a scoped write grant inside any of `roots` (the
+    /// workspace, the project) or holding one. Writes elsewhere (`files.write:/tmp/out`) stay as
+    /// granted.
+    fn read_only(&mut self, roots: &[&Path]) {
+        let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        let roots: Vec<std::path::PathBuf> = roots.iter().map(|r| canonical(r)).collect();
+        let write = Category::FilesWrite.as_str();
+        if self.granted.iter().any(|g| g == write) {
+            self.granted.retain(|g| g != write);
+            let read = Category::FilesRead.as_str().to_string();
+            if !self.granted.contains(&read) {
+                self.granted.push(read);
+            }
+        }
+        for p in &mut self.paths {
+            // Resolved (`src/../..`, a symlink); one that does not exist is not applied anyway.
+            let elsewhere = p
+                .path
+                .canonicalize()
+                .is_ok_and(|c| !roots.iter().any(|r| c.starts_with(r) || r.starts_with(&c)));
+            p.write = p.write && elsewhere;
+        }
     }
 
     /// Into the spec. Every connection goes through the host's proxy, which asks the gate per
@@ -426,7 +465,7 @@ fn answer_consent(
     req: metash_policy::Result<CapabilityRequest>,
 ) -> AgentEvent {
     match req {
-        Ok(req) => gate.authorize(agent, &req).to_event(&req.capability),
+        Ok(req) => gate.authorize_asked(agent, &req).to_event(&req.capability),
         Err(e) => AgentEvent::Error {
             code: "invalid_capability".into(),
             message: e.to_string(),

@@ -1,10 +1,12 @@
 //! A CLI role runs under the runtime's native sandbox, like any native agent: the task's worktree
-//! writable, its own HOME and TMPDIR in the spawn's directory, the project's git metadata
-//! read-only (so `git status`/`diff`/`log` work in a worktree, and nothing the host's git later
-//! runs can be planted), the CLI's install directory read and execute, system directories
-//! read-only, nothing else of the user's home, TCP only to the credential proxy, the environment
-//! cleared to an allowlist, and the role's quotas. Its own permission prompts and sandbox are off
-//! (the harness's `skip_permissions`): metash's sandbox is the boundary.
+//! writable (the project root read-only for a planner), its own HOME and TMPDIR in the spawn's
+//! directory, the project's git metadata read-only (so `git status`/`diff`/`log` work in a
+//! worktree, and nothing the host's git later runs can be planted; found from the project's own
+//! back-pointers, never from the worktree's `.git` file, see [`crate::gitdirs`]), the CLI's install
+//! directory read and execute, system directories read-only, nothing else of the user's home, TCP
+//! only to the credential proxy, the environment cleared to an allowlist, and the role's quotas.
+//! Its own permission prompts and sandbox are off (the harness's `skip_permissions`): metash's
+//! sandbox is the boundary.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,8 +24,10 @@ use serde_json::json;
 use crate::config::Role;
 
 /// Default quotas for a CLI role's whole process tree (a coding CLI with its shells, test runs
-/// and language servers). `[roles.X] mem / cpu / max_pids` override them.
+/// and language servers). `[roles.X] mem / cpu / max_pids` override them (disk and files:
+/// `metash_runtime::limits::WriteQuota`'s defaults, `[roles.X] disk / files`).
 const DEFAULT_MAX_PIDS: u64 = 512;
+const DEFAULT_MEM: &str = "4g";
 
 /// What one spawn of a CLI role may reach; applied by the harness to the CLI's `Command`.
 /// Public for `metash sandbox` and the benchmark that compares a sandboxed CLI turn with a bare one.
@@ -33,8 +37,12 @@ pub struct RoleConfiner {
     /// The spawn's own directory: HOME, the CLI's config and TMPDIR live here.
     pub spawn_dir: PathBuf,
     /// The role's quotas, `[roles.X] network` allowlist, and what the spawn adds (hidden state,
-    /// the proxy's port).
+    /// protected `.git`, a read-only workspace, the proxy's port).
     pub fence: Fence,
+    /// The project whose `.git` holds the worktrees' admin directories: a command run in one of
+    /// its task worktrees may read that worktree's admin directory and the common `.git`. `None`:
+    /// no git metadata beyond the working directory.
+    pub project: Option<PathBuf>,
     /// The host's values of [`PASS_ENV`].
     pub passed_env: Vec<(String, String)>,
     pub sink: Arc<dyn EventSink>,
@@ -58,13 +66,17 @@ impl RoleConfiner {
             spawn_dir: spawn_dir.to_path_buf(),
             fence: Fence {
                 hidden: Vec::new(),
+                protected: Vec::new(),
+                workspace_read_only: false,
                 connect_ports: Vec::new(),
                 allowlist: role.network.clone(),
-                mem: role.mem.clone(),
+                mem: role.mem.clone().or_else(|| Some(DEFAULT_MEM.into())),
                 cpu: role.cpu.clone(),
                 max_pids: role.max_pids.unwrap_or(DEFAULT_MAX_PIDS),
                 timeout,
+                write: metash_runtime::limits::WriteQuota::new(role.disk.clone(), role.files),
             },
+            project: None,
             passed_env: PASS_ENV
                 .iter()
                 .filter_map(|k| env(k).map(|v| (k.to_string(), v)))
@@ -107,7 +119,9 @@ impl RoleConfiner {
             set(k, v.clone());
         }
         let mut paths = vec![rw(&self.spawn_dir)];
-        paths.extend(git_paths(cwd));
+        if let Some(project) = &self.project {
+            paths.extend(git_paths(project, cwd));
+        }
         let cs = ConfineSpec {
             name: self.role.clone(),
             program_dirs: confine::program_dirs(&program, path_var.as_deref()),
@@ -148,11 +162,12 @@ impl Confiner for RoleConfiner {
 
 /// A CLI role runs natively (in metash's native sandbox, not WASM): like a native agent, only with
 /// the user's consent, asked once and recorded in the ledger (`--yes-to native` gives it for a
-/// run; `metash consent grant ROLE native` for longer). `Some` is the refusal to return.
-pub(crate) fn native_consent(
-    host: &crate::host::Host,
-    role: &str,
-) -> crate::error::Result<Option<super::Ran>> {
+/// run; `metash consent grant ROLE native` for longer).
+///
+/// # Errors
+/// [`crate::error::HostError::ConsentRefused`] when it is not given (nothing changes by asking
+/// again in the same run), or the ledger cannot be read.
+pub(crate) fn native_consent(host: &crate::host::Host, role: &str) -> crate::error::Result<()> {
     use metash_policy::{Authorization, CapabilityRequest};
     let policy = host.policy()?;
     let ask = CapabilityRequest::native_exec(format!(
@@ -162,14 +177,15 @@ pub(crate) fn native_consent(
     let verdict = policy
         .authorize(role, &ask, prompter.as_mut())
         .map_err(|e| crate::error::HostError::Other(format!("consent for `{role}`: {e}")))?;
-    Ok(match verdict {
-        Authorization::Allowed { .. } => None,
-        Authorization::Denied { message, .. } => Some(super::Ran::error(format!(
-            "native execution of the role `{role}` is not allowed: {message}. Allow it for this \
-             run with `--yes-to native`, or for a while with `metash consent grant {role} native \
-             --sensitive --duration-s 86400`"
-        ))),
-    })
+    match verdict {
+        Authorization::Allowed { .. } => Ok(()),
+        Authorization::Denied { message, .. } => Err(crate::error::HostError::consent_refused(
+            role,
+            "native",
+            &format!("native execution of the role `{role}`"),
+            &message,
+        )),
+    }
 }
 
 fn rw(p: &Path) -> PathAccess {
@@ -179,35 +195,23 @@ fn rw(p: &Path) -> PathAccess {
     }
 }
 
-/// A worktree's git metadata, read-only: its admin directory under the project's `.git/worktrees/`
-/// and the common directory (objects, refs, config). Read-only because the host's own git runs
-/// there after the CLI: a writable config or admin directory could make it run a planted command.
-fn git_paths(cwd: &Path) -> Vec<PathAccess> {
-    let Ok(text) = std::fs::read_to_string(cwd.join(".git")) else {
-        // A directory (the project root itself, inside the workspace) or no repository.
+/// A task worktree's git metadata, read-only: its admin directory under the project's
+/// `.git/worktrees/` and the common directory (objects, refs, config). Read-only because the
+/// host's own git runs there after the CLI: a writable config or admin directory could make it run
+/// a planted command. Both come from the project's own `.git` (the admin directory whose
+/// back-pointer names `cwd`), never from `cwd/.git`, which the agent working there can rewrite to
+/// point anywhere. Nothing for the project root (its `.git` is inside the workspace, read-only)
+/// or a directory git does not list as a worktree.
+fn git_paths(project: &Path, cwd: &Path) -> Vec<PathAccess> {
+    let Some(admin) = crate::gitdirs::admin_dir(project, cwd) else {
         return Vec::new();
     };
-    let Some(admin) = text
-        .trim()
-        .strip_prefix("gitdir:")
-        .map(|s| PathBuf::from(s.trim()))
-    else {
-        return Vec::new();
-    };
-    let admin = if admin.is_absolute() {
-        admin
-    } else {
-        cwd.join(admin)
-    };
-    let common = std::fs::read_to_string(admin.join("commondir"))
-        .ok()
-        .map(|c| admin.join(c.trim()));
     let ro = |p: PathBuf| PathAccess {
         path: p,
         write: false,
     };
-    std::iter::once(ro(admin.clone()))
-        .chain(common.map(ro))
+    std::iter::once(ro(admin))
+        .chain(crate::gitdirs::common_dir(project).map(ro))
         .collect()
 }
 

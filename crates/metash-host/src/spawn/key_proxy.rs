@@ -1,43 +1,138 @@
-//! The model key of a CLI role never reaches the CLI: the CLI gets a placeholder key and a base
-//! URL on a per-spawn credential proxy (`metash_runtime::credential`), which drops whatever auth
-//! the CLI sends and adds the real key only on the way to the role's endpoint. The key stays in
-//! this process: not in the CLI's environment, files, arguments, nor in any event.
+//! The model credential of a CLI role never reaches the CLI: the CLI gets a placeholder and a
+//! base URL on a per-spawn credential proxy (`metash_runtime::credential`), which drops whatever
+//! auth the CLI sends and adds the real credential only on the way to the role's endpoint. The
+//! credential is a model key, or the user's subscription sign-in (Claude Code's `claude login` or
+//! `CLAUDE_CODE_OAUTH_TOKEN`, Codex's `codex login`), which the proxy also renews when it expires.
+//! It stays in this process: not in the CLI's environment, files, arguments, nor in any event.
 
 use std::sync::Arc;
 
-use metash_harness::{Endpoint, KeyHeader};
+use metash_harness::{Endpoint, KeyHeader, SignInOptions};
+use metash_runtime::credential::signin::{SignIn, SignInKind};
 use metash_runtime::credential::{
-    AuthStyle, CredentialProxy, Mount, ProxyConfig, Route, Secret, StaticSource, UsageTap,
+    AuthStyle, CredentialProxy, CredentialSource, Mount, ProxyConfig, Route, Secret, StaticSource,
+    UsageTap,
 };
 
-use crate::config::Role;
+use crate::config::{Access, Role};
 use crate::error::{HostError, Result};
 use crate::host::Host;
 
-/// What the CLI is given instead of the key.
+/// What the CLI is given instead of the key or token.
 pub const PLACEHOLDER: &str = "metash-placeholder-the-real-key-stays-in-metash";
 
 const ROUTE: &str = "model";
 
-/// A started proxy, the endpoint the CLI gets, and the variables that get the placeholder.
-pub type Started = (CredentialProxy, Endpoint, Vec<String>);
+/// Codex's model requests go under this prefix on the proxy; its ChatGPT account requests
+/// (`chatgpt_base_url`) go under [`ACCOUNT_PREFIX`], which no route serves.
+const CODEX_PREFIX: &str = "/codex";
+const ACCOUNT_PREFIX: &str = "/chatgpt-account";
 
-/// Starts the proxy for one spawn of a CLI role and says what the CLI gets: the endpoint on the
-/// proxy, and the variables that get the placeholder (the one the CLI reads its key from, and
-/// the one metash read it from). `None` when the role has no key to protect. `tap` sees every
-/// model response as it streams (the turn's usage is read there).
+/// A started proxy and what the CLI gets.
+pub struct Started {
+    pub proxy: CredentialProxy,
+    /// The CLI's endpoint: a base URL on the proxy.
+    pub endpoint: Endpoint,
+    /// The variables that get [`PLACEHOLDER`] (where the CLI reads its key or token, and where
+    /// metash read it).
+    pub placeholders: Vec<String>,
+    /// A subscription sign-in: the placeholder sign-in the harness gives the CLI.
+    pub sign_in: Option<SignInOptions>,
+}
+
+/// Starts the proxy for one spawn of a CLI role and says what the CLI gets. `None` when the
+/// role has nothing to protect (no key, no sign-in). `tap` sees every model response as it
+/// streams (the turn's usage is read there).
 ///
 /// # Errors
-/// The proxy cannot start (a bad `base_url` is named).
+/// The role's `auth` cannot be met, a sign-in cannot be read, or the proxy cannot start (a bad
+/// `base_url` is named).
 pub fn start(
     host: &Host,
     agent: &str,
     role: &Role,
     tap: Option<Arc<dyn UsageTap>>,
 ) -> Result<Option<Started>> {
-    let Some(var) = role.key_env() else {
-        return Ok(None);
-    };
+    let env = |k: &str| host.env_var(k);
+    let access = role
+        .access(&env)
+        .map_err(|e| HostError::Config(format!("role `{agent}`: {e}")))?;
+    match access {
+        Access::None => Ok(None),
+        Access::Key(var) => start_key(host, agent, role, tap, var),
+        Access::SignIn(s) => start_sign_in(host, agent, role, tap, &s).map(Some),
+    }
+}
+
+/// Refuses a role whose key variable is unset, or whose `auth` cannot be met, before anything
+/// is spent (the sign-in itself is read only when a spawn starts).
+///
+/// # Errors
+/// [`HostError::Config`] naming the variable, or how to sign in.
+pub fn preflight(host: &Host, name: &str, role: &Role) -> Result<()> {
+    let frontend = role.frontend.as_str();
+    let access = role
+        .access(&|k: &str| host.env_var(k))
+        .map_err(|e| HostError::Config(format!("role `{name}` ({frontend}): {e}")))?;
+    if let Access::Key(var) = access {
+        if host.env_var(&var).is_none_or(|v| v.is_empty()) {
+            let or = match role.sign_in_cli() {
+                Some(cli) if role.auth.is_none() => format!(
+                    " (or sign the CLI in instead: {})",
+                    crate::config::no_sign_in(cli)
+                ),
+                _ => String::new(),
+            };
+            return Err(HostError::Config(format!(
+                "role `{name}` ({frontend}) needs the environment variable {var}, which is not \
+                 set{or}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The role's `base_url`, else `env_var` (the variable the CLI itself would read, such as
+/// `ANTHROPIC_BASE_URL`: a proxy or local server the user already points their CLI at), else
+/// the provider's own endpoint.
+fn upstream(host: &Host, role: &Role, env_var: Option<&str>, default: &str) -> String {
+    role.base_url
+        .clone()
+        .or_else(|| {
+            env_var
+                .and_then(|v| host.env_var(v))
+                .filter(|u| !u.trim().is_empty())
+        })
+        .unwrap_or_else(|| default.to_string())
+        .trim_end_matches('/')
+        .to_string()
+}
+
+fn serve(
+    host: &Host,
+    agent: &str,
+    route: Route,
+    source: Arc<dyn CredentialSource>,
+    tap: Option<Arc<dyn UsageTap>>,
+) -> Result<(CredentialProxy, String)> {
+    let mut config = ProxyConfig::new(vec![route]);
+    config.agent = Some(agent.to_string());
+    config.tap = tap;
+    let proxy = CredentialProxy::start(config, source, host.event_sink())
+        .map_err(|e| HostError::Config(format!("role `{agent}`: {e}")))?;
+    let base_url = proxy
+        .base_url(ROUTE)
+        .ok_or_else(|| HostError::Other("the credential proxy lost its route".into()))?;
+    Ok((proxy, base_url))
+}
+
+fn start_key(
+    host: &Host,
+    agent: &str,
+    role: &Role,
+    tap: Option<Arc<dyn UsageTap>>,
+    var: String,
+) -> Result<Option<Started>> {
     let Some(key) = host.env_var(&var).filter(|k| !k.is_empty()) else {
         return Ok(None);
     };
@@ -46,24 +141,14 @@ pub fn start(
         KeyHeader::XApiKey => AuthStyle::XApiKey,
         KeyHeader::Bearer => AuthStyle::Bearer,
     };
-    let upstream = role
-        .base_url
-        .clone()
-        .unwrap_or_else(|| info.upstream.to_string());
-    let mut config = ProxyConfig::new(vec![Route {
+    let route = Route {
         id: ROUTE.into(),
         mount: Mount::WholePort,
-        upstream: upstream.trim_end_matches('/').to_string(),
+        upstream: upstream(host, role, Some(info.base_url_env), info.upstream),
         auth,
-    }]);
-    config.agent = Some(agent.to_string());
-    config.tap = tap;
+    };
     let source = StaticSource::new().with(ROUTE, Secret::new(key));
-    let proxy = CredentialProxy::start(config, Arc::new(source), host.event_sink())
-        .map_err(|e| HostError::Config(format!("role `{agent}`: {e}")))?;
-    let base_url = proxy
-        .base_url(ROUTE)
-        .ok_or_else(|| HostError::Other("the credential proxy lost its route".into()))?;
+    let (proxy, base_url) = serve(host, agent, route, Arc::new(source), tap)?;
     // Where the CLI looks for its key: Claude Code reads only its own variable; Codex and pi read
     // the variable their provider config names.
     let cli_var = info
@@ -76,9 +161,65 @@ pub fn start(
     };
     // The variable metash read the key from is overwritten too: the CLI inherits metash's
     // environment, and must not find the key under its own name either.
-    let mut vars = vec![cli_var];
-    if !vars.contains(&var) {
-        vars.push(var);
+    let mut placeholders = vec![cli_var];
+    if !placeholders.contains(&var) {
+        placeholders.push(var);
     }
-    Ok(Some((proxy, endpoint, vars)))
+    Ok(Some(Started {
+        proxy,
+        endpoint,
+        placeholders,
+        sign_in: None,
+    }))
+}
+
+/// A subscription: the proxy's source reads (and renews) the sign-in; the CLI gets a
+/// placeholder sign-in in the form it expects.
+fn start_sign_in(
+    host: &Host,
+    agent: &str,
+    role: &Role,
+    tap: Option<Arc<dyn UsageTap>>,
+    sign_in: &SignIn,
+) -> Result<Started> {
+    let info = metash_harness::frontend::info(role.frontend);
+    let source = sign_in
+        .source(ROUTE, &|k: &str| host.env_var(k))
+        .map_err(|e| HostError::Config(format!("role `{agent}`: {e}")))?;
+    let codex = sign_in.kind == SignInKind::CodexLogin;
+    // `OPENAI_BASE_URL` names the API a key is for, not the ChatGPT backend a sign-in uses.
+    let env_base = (!codex).then_some(info.base_url_env);
+    let route = Route {
+        id: ROUTE.into(),
+        mount: if codex {
+            Mount::Prefix(CODEX_PREFIX.into())
+        } else {
+            Mount::WholePort
+        },
+        upstream: upstream(host, role, env_base, sign_in.default_upstream()),
+        auth: sign_in.auth_style(),
+    };
+    let (proxy, base_url) = serve(host, agent, route, Arc::new(source), tap)?;
+    let options = SignInOptions {
+        placeholder: PLACEHOLDER.to_string(),
+        plan: if codex { sign_in.plan.clone() } else { None },
+        chatgpt_base_url: codex.then(|| format!("http://{}{ACCOUNT_PREFIX}/", proxy.addr())),
+    };
+    // Claude Code reads its sign-in from this variable (the harness sets it as well); the user's
+    // own value is overwritten like a key's. Codex reads its placeholder `auth.json`.
+    let placeholders = if codex {
+        Vec::new()
+    } else {
+        vec![metash_runtime::credential::signin::CLAUDE_TOKEN_ENV.to_string()]
+    };
+    Ok(Started {
+        proxy,
+        endpoint: Endpoint {
+            base_url,
+            api_key_env: None,
+            provider_name: None,
+        },
+        placeholders,
+        sign_in: Some(options),
+    })
 }

@@ -94,6 +94,9 @@ impl Spawner for Host {
         };
         let ran = match ran {
             Ok(r) => r,
+            Err(e @ HostError::ConsentRefused { .. }) => {
+                return self.refused_spawn(req, started, e)
+            }
             Err(e) => Ran::error(e.to_string()),
         };
         if ran.tokens_used > 0 || ran.cost_usd.is_some() {
@@ -125,6 +128,29 @@ impl Spawner for Host {
 }
 
 impl Host {
+    /// A spawn its consent refused: it ends (`spawn_end` with `refused`: the capability), and the
+    /// refusal is the caller's error, not an agent's failure to retry.
+    fn refused_spawn(
+        &self,
+        req: &SpawnRequest,
+        started: Instant,
+        e: HostError,
+    ) -> Result<AgentResponse> {
+        let capability = match &e {
+            HostError::ConsentRefused { capability, .. } => Some(capability.as_str()),
+            _ => None,
+        };
+        self.record_later(NewEvent::new(
+            LogKind::SpawnEnd,
+            Some(&req.agent_name),
+            json!({"status": AgentStatus::Error, "tokens_used": 0,
+                   "duration_ms": started.elapsed().as_millis() as u64, "data_bytes": 0,
+                   "refused": capability}),
+        ))?;
+        self.flush_events()?;
+        Err(e)
+    }
+
     /// The spawn's bound: the request's, else the role's, else the host's default.
     fn spawn_timeout(&self, req: &SpawnRequest, target: &Target) -> Duration {
         let role_timeout = match target {

@@ -13,7 +13,6 @@ use metash_protocol::{
     AgentStatus, CheckpointSignal, HarnessErrorCode, HarnessEvent, HarnessEventEnvelope,
     ResumeData, RunResult,
 };
-use metash_runtime::credential::CredentialProxy;
 use metash_store::NewEvent;
 use serde_json::{json, Value};
 
@@ -23,7 +22,7 @@ use crate::config::{Permissions, Role};
 use crate::error::{HostError, Result};
 use crate::host::Host;
 use crate::pricing::{Stop, TurnMeter};
-use crate::spawner::SpawnRequest;
+use crate::spawner::{SpawnRequest, WorkspaceAccess};
 
 /// One spawn of a model role, as its steps see it.
 struct RoleSpawn<'a> {
@@ -37,8 +36,10 @@ struct RoleSpawn<'a> {
 /// What a turn keeps alive while it runs: the spawn's home, the credential proxy, the
 /// permission server. Dropped when the turn returns.
 struct Running {
-    key_proxy: Option<(CredentialProxy, Endpoint, Vec<String>)>,
+    key_proxy: Option<super::key_proxy::Started>,
     permission_server: Option<PermissionServer>,
+    /// Set when the CLI's tree passed its disk or file quota (and was killed).
+    write_hit: metash_runtime::limits::WriteHit,
 }
 
 pub(crate) fn run(
@@ -50,11 +51,21 @@ pub(crate) fn run(
 ) -> Result<Ran> {
     host.preflight_role(&req.agent_name, role)?;
     let harness = host.harness()?;
+    let workdir = req.workdir.clone().unwrap_or_else(|| host.workspace());
+    let workdir = match host.check_workdir(&workdir) {
+        Ok(w) => w,
+        Err(e) => {
+            return Ok(Ran::error(format!(
+                "`{}` was not started: {e}",
+                req.agent_name
+            )))
+        }
+    };
     let s = RoleSpawn {
         host,
         role,
         req,
-        workdir: req.workdir.clone().unwrap_or_else(|| host.workspace()),
+        workdir,
         timeout,
     };
     // Each spawn gets its own aspHome: a CLI harness's config and history start empty, so the
@@ -69,11 +80,10 @@ pub(crate) fn run(
     let mut running = Running {
         key_proxy: s.key(&mut turn, &charge)?,
         permission_server: None,
+        write_hit: Default::default(),
     };
     if role.runs_cli() {
-        if let Some(refused) = super::confine::native_consent(host, &req.agent_name)? {
-            return Ok(refused);
-        }
+        super::confine::native_consent(host, &req.agent_name)?;
         running.permission_server = s.confine(&mut turn, spawn_dir.path(), &running)?;
     }
     let partial = Arc::new(Mutex::new(String::new()));
@@ -101,12 +111,37 @@ pub(crate) fn run(
             }
         }
     });
-    drop(spawn_dir);
+    let hit = running.write_hit.get();
     drop(running);
-    match response {
+    let ran = match response {
         Ok(r) => outcome(&r.result, &charge, &partial, s.max_tokens()),
         Err(e) => Ok(Ran::error(format!("{}: {e}", e.code().as_str()))),
-    }
+    };
+    over_write_quota(ran, hit, &req.agent_name, spawn_dir)
+}
+
+/// A turn stopped at its disk or file quota ends as an error saying so, and the spawn's
+/// directory (its HOME and TMPDIR) is kept for inspection, as its worktree is. Otherwise the
+/// spawn's directory is removed.
+fn over_write_quota(
+    ran: Result<Ran>,
+    hit: Option<metash_runtime::limits::QuotaHit>,
+    agent: &str,
+    spawn_dir: tempfile::TempDir,
+) -> Result<Ran> {
+    let Some(hit) = hit else {
+        return ran;
+    };
+    let mut ran = ran?;
+    let kept = spawn_dir.keep();
+    ran.status = AgentStatus::Error;
+    ran.checkpoint = None;
+    ran.data = format!(
+        "`{agent}` exceeded {}; its HOME and TMPDIR are kept in {}",
+        hit.explain(),
+        kept.display()
+    );
+    Ok(ran)
 }
 
 impl RoleSpawn<'_> {
@@ -168,16 +203,17 @@ impl RoleSpawn<'_> {
         &self,
         turn: &mut RunTurnNonInteractiveRequest,
         charge: &Charge,
-    ) -> Result<Option<(CredentialProxy, Endpoint, Vec<String>)>> {
+    ) -> Result<Option<super::key_proxy::Started>> {
         let (host, role) = (self.host, self.role);
         if role.runs_cli() {
             let charge = charge.clone();
             let tap = super::usage_tap::WireUsage::new(move |u| charge.observe(u));
             let proxy =
                 super::key_proxy::start(host, &self.req.agent_name, role, Some(Arc::new(tap)))?;
-            if let Some((_, endpoint, vars)) = &proxy {
-                turn.options.endpoint = Some(endpoint.clone());
-                for var in vars {
+            if let Some(started) = &proxy {
+                turn.options.endpoint = Some(started.endpoint.clone());
+                turn.options.sign_in = started.sign_in.clone();
+                for var in &started.placeholders {
                     turn.env
                         .insert(var.clone(), super::key_proxy::PLACEHOLDER.to_string());
                 }
@@ -209,7 +245,7 @@ impl RoleSpawn<'_> {
     ) -> Result<Option<PermissionServer>> {
         let (host, role, agent) = (self.host, self.role, &self.req.agent_name);
         let port = match &running.key_proxy {
-            Some((proxy, ..)) => Some(proxy.addr().port()),
+            Some(started) => Some(started.proxy.addr().port()),
             None => role.base_url.as_deref().and_then(super::confine::url_port),
         };
         let mut confiner = super::confine::RoleConfiner::new(
@@ -221,7 +257,12 @@ impl RoleSpawn<'_> {
             host.event_sink(),
         );
         confiner.fence.hidden = host.hidden_dirs();
+        confiner.fence.protected = host.protected_dirs();
+        // A planner (any spawn that is not a task's executor) reads the project, never writes it.
+        confiner.fence.workspace_read_only = self.req.access == WorkspaceAccess::ReadOnly;
+        confiner.project = Some(host.workspace());
         confiner.fence.connect_ports = port.into_iter().collect();
+        confiner.fence.write.hit = running.write_hit.clone();
         let (running_agents, sink, name) = (
             Arc::clone(host.running()),
             host.event_sink(),

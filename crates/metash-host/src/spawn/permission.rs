@@ -234,7 +234,8 @@ impl Drop for PermissionServer {
 }
 
 /// The permission server for one spawn of the role `role`: each tool use is authorized by the
-/// host's policy under the host's prompter, as `role`.
+/// host's policy under the host's prompter, as `role`, within the role's cap and rate of
+/// questions (see [`super::gate`]).
 ///
 /// # Errors
 /// The policy cannot be read or the server cannot start.
@@ -243,27 +244,9 @@ pub(crate) fn start_for(
     role: &str,
     workspace: &std::path::Path,
 ) -> Result<PermissionServer> {
-    let policy = host.policy()?;
-    let prompter = std::sync::Mutex::new(host.prompter());
+    let gate = super::gate::PolicyGate::new(host, host.policy()?);
     let role = role.to_string();
-    let ask: Ask = Arc::new(move |req: &CapabilityRequest| {
-        let denied = |message: String| Authorization::Denied {
-            code: metash_policy::DenyCode::ConsentDenied,
-            event: metash_protocol::AgentEvent::Error {
-                code: "consent_denied".into(),
-                message: message.clone(),
-                hint: None,
-            },
-            message,
-            hint: None,
-        };
-        let Ok(mut p) = prompter.lock() else {
-            return denied("the consent prompter failed earlier".into());
-        };
-        policy
-            .authorize(&role, req, p.as_mut())
-            .unwrap_or_else(|e| denied(format!("consent could not be recorded: {e}")))
-    });
+    let ask: Ask = Arc::new(move |req: &CapabilityRequest| gate.authorize_asked(&role, req));
     PermissionServer::start(workspace, ask)
 }
 
@@ -273,6 +256,7 @@ mod tests {
     use std::io::{Read, Write};
 
     use super::*;
+    use metash_protocol::LogKind;
 
     fn post(port: u16, body: &Value) -> String {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -288,6 +272,100 @@ mod tests {
         let mut out = String::new();
         s.read_to_string(&mut out).unwrap();
         out
+    }
+
+    /// A project whose role `coder` asks metash for Claude Code's tool uses, each question
+    /// waiting up to 30 s for any client; its permission server.
+    fn asking_role() -> (tempfile::TempDir, crate::host::Host, PermissionServer) {
+        let dir = tempfile::tempdir().unwrap();
+        metash_store::Store::init(dir.path(), None).unwrap();
+        std::fs::write(
+            dir.path().join(".meta/config.toml"),
+            "[host]\nconsent_wait_seconds = 30\n\
+             [roles.coder]\nfrontend = \"agent-sdk\"\npermissions = \"ask\"\n",
+        )
+        .unwrap();
+        let host = crate::host::Host::open(dir.path(), crate::host::HostOptions::silent()).unwrap();
+        let server = start_for(&host, "coder", dir.path()).unwrap();
+        (dir, host, server)
+    }
+
+    /// `n` Bash tool uses at once (`cmd(i)`), answered by a client after 500 ms (`answer`, for
+    /// every question it finds waiting): each reply, and how many questions the client saw.
+    fn at_once(
+        ws: &std::path::Path,
+        port: u16,
+        n: usize,
+        cmd: fn(usize) -> String,
+        answer: metash_policy::Answer,
+    ) -> (Vec<String>, usize) {
+        let calls: Vec<_> = (0..n)
+            .map(|i| {
+                std::thread::spawn(move || {
+                    post(
+                        port,
+                        &json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"approve","arguments":{"tool_name":"Bash","input":{"command":cmd(i)}}}}),
+                    )
+                })
+            })
+            .collect();
+        let store = metash_store::Store::open(ws).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let mut seen = std::collections::BTreeSet::new();
+        while calls.iter().any(|c| !c.is_finished()) {
+            for ask in crate::asks::pending(&store).unwrap() {
+                seen.insert(ask.id.clone());
+                let _ = crate::asks::reply(&store, &ask.id, answer, "test");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        (
+            calls.into_iter().map(|c| c.join().unwrap()).collect(),
+            seen.len(),
+        )
+    }
+
+    #[test]
+    fn the_same_tool_use_asked_five_times_at_once_is_one_question() {
+        let (dir, _host, server) = asking_role();
+        let (replies, asked) = at_once(
+            dir.path(),
+            server.port(),
+            5,
+            |_| "echo same".into(),
+            metash_policy::Answer::AllowOnce,
+        );
+        assert_eq!(asked, 1, "{replies:?}");
+        for r in &replies {
+            assert!(r.contains(r#"\"behavior\":\"allow\""#), "{r}");
+        }
+        let store = metash_store::Store::open(dir.path()).unwrap();
+        let log = store.log().read_all().unwrap();
+        let requests = log.iter().filter(|r| r.kind == LogKind::ConsentRequest);
+        assert_eq!(requests.count(), 1, "one question in the ledger");
+    }
+
+    #[test]
+    fn past_the_cap_of_waiting_questions_a_tool_use_is_refused_at_once() {
+        let (dir, _host, server) = asking_role();
+        let (replies, asked) = at_once(
+            dir.path(),
+            server.port(),
+            4,
+            |i| format!("echo {i}"),
+            metash_policy::Answer::Deny,
+        );
+        assert_eq!(asked, 3, "{replies:?}");
+        let capped: Vec<_> = replies
+            .iter()
+            .filter(|r| r.contains("3 consent questions waiting"))
+            .collect();
+        assert_eq!(capped.len(), 1, "{replies:?}");
+        assert!(
+            capped[0].contains(r#"\"behavior\":\"deny\""#),
+            "{}",
+            capped[0]
+        );
     }
 
     #[test]

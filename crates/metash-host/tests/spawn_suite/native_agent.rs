@@ -65,15 +65,37 @@ fn a_native_agent_that_dies_says_why() {
     );
 }
 
-/// Native execution is opt-in: without consent the agent never starts.
+/// Native execution is opt-in: without consent the agent never starts, and the spawn is refused
+/// (a `ConsentRefused` error naming the command that grants it, not an agent's failure to retry).
 #[test]
 fn native_agent_without_consent_is_refused() {
     let Some(p) = project() else { return };
     let host = p.host(&[]);
-    let r = spawn(&host, "echo hi", None);
-    assert_eq!(r.status, AgentStatus::Error);
-    assert!(r.data.contains("native execution"), "{}", r.data);
+    let err = host
+        .spawn_agent(&SpawnRequest::new("native-a", "be brief", "echo hi"))
+        .expect_err("refused");
+    let metash_host::HostError::ConsentRefused {
+        agent, capability, ..
+    } = &err
+    else {
+        panic!("not a consent refusal: {err:?}");
+    };
+    assert_eq!(
+        (agent.as_str(), capability.as_str()),
+        ("native-a", "native")
+    );
+    let text = err.to_string();
+    assert!(text.contains("native execution"), "{text}");
+    assert!(
+        text.contains("metash consent grant native-a native --sensitive --duration-s 86400"),
+        "{text}"
+    );
     assert!(!p.log_kinds().iter().any(|k| k == "agent_started"));
+    let end = p.log_data("spawn_end");
+    assert_eq!(
+        end.last().map(|d| d["refused"].clone()),
+        Some("native".into())
+    );
 }
 
 /// Timeout: the whole process group (the agent ignoring SIGTERM and its `sleep 300` grandchild

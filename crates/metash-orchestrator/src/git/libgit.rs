@@ -6,7 +6,9 @@
 //! still goes through the `git` CLI, as does anything rare.
 //!
 //! libgit2 runs no hooks, no filter processes, no fsmonitor and never signs, so a repository an
-//! agent touched cannot make it run a program. A task worktree is opened through its admin
+//! agent touched cannot make it run a program. For the same reason it cannot give git-lfs files
+//! their contents: where a filter driver is configured ([`configures_filters`]), `Git` writes and
+//! reads work trees through the git CLI instead. A task worktree is opened through its admin
 //! directory in the project's own `.git` (never through the worktree's `.git` file, which the
 //! agent can write).
 
@@ -71,7 +73,10 @@ fn outside_meta(path: &Path) -> bool {
 /// `git add -A -- . ':(exclude).meta'` then a commit if anything is staged; the new commit.
 pub(super) fn commit_all(repo: &Repository, message: &str) -> Result<Option<Oid>, git2::Error> {
     let mut index = repo.index()?;
-    let mut skip_meta = |path: &Path, _: &[u8]| i32::from(!outside_meta(path));
+    // Not only `.meta`: any `.git`/`.meta` look-alike, nested repository or link out (guard.rs).
+    let workdir = repo.workdir().map(Path::to_path_buf);
+    let mut skip_meta =
+        |path: &Path, _: &[u8]| i32::from(super::guard::kept_out(workdir.as_deref(), path).is_some());
     index.add_all(["*"], IndexAddOption::DEFAULT, Some(&mut skip_meta))?;
     index.update_all(["*"], Some(&mut skip_meta))?;
     index.write()?;
@@ -195,6 +200,81 @@ pub(super) fn worktree_name(path: &Path) -> String {
     path.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "worktree".into())
+}
+
+/// Whether the configuration git reads for `repo` (system, global, the repository's, with their
+/// includes) names a filter driver (`filter.<name>.clean`, `.smudge` or `.process`): libgit2
+/// runs no external filter, so where one is configured the work tree is written and read through
+/// the git CLI. An unreadable configuration counts as one (the CLI is always right).
+pub(super) fn configures_filters(repo: &Repository) -> bool {
+    let Ok(config) = repo.config().and_then(|mut c| c.snapshot()) else {
+        return true;
+    };
+    let Ok(mut entries) = config.entries(None) else {
+        return true;
+    };
+    while let Some(entry) = entries.next() {
+        let Ok(entry) = entry else {
+            return true;
+        };
+        let name = entry.name().unwrap_or_default().to_ascii_lowercase();
+        if name.starts_with("filter.")
+            && [".clean", ".smudge", ".process"]
+                .iter()
+                .any(|s| name.ends_with(s))
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether the repository asks for a filter anywhere: `filter=` in `info/attributes`, in the
+/// file `core.attributesFile` names, or in a `.gitattributes` of `HEAD`'s tree. A filter driver
+/// configured for the whole system (Debian's git-lfs package installs one in /etc/gitconfig) says
+/// nothing about a repository that tracks no file through it, and libgit2 writes such a
+/// repository's files exactly as git does. Read once per run; a `.gitattributes` an executor adds
+/// sends that commit to the CLI (`touches_attributes`).
+pub(super) fn uses_filters(repo: &Repository) -> bool {
+    let mentions = |bytes: &[u8]| bytes.windows(7).any(|w| w == b"filter=");
+    let info = repo.path().join("info").join("attributes");
+    if std::fs::read(&info).is_ok_and(|b| mentions(&b)) {
+        return true;
+    }
+    let global = repo
+        .config()
+        .and_then(|c| c.get_path("core.attributesFile"))
+        .ok();
+    if global.is_some_and(|p| std::fs::read(p).is_ok_and(|b| mentions(&b))) {
+        return true;
+    }
+    let Ok(tree) = repo.head().and_then(|h| h.peel_to_tree()) else {
+        return false;
+    };
+    let mut found = false;
+    let _ = tree.walk(git2::TreeWalkMode::PreOrder, |_, entry| {
+        if entry.name() == Some(".gitattributes") {
+            found = repo
+                .find_blob(entry.id())
+                .is_ok_and(|b| mentions(b.content()));
+        }
+        if found {
+            git2::TreeWalkResult::Abort
+        } else {
+            git2::TreeWalkResult::Ok
+        }
+    });
+    found
+}
+
+/// Whether a `.gitattributes` file differs from `HEAD` in the work tree or index: a commit that
+/// adds or changes one may change which files go through a filter, so it is made by the CLI.
+pub(super) fn touches_attributes(repo: &Repository) -> bool {
+    dirty_paths(repo).map_or(true, |paths| {
+        paths
+            .iter()
+            .any(|p| Path::new(p).file_name().is_some_and(|n| n == ".gitattributes"))
+    })
 }
 
 /// The project's `.git` directory, when it is one (not a file pointing elsewhere).

@@ -7,7 +7,9 @@
 //! `metash <metash@localhost>`.
 
 pub mod diff;
+pub mod guard;
 mod libgit;
+pub mod trust;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -41,6 +43,20 @@ pub struct Git {
     /// The last run died during an in-process merge into the project's checkout (its marker was
     /// found): a file that merge writes may be half written.
     merge_cut_short: std::sync::atomic::AtomicBool,
+    /// The repository's executable configuration, checked before every git operation
+    /// ([`trust`]).
+    trust: trust::Guard,
+    /// Filters: whether the configuration (global and the repository's) names a filter driver,
+    /// and whether the repository asks for one. libgit2 runs none, so where both hold, work-tree
+    /// reads and writes go through the git CLI (git-lfs).
+    filters: OnceLock<Filters>,
+}
+
+/// What the configuration and the repository say of filter drivers (see [`Git::in_process`]).
+#[derive(Debug, Clone, Copy)]
+struct Filters {
+    configured: bool,
+    used: bool,
 }
 
 /// The outcome of a merge or revert that may conflict.
@@ -51,14 +67,50 @@ pub enum Merge {
 }
 
 impl Git {
+    /// Git at `root`, made absolute once here: every command runs in some directory (a task
+    /// worktree, the project), and a relative root would name another one in each.
     pub fn new(root: &Path) -> Self {
+        let root = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
+        let root = root.as_path();
         Self {
             root: root.to_path_buf(),
             identity: OnceLock::new(),
             worktrees: Mutex::new(()),
             run_lock: AtomicI32::new(-1),
             merge_cut_short: std::sync::atomic::AtomicBool::new(false),
+            trust: trust::Guard::new(root),
+            filters: OnceLock::new(),
         }
+    }
+
+    /// Reads the repository's executable git configuration and compares it with what a person
+    /// accepted (`.meta/git-trust.json`); a project without a record gets one now
+    /// ([`trust::Checked::Recorded`]). Call before anything else of a run, rollback or worker.
+    ///
+    /// # Errors
+    /// [`OrchestratorError::GitConfigChanged`] naming each change; the record cannot be read or
+    /// written.
+    pub fn check_trust(&self) -> Result<trust::Checked> {
+        self.trust.verify()
+    }
+
+    /// In-process (libgit2) work-tree operations are used unless a filter driver is configured
+    /// and the repository asks for a filter (libgit2 would write a git-lfs pointer where git
+    /// writes the file). Decided once.
+    fn in_process(&self) -> bool {
+        let f = self.filters();
+        !(f.configured && f.used)
+    }
+
+    fn filters(&self) -> Filters {
+        *self.filters.get_or_init(|| {
+            let repo = libgit::project_gitdir(&self.root).and_then(|g| libgit::open(&g).ok());
+            let configured = repo.as_ref().is_none_or(libgit::configures_filters);
+            Filters {
+                configured,
+                used: configured && repo.as_ref().is_none_or(libgit::uses_filters),
+            }
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -121,6 +173,8 @@ impl Git {
     }
 
     fn output_once(&self, dir: &Path, args: &[&str]) -> Result<Output> {
+        // Nothing runs while the executable configuration differs from the trusted one.
+        self.trust.check()?;
         let mut cmd = Command::new("git");
         #[cfg(unix)]
         let lock = self.run_lock.load(Ordering::SeqCst);
@@ -316,6 +370,7 @@ impl Git {
     /// Makes `path` a worktree on `branch`, creating the branch at `base` if it does not exist.
     /// Idempotent: an existing worktree is left alone. Returns whether it was created.
     pub fn ensure_worktree(&self, path: &Path, branch: &str, base: &str) -> Result<bool> {
+        self.trust.check()?;
         if path.join(".git").exists() {
             if self.repo(path).is_some_and(|r| r.head().is_ok()) {
                 return Ok(false);
@@ -334,7 +389,7 @@ impl Git {
         let _serial = self.worktrees.lock().unwrap_or_else(|e| e.into_inner());
         // In-process first; anything unusual (a stale registration, a half-made directory) goes
         // to the CLI path below, which knows how to clear it.
-        if !path.exists() {
+        if !path.exists() && self.in_process() {
             if let Some(repo) = self.repo(&self.root) {
                 let name = libgit::worktree_name(path);
                 if libgit::add_worktree(&repo, &name, path, branch, base).is_ok() {
@@ -370,6 +425,7 @@ impl Git {
     /// Removes the worktree, and its branch when given (their commits stay reachable from wherever
     /// they were merged).
     pub fn remove_worktree(&self, path: &Path, branch: Option<&str>) -> Result<()> {
+        self.trust.check()?;
         if path.exists() {
             let _serial = self.worktrees.lock().unwrap_or_else(|e| e.into_inner());
             let p = path.to_string_lossy();
@@ -525,7 +581,9 @@ impl Git {
     /// Local changes (outside `.meta`) to paths that merging `rev` would write; other local
     /// changes do not stop a merge.
     fn dirty_paths_merge_writes(&self, dir: &Path, rev: &str) -> Result<Vec<String>> {
-        if let Some(repo) = self.repo(dir) {
+        self.trust.check()?;
+        // In-process status compares files unfiltered: a git-lfs file would look changed.
+        if let Some(repo) = self.repo(dir).filter(|_| self.in_process()) {
             if let Some(theirs) = libgit::resolve(&repo, rev) {
                 let dirty = libgit::dirty_paths(&repo).map_err(libgit::failed(dir, "status"))?;
                 if dirty.is_empty() {
@@ -592,10 +650,11 @@ impl Git {
     /// Merges `rev` into the branch checked out in `dir` (always a merge commit, so a task's work
     /// stays one unit in history). A conflict leaves the merge in progress for a person.
     pub fn merge(&self, dir: &Path, rev: &str, message: &str) -> Result<Merge> {
+        self.trust.check()?;
         // In-process when it merges cleanly. Into the project's own checkout, a marker in its
         // `.git` says a merge is underway: a run killed mid-merge leaves lock files no git
         // process will finish and remove, and the next run removes them (`clear_stale_locks`).
-        if let Some(repo) = self.repo(dir) {
+        if let Some(repo) = self.repo(dir).filter(|_| self.in_process()) {
             if let Some(theirs) = libgit::resolve(&repo, rev) {
                 let marker = (dir == self.root)
                     .then(|| libgit::MergeMarker::set(repo.path()))
@@ -656,12 +715,18 @@ impl Git {
     }
 
     pub fn commit_all(&self, dir: &Path, message: &str) -> Result<Option<String>> {
-        if let Some(repo) = self.repo(dir) {
+        self.trust.check()?;
+        // A `.gitattributes` the task adds may ask for a configured filter: then git commits.
+        let in_process = self.repo(dir).filter(|r| {
+            self.in_process() && !(self.filters().configured && libgit::touches_attributes(r))
+        });
+        if let Some(repo) = in_process {
             return libgit::commit_all(&repo, message)
                 .map(|o| o.map(|id| id.to_string()))
                 .map_err(libgit::failed(dir, "add -A && commit"));
         }
-        self.run(dir, &["add", "-A", "--", ".", EXCLUDE_META])?;
+        // Not `.META/`, a look-alike, a nested repository, a link out: as in-process (guard.rs).
+        self.add_all_kept(dir)?;
         let staged = self.output(dir, &["diff", "--cached", "--quiet"])?;
         if staged.status.success() {
             return Ok(None);

@@ -1,9 +1,13 @@
 mod cli_roles;
 mod common;
+mod consent_refused;
 mod git_pinning;
+mod git_trust;
+mod hostile_cli;
 mod interrupted_merge;
 mod kill;
 mod loop_sim;
+mod merge_guard;
 mod model_roles;
 mod orphan_git;
 mod parallel;

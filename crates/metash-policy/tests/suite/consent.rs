@@ -299,7 +299,10 @@ fn terminal_prompter_reads_answers_from_its_reader() {
     let (a, out) = ask("o\n");
     assert_eq!(a, Answer::AllowOnce);
     assert!(
-        out.contains("Agent A (a) asks for `network:api.github.com`: fetch issues"),
+        out.contains(
+            "Agent A (a) asks for `network:api.github.com` (120 s suggested)\n  reason (the \
+             agent's words): fetch issues"
+        ),
         "{out}"
     );
     assert!(out.contains("[s 120]"), "{out}");

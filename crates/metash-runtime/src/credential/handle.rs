@@ -14,7 +14,7 @@ use hyper::body::Incoming;
 use reqwest::Url;
 use serde_json::json;
 
-use super::headers::{add_credential, request_headers, response_headers};
+use super::headers::{add_credential, add_grant_headers, request_headers, response_headers};
 use super::route::{has_dot_segment, is_loopback, route_for, Resolved};
 use super::secret::CredentialSource;
 use super::tap::{OutBody, TappedBody, UsageTap};
@@ -45,14 +45,15 @@ pub(crate) async fn handle(
         Ok(v) => v,
         Err(reason) => return Ok(shared.refuse(&req, StatusCode::FORBIDDEN, &reason)),
     };
-    let secret = match shared.source.credential(&route.id) {
-        Ok(s) => s,
+    let grant = match shared.source.grant(&route.id).await {
+        Ok(g) => g,
         Err(e) => return Ok(shared.refuse(&req, StatusCode::SERVICE_UNAVAILABLE, &e.to_string())),
     };
     let (parts, body) = req.into_parts();
     let mut headers = request_headers(parts.headers, route);
-    let added = add_credential(&mut headers, route, &secret);
-    drop(secret);
+    let added = add_credential(&mut headers, route, &grant.secret)
+        .and_then(|()| add_grant_headers(&mut headers, &grant.headers));
+    drop(grant);
     if added.is_none() {
         let reason = format!(
             "credential for route `{}` is not a valid header value",
@@ -87,6 +88,9 @@ pub(crate) async fn handle(
         }
     };
     let (head, body) = upstream.into_parts();
+    if head.status == StatusCode::UNAUTHORIZED {
+        shared.source.rejected(&route.id);
+    }
     let exchange = shared.exchanges.fetch_add(1, Ordering::Relaxed);
     let tapped = TappedBody::new(
         body,

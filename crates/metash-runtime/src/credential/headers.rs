@@ -83,6 +83,21 @@ pub(crate) fn add_credential(
     Some(())
 }
 
+/// Adds a grant's extra headers (a sign-in's account id), each replacing the agent's own copy.
+/// `None` when a name or value is not a valid header, or names a header the proxy manages.
+pub(crate) fn add_grant_headers(headers: &mut HeaderMap, extra: &[(String, Secret)]) -> Option<()> {
+    for (name, value) in extra {
+        let name = HeaderName::try_from(name.as_str()).ok()?;
+        if is_reserved(&name) || AGENT_AUTH.contains(&name) {
+            return None;
+        }
+        let mut value = HeaderValue::from_str(value.expose()).ok()?;
+        value.set_sensitive(true);
+        headers.insert(name, value);
+    }
+    Some(())
+}
+
 /// The upstream's response headers as the agent should see them. The body is re-framed by the
 /// server side (chunked when the upstream gave no length).
 pub(crate) fn response_headers(mut headers: HeaderMap) -> HeaderMap {
@@ -135,5 +150,25 @@ mod tests {
             Some(&b"Bearer real"[..])
         );
         assert!(add_credential(&mut out, &bearer, &Secret::new("a\nb")).is_none());
+    }
+
+    #[test]
+    fn grant_headers_replace_the_agents_and_may_not_touch_auth() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "chatgpt-account-id",
+            HeaderValue::from_static("placeholder"),
+        );
+        let extra = vec![("chatgpt-account-id".to_string(), Secret::new("acct-1"))];
+        add_grant_headers(&mut h, &extra).expect("valid");
+        assert_eq!(h.get_all("chatgpt-account-id").iter().count(), 1);
+        assert_eq!(
+            h.get("chatgpt-account-id").map(|v| v.as_bytes()),
+            Some(&b"acct-1"[..])
+        );
+        for bad in ["authorization", "host", "bad name"] {
+            let extra = vec![(bad.to_string(), Secret::new("x"))];
+            assert!(add_grant_headers(&mut h, &extra).is_none(), "{bad}");
+        }
     }
 }

@@ -42,6 +42,7 @@ mod headers;
 mod route;
 mod secret;
 mod serve;
+pub mod signin;
 mod tap;
 
 use std::fmt;
@@ -54,7 +55,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 pub use route::{AuthStyle, Mount, Route};
-pub use secret::{CredentialSource, Secret, SourceError, StaticSource};
+pub use secret::{CredentialSource, Grant, GrantFuture, Secret, SourceError, StaticSource};
 pub use tap::{StreamEnd, TapEvent, UsageTap};
 
 use crate::sink::EventSink;

@@ -3,6 +3,8 @@
 //! the moment a request leaves for the route's upstream.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 
 use zeroize::Zeroizing;
 
@@ -48,6 +50,28 @@ pub enum SourceError {
     Unavailable { route: String, reason: String },
 }
 
+/// What the proxy adds to one request: the route's credential in the route's style, and headers
+/// that belong with it (a ChatGPT sign-in's account id). The agent's own copies of those headers
+/// are dropped first, like its auth.
+#[derive(Debug, Clone)]
+pub struct Grant {
+    pub secret: Secret,
+    /// `(lowercase header name, value)`, each replacing whatever the agent sent under that name.
+    pub headers: Vec<(String, Secret)>,
+}
+
+impl From<Secret> for Grant {
+    fn from(secret: Secret) -> Self {
+        Self {
+            secret,
+            headers: Vec::new(),
+        }
+    }
+}
+
+/// A [`Grant`] being worked out (a token refresh may be in flight).
+pub type GrantFuture<'a> = Pin<Box<dyn Future<Output = Result<Grant, SourceError>> + Send + 'a>>;
+
 /// Where the proxy gets the secret for a route. The host wires the vault and the role config into
 /// it. Called once per forwarded request (so a rotated or refreshed token is picked up), on the
 /// proxy's own runtime thread: it must be quick (a lookup in memory, not a network round trip).
@@ -57,6 +81,21 @@ pub trait CredentialSource: Send + Sync {
     /// # Errors
     /// No credential for this route; the request is then refused (503) and logged.
     fn credential(&self, route: &str) -> Result<Secret, SourceError>;
+
+    /// What one request to `route` gets: the secret and the headers that go with it. This is
+    /// what the proxy asks; it is awaited on the proxy's runtime, so a source that must renew an
+    /// expired token (a subscription sign-in) does it here without holding up other requests.
+    /// The default: [`Self::credential`], no extra header.
+    ///
+    /// # Errors
+    /// As [`Self::credential`]; also a renewal that failed.
+    fn grant<'a>(&'a self, route: &'a str) -> GrantFuture<'a> {
+        Box::pin(std::future::ready(self.credential(route).map(Grant::from)))
+    }
+
+    /// The upstream refused `route`'s credential (HTTP 401): a source that can renew it does so
+    /// before its next grant, as the program it stands in for would. Default: nothing.
+    fn rejected(&self, _route: &str) {}
 
     /// A signal that turns `true` when `route`'s credential is withdrawn (a grant revoked): the
     /// proxy then cuts that route's exchanges in flight, not only the next request. `None` (the

@@ -196,38 +196,21 @@ impl AgentCgroup {
 
     /// Every pid still in the cgroup.
     pub fn pids(&self) -> Vec<i32> {
-        let mut out = Vec::new();
-        for (_, dir) in &self.dirs {
-            if let Ok(s) = fs::read_to_string(dir.join("cgroup.procs")) {
-                out.extend(s.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
-            }
-        }
-        out.sort_unstable();
-        out.dedup();
-        out
+        self.killer().pids()
     }
 
     /// SIGKILL everything in the cgroup, repeating until it is empty (a fork racing the kill is
     /// caught on the next pass) or `within` has passed.
     pub fn kill_all(&self, within: Duration) {
-        if self.version == Version::V2 {
-            if let Some(d) = self.dir("unified") {
-                let _ = write(&d.join("cgroup.kill"), "1");
-            }
-        }
-        let start = Instant::now();
-        loop {
-            let pids = self.pids();
-            if pids.is_empty() || start.elapsed() > within {
-                return;
-            }
-            for pid in pids {
-                // SAFETY: kill(2) with a pid read from our own cgroup.
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                }
-            }
-            std::thread::sleep(Duration::from_millis(2));
+        self.killer().kill_all(within);
+    }
+
+    /// A handle that can kill everything in the cgroup from another thread (the disk quota's
+    /// watcher), without owning it: the cgroup is still removed when this drops.
+    pub fn killer(&self) -> Killer {
+        Killer {
+            dirs: self.dirs.iter().map(|(_, d)| d.clone()).collect(),
+            version: self.version,
         }
     }
 
@@ -276,6 +259,51 @@ impl AgentCgroup {
             }
         }
         hit
+    }
+}
+
+/// Kills what is in an agent's cgroup; see [`AgentCgroup::killer`].
+#[derive(Debug, Clone)]
+pub struct Killer {
+    dirs: Vec<PathBuf>,
+    version: Version,
+}
+
+impl Killer {
+    /// Every pid still in the cgroup.
+    pub fn pids(&self) -> Vec<i32> {
+        let mut out = Vec::new();
+        for dir in &self.dirs {
+            if let Ok(s) = fs::read_to_string(dir.join("cgroup.procs")) {
+                out.extend(s.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// As [`AgentCgroup::kill_all`].
+    pub fn kill_all(&self, within: Duration) {
+        if self.version == Version::V2 {
+            if let Some(d) = self.dirs.first() {
+                let _ = write(&d.join("cgroup.kill"), "1");
+            }
+        }
+        let start = Instant::now();
+        loop {
+            let pids = self.pids();
+            if pids.is_empty() || start.elapsed() > within {
+                return;
+            }
+            for pid in pids {
+                // SAFETY: kill(2) with a pid read from our own cgroup.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 }
 

@@ -1,8 +1,8 @@
 //! Confining a program that does not speak the agent protocol: a coding-agent CLI (Claude Code,
 //! Codex, pi) that a model role runs, or any command `metash sandbox` is given. The same
 //! restrictions as a native agent (Landlock, seccomp, no capabilities, no new privileges, its own
-//! session, cgroup or rlimit quotas, `.meta/` masked), prepared in the parent and applied to the
-//! caller's `Command` between fork and exec. Its network is TCP to the listed loopback ports only
+//! session, cgroup or rlimit quotas, `.meta/` masked, `.git` read-only), prepared in the parent
+//! and applied to the caller's `Command` between fork and exec. Its network is TCP to the listed loopback ports only
 //! (the credential proxy, an allowlist proxy): no other connect, no listening socket, no
 //! Unix-domain socket, no UDP. This module holds what is confined; the Linux backend is in
 //! `confinement.rs`, and other systems refuse.
@@ -56,8 +56,16 @@ pub struct ConfineSpec {
 /// role and hands a copy to each command it confines.
 #[derive(Debug, Clone, Default)]
 pub struct Fence {
-    /// metash's state directories: masked wherever a grant would contain them.
+    /// metash's state directories: masked wherever a grant would contain them. No grant but the
+    /// workspace (a task worktree the host made there) may lie inside one.
     pub hidden: Vec<PathBuf>,
+    /// What the program may read but never change, whatever else is writable: the project's
+    /// `.git` (see [`crate::spec::AgentSpec::protected`]). Kept read-only by a read-only bind
+    /// wherever a writable grant contains it.
+    pub protected: Vec<PathBuf>,
+    /// The workspace read-only (a planner, any spawn that is not a task's executor): its own
+    /// HOME and TMPDIR stay writable.
+    pub workspace_read_only: bool,
     /// Loopback TCP ports it may connect to. Nothing else, and no listening socket.
     pub connect_ports: Vec<u16>,
     /// Domains it may reach through the allowlist proxy (started when this is not empty; the
@@ -70,6 +78,9 @@ pub struct Fence {
     pub max_pids: u64,
     /// Only for the RLIMIT_CPU fallback; the caller enforces the wall-clock deadline.
     pub timeout: Duration,
+    /// Bytes and files it may add under what it can write (defaults where unset); its `hit`
+    /// tells the caller why the tree was killed.
+    pub write: crate::limits::WriteQuota,
 }
 
 /// What a program needs to run besides itself: for a script, its interpreter's install prefix

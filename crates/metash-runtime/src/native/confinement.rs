@@ -1,6 +1,6 @@
 //! The Linux confinement of a program that does not speak the agent protocol (see
 //! [`super::confine`] for what is confined and why): Landlock, seccomp, no capabilities, no new
-//! privileges, its own session, cgroup or rlimit quotas, `.meta/` masked.
+//! privileges, its own session, cgroup or rlimit quotas, `.meta/` masked, `.git` read-only.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
@@ -40,8 +40,10 @@ const CLI_SYSTEM_RO: &[&str] = &[
     "/usr/share/terminfo",
 ];
 
-/// Terminals, for `metash sandbox` and `metash attach` (a pty the caller opened is inherited).
-const TTY_RW: &[&str] = &["/dev/tty", "/dev/pts", "/dev/ptmx"];
+/// The controlling terminal, whatever it is: none for a headless CLI (`ENXIO`), a pty of its own
+/// making or the one `metash sandbox` relays. `/dev/pts` and `/dev/ptmx` are never the host's:
+/// the child mounts a private `devpts` and grants it itself ([`super::tty`]).
+const TTY_RW: &[&str] = &["/dev/tty"];
 
 /// A prepared confinement. Keep it alive until the child has been reaped: it owns the ruleset fd
 /// and the cgroup (whatever is left in it is killed when it drops).
@@ -53,6 +55,8 @@ pub struct Confinement {
     env: Vec<(String, String)>,
     /// What was applied, for the log.
     pub report: Value,
+    /// The disk and file quotas' watcher, when anything is writable.
+    disk: Option<super::disk_quota::DiskWatch>,
 }
 
 impl std::fmt::Debug for Confinement {
@@ -116,6 +120,7 @@ fn child_plan(
         drop_caps: true,
         exec_gate: None,
         mask,
+        namespaces: None,
     }
 }
 
@@ -136,6 +141,33 @@ fn start_proxy(
     })
     .map(Some)
     .map_err(crate::error::io_err("starting the allowlist proxy"))
+}
+
+/// The mount namespace, when one is needed: `.meta/` hidden where a grant contains it, `.git`
+/// read-only where a writable grant reaches it; and the two reports (`state_hidden`,
+/// `protected`).
+fn plan_mask(
+    spec: &ConfineSpec,
+    workspace: &Path,
+    write: bool,
+    paths: &[PathAccess],
+) -> Result<(Option<super::mask::Mask>, Option<Value>, Option<Value>)> {
+    let mut granted = vec![PathAccess {
+        path: workspace.to_path_buf(),
+        write,
+    }];
+    granted.extend(paths.iter().cloned());
+    let mask = super::mask::plan(
+        &super::mask::Shield {
+            hidden: &spec.fence.hidden,
+            protected: &spec.fence.protected,
+            workspace,
+        },
+        &granted,
+    )?;
+    let hidden = mask.as_ref().and_then(super::mask::Mask::report);
+    let protected = mask.as_ref().and_then(super::mask::Mask::protected_report);
+    Ok((mask, hidden, protected))
 }
 
 impl Confinement {
@@ -160,19 +192,17 @@ impl Confinement {
             connect_ports.push(p.port());
         }
         let network = NetworkAccess::Allowlist(Vec::new());
+        let write = !spec.fence.workspace_read_only;
         let (ll_fd, abi) = isolate::landlock_ruleset(&isolate::LandlockPlan {
             workspace: &workspace,
             read: true,
-            write: true,
+            write,
             paths: &refs,
             entry: &program,
             network: &network,
             connect_ports: &connect_ports,
         })?;
-        let mut granted: Vec<PathBuf> = vec![workspace.clone()];
-        granted.extend(paths.iter().map(|p| p.path.clone()));
-        let mask = super::mask::plan(&spec.fence.hidden, &granted)?;
-        let hidden_report = mask.as_ref().map(super::mask::Mask::report);
+        let (mask, hidden_report, protected_report) = plan_mask(spec, &workspace, write, &paths)?;
         let mut quota = Quota::apply(
             &format!("cli-{}", spec.name),
             spec.fence.mem.as_deref(),
@@ -184,12 +214,16 @@ impl Confinement {
         // allowed when the cgroup holds the whole tree (it is killed as one when the confinement
         // drops); without a cgroup, the process group is the only handle, so it must not be left.
         let new_sessions = quota.cgroup.is_some();
+        let disk = super::disk_quota::confined(spec, &workspace, &paths, &mut quota, sink)?;
         let seccomp = isolate::seccomp_program(&network, new_sessions)?;
-        let plan = child_plan(ll_fd.as_raw_fd(), seccomp, &mut quota, mask);
+        let (ns, ns_report) = super::pidns::plan(super::pidns::Tenant::Cli, mask.is_some());
+        let mut plan = child_plan(ll_fd.as_raw_fd(), seccomp, &mut quota, mask);
+        plan.namespaces = ns;
         let report = json!({
             "sandbox": "native",
             "program": program,
             "workspace": workspace,
+            "workspace_access": if write { "read-write" } else { "read-only" },
             "landlock_abi": abi,
             "seccomp": true,
             "new_sessions": if new_sessions { "allowed (the cgroup holds the tree)" } else { "denied (no cgroup)" },
@@ -201,8 +235,12 @@ impl Confinement {
             "paths": paths.iter().map(|p| json!({"path": p.path, "write": p.write})).collect::<Vec<_>>(),
             "skipped_paths": skipped,
             "env": env.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
-            "limits": {"memory_bytes": quota.memory, "cpu_millis": quota.cpu, "pids": quota.pids},
+            "limits": {"memory_bytes": quota.memory, "cpu_millis": quota.cpu, "pids": quota.pids,
+                       "disk_bytes": disk.report["disk_bytes"], "files": disk.report["files"]},
             "state_hidden": hidden_report,
+            "protected": protected_report,
+            "processes": ns_report["processes"],
+            "terminal": ns_report["terminal"],
         });
         Ok(Self {
             plan: Arc::new(plan),
@@ -211,6 +249,7 @@ impl Confinement {
             quota,
             env,
             report,
+            disk: disk.watch,
         })
     }
 
@@ -221,8 +260,12 @@ impl Confinement {
         cmd.env_clear()
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         let plan = Arc::clone(&self.plan);
-        // SAFETY: `apply` makes only async-signal-safe syscalls on data prepared in the parent.
+        // SAFETY: the pid announcement and `apply` make only async-signal-safe syscalls on data
+        // prepared in the parent.
         unsafe {
+            if let Some(w) = &self.disk {
+                cmd.pre_exec(w.announce_pid());
+            }
             cmd.pre_exec(move || plan.apply());
         }
     }
@@ -234,5 +277,16 @@ impl Confinement {
             .as_ref()
             .map(super::cgroup::AgentCgroup::limits_hit)
             .unwrap_or_default()
+    }
+
+    /// An interactive session ([`super::tty`]): before [`Confinement::apply`], gives the program a
+    /// pty of its own (the size of the terminal on stdin) as stdio and controlling terminal, and
+    /// returns the host's side, which relays it.
+    ///
+    /// # Errors
+    /// No namespaces here (the pty lives in the tree's private `devpts`: without one, no terminal
+    /// at all), or the socket pair cannot be made.
+    pub fn relay_terminal(&mut self) -> Result<super::tty::Relay> {
+        super::tty::relay_into(Arc::get_mut(&mut self.plan), &mut self.report)
     }
 }

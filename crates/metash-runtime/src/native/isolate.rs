@@ -4,7 +4,6 @@
 //! nothing can deadlock on a lock another host thread held at fork time. Every step is fail-closed:
 //! an error aborts the spawn and the error says which step failed.
 
-use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
@@ -12,10 +11,6 @@ use std::path::{Path, PathBuf};
 use landlock::{
     Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
     RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope, ABI,
-};
-use seccompiler::{
-    SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
-    TargetArch,
 };
 
 use crate::error::{Result, RuntimeError};
@@ -193,134 +188,8 @@ fn allow(
         .map_err(landlock_err)
 }
 
-/// The seccomp program: EPERM for sockets the network mode does not allow (never a Unix-domain
-/// socket, and Unix socket pairs only as connected streams), for leaving the process
-/// group or session unless `new_sessions` (so killing the group reaches every descendant; allowed
-/// only where a cgroup holds the whole tree and is killed as one), and for a few syscalls no
-/// agent needs (ptrace, mount, namespaces, kernel keyring, bpf).
-///
-/// # Errors
-/// [`RuntimeError::SandboxSetup`] when the filter cannot be compiled for this architecture.
-pub fn seccomp_program(
-    network: &NetworkAccess,
-    new_sessions: bool,
-) -> Result<Vec<libc::sock_filter>> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    rules.insert(libc::SYS_socketpair, socketpair_rules()?);
-    rules.insert(libc::SYS_socket, socket_rules(network)?);
-    if !new_sessions {
-        rules.insert(libc::SYS_setsid, vec![]);
-        rules.insert(libc::SYS_setpgid, vec![]);
-    }
-    for &nr in DENIED_SYSCALLS {
-        rules.insert(nr, vec![]);
-    }
-    compile(rules)
-}
-
-/// Refused outright (EPERM): tracing and reading other processes, mounts and namespaces, kernel
-/// keyrings, BPF, perf, module and kexec loading, io_uring (which bypasses seccomp per call).
-const DENIED_SYSCALLS: &[i64] = &[
-    libc::SYS_ptrace,
-    libc::SYS_process_vm_readv,
-    libc::SYS_process_vm_writev,
-    libc::SYS_mount,
-    libc::SYS_umount2,
-    libc::SYS_pivot_root,
-    libc::SYS_unshare,
-    libc::SYS_setns,
-    libc::SYS_bpf,
-    libc::SYS_keyctl,
-    libc::SYS_add_key,
-    libc::SYS_request_key,
-    libc::SYS_perf_event_open,
-    libc::SYS_kexec_load,
-    libc::SYS_init_module,
-    libc::SYS_finit_module,
-    libc::SYS_io_uring_setup,
-];
-
-fn seccomp_err(e: seccompiler::BackendError) -> RuntimeError {
-    setup(format!("seccomp: {e}"))
-}
-
-/// A rule matching when argument `arg` compares with `v` by `op`.
-fn arg_is(arg: u8, op: SeccompCmpOp, v: u64) -> Result<SeccompRule> {
-    let c = SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, v).map_err(seccomp_err)?;
-    SeccompRule::new(vec![c]).map_err(seccomp_err)
-}
-
-/// A rule matching a socket type (the low byte of `type`, past the flags).
-fn type_is(ty: i32) -> Result<SeccompRule> {
-    arg_is(1, SeccompCmpOp::MaskedEq(0xff), ty as u64)
-}
-
-/// No Unix-domain socket() in any mode: Landlock (ABI <= 7) does not check connect() to a
-/// pathname socket, so a container engine's or the session bus's socket would be one connect
-/// away. Abstract sockets are scoped by Landlock (ABI >= 6) as well. With a network grant: TCP
-/// over inet/inet6 only (Landlock confines connects to the proxy port); unrestricted: no raw.
-fn socket_rules(network: &NetworkAccess) -> Result<Vec<SeccompRule>> {
-    let not_inet = || -> Result<SeccompRule> {
-        let c = |v: i32| {
-            SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, v as u64)
-                .map_err(seccomp_err)
-        };
-        SeccompRule::new(vec![c(libc::AF_INET)?, c(libc::AF_INET6)?]).map_err(seccomp_err)
-    };
-    Ok(match network {
-        NetworkAccess::None => vec![],
-        NetworkAccess::Allowlist(_) => vec![
-            not_inet()?,
-            type_is(libc::SOCK_DGRAM)?,
-            type_is(libc::SOCK_RAW)?,
-            type_is(libc::SOCK_SEQPACKET)?,
-        ],
-        NetworkAccess::Unrestricted => vec![not_inet()?, type_is(libc::SOCK_RAW)?],
-    })
-}
-
-/// A connected pair of Unix stream sockets is how node/libuv (and others) wire a child's stdio:
-/// allowed. It can reach nothing: connect() on it is EISCONN, sendmsg() with an address is refused
-/// on a connected stream, bind() needs Landlock's MAKE_SOCK on the directory. A datagram pair
-/// could connect()/sendto() any host datagram socket by path: refused. "type & 0xff !=
-/// SOCK_STREAM" is spelled as the other types (seccompiler has no masked `!=`).
-fn socketpair_rules() -> Result<Vec<SeccompRule>> {
-    let mut rules = vec![arg_is(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?];
-    for ty in [
-        libc::SOCK_DGRAM,
-        libc::SOCK_RAW,
-        libc::SOCK_RDM,
-        libc::SOCK_SEQPACKET,
-    ] {
-        rules.push(type_is(ty)?);
-    }
-    Ok(rules)
-}
-
-/// The filter as classic BPF for this architecture: matching rules get EPERM, the rest run.
-fn compile(rules: BTreeMap<i64, Vec<SeccompRule>>) -> Result<Vec<libc::sock_filter>> {
-    let arch = TargetArch::try_from(std::env::consts::ARCH)
-        .map_err(|e| setup(format!("seccomp arch: {e}")))?;
-    let filter = SeccompFilter::new(
-        rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
-        arch,
-    )
-    .map_err(seccomp_err)?;
-    let prog: seccompiler::BpfProgram = filter
-        .try_into()
-        .map_err(|e: seccompiler::BackendError| setup(format!("seccomp compile: {e}")))?;
-    Ok(prog
-        .into_iter()
-        .map(|f| libc::sock_filter {
-            code: f.code,
-            jt: f.jt,
-            jf: f.jf,
-            k: f.k,
-        })
-        .collect())
-}
+/// The seccomp program (see [`super::seccomp`]).
+pub use super::seccomp::program as seccomp_program;
 
 /// Everything the child applies, prepared by the parent.
 pub struct ChildPlan {
@@ -335,6 +204,9 @@ pub struct ChildPlan {
     pub exec_gate: Option<super::exec_gate::ChildSide>,
     /// The host's state directories a grant would expose, hidden under empty mounts.
     pub mask: Option<super::mask::Mask>,
+    /// Its own mount namespace (if the mask made none), terminal and PID namespace, entered after
+    /// the mask ([`super::pidns`]); `None` where the kernel cannot make them (reported).
+    pub namespaces: Option<super::pidns::Namespaces>,
 }
 
 fn check(rc: libc::c_long, step: &str) -> io::Result<()> {
@@ -389,21 +261,14 @@ impl ChildPlan {
                 // Before capabilities go (the mounts need them) and before Landlock.
                 mask.apply()?;
             }
+            if let Some(ns) = &self.namespaces {
+                // Still before capabilities and Landlock (its mounts add their own rules to the
+                // ruleset), and before seccomp (which refuses namespaces). This process stays
+                // outside as the tree's waiter; what returns here is the program's process.
+                ns.apply(self.landlock_fd, self.mask.is_some())?;
+            }
             if self.drop_caps {
-                // Drop every capability (the host may run as root; Landlock confines root too, but
-                // capabilities would still allow raw sockets and the like).
-                for cap in 0..=63 {
-                    libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
-                }
-                let mut hdr = CapHeader {
-                    version: 0x2008_0522,
-                    pid: 0,
-                };
-                let data = [CapData::default(); 2];
-                check(
-                    libc::syscall(libc::SYS_capset, &mut hdr as *mut CapHeader, data.as_ptr()),
-                    "capset",
-                )?;
+                drop_capabilities()?;
             }
             check(
                 libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as libc::c_long,
@@ -432,6 +297,29 @@ impl ChildPlan {
             }
         }
         Ok(())
+    }
+}
+
+/// Drops every capability (the host may run as root; Landlock confines root too, but capabilities
+/// would still allow raw sockets and the like).
+///
+/// # Safety
+/// In the forked child only.
+unsafe fn drop_capabilities() -> io::Result<()> {
+    // SAFETY: prctl and capset on this process with live stack data.
+    unsafe {
+        for cap in 0..=63 {
+            libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+        }
+        let mut hdr = CapHeader {
+            version: 0x2008_0522,
+            pid: 0,
+        };
+        let data = [CapData::default(); 2];
+        check(
+            libc::syscall(libc::SYS_capset, &mut hdr as *mut CapHeader, data.as_ptr()),
+            "capset",
+        )
     }
 }
 

@@ -17,13 +17,17 @@ mod cgroup;
 #[cfg(target_os = "linux")]
 mod confinement;
 #[cfg(target_os = "linux")]
+mod disk_quota;
+#[cfg(target_os = "linux")]
 pub mod exec_gate;
 #[cfg(target_os = "linux")]
 pub mod isolate;
 #[cfg(target_os = "linux")]
-mod mask;
+pub(crate) mod mask;
 #[cfg(target_os = "linux")]
 pub mod mountns;
+#[cfg(target_os = "linux")]
+pub mod pidns;
 #[cfg(target_os = "linux")]
 mod process;
 #[cfg(target_os = "linux")]
@@ -31,7 +35,11 @@ pub mod procs;
 #[cfg(target_os = "linux")]
 mod sandbox;
 #[cfg(target_os = "linux")]
+mod seccomp;
+#[cfg(target_os = "linux")]
 mod spawner;
+#[cfg(target_os = "linux")]
+pub mod tty;
 
 // Also compiled into Linux's unit tests, so the refusal itself is tested where CI runs.
 #[cfg(any(not(target_os = "linux"), test))]

@@ -428,17 +428,27 @@ pub struct Bind {
 impl Holder {
     /// Makes the namespace: `root` bound on itself read-only, then each bind in order (parents
     /// before children), read-only unless writable, then an empty read-only tmpfs over each of
-    /// `hide` (paths under `root`: the host's state inside a grant).
+    /// `hide` (paths under `root`: the host's state inside a grant), then each of `protect`
+    /// (paths under `root`: `.git` inside a writable grant) bound on itself read-only.
     ///
     /// # Errors
     /// A namespace or mount step the kernel refused, named.
-    pub fn create(root: &Path, binds: &[Bind], hide: &[PathBuf]) -> Result<Self> {
+    pub fn create(
+        root: &Path,
+        binds: &[Bind],
+        hide: &[PathBuf],
+        protect: &[PathBuf],
+    ) -> Result<Self> {
         let root_c = cstr(root)?;
         let binds_c = binds
             .iter()
             .map(|b| Ok((cstr(&b.source)?, cstr(&b.target)?, b.write)))
             .collect::<Result<Vec<_>>>()?;
         let hide_c = hide.iter().map(|h| cstr(h)).collect::<Result<Vec<_>>>()?;
+        let protect_c = protect
+            .iter()
+            .map(|p| cstr(p))
+            .collect::<Result<Vec<_>>>()?;
         let userns = super::mask::own_maps();
         let (ready_r, ready_w) = pipe()?;
         let (wait_r, wait_w) = pipe()?;
@@ -450,7 +460,7 @@ impl Holder {
                 // Only its two pipe ends: a copy of another thread's descriptor (another holder's
                 // pipe, the run lock) would keep that open for as long as this child waits.
                 keep_only(ready_w.as_raw_fd(), wait_r.as_raw_fd());
-                let step = holder_steps(userns.as_ref(), &root_c, &binds_c, &hide_c);
+                let step = holder_steps(userns.as_ref(), &root_c, &binds_c, (&hide_c, &protect_c));
                 libc::write(ready_w.as_raw_fd(), (&step as *const u8).cast(), 1);
                 let mut b = 0u8;
                 libc::read(wait_r.as_raw_fd(), (&mut b as *mut u8).cast(), 1);
@@ -465,7 +475,9 @@ impl Holder {
                 .map_err(|e| RuntimeError::SandboxSetup(format!("holder: {e}")))?;
             if n != 1 || b[0] != 0 {
                 return Err(RuntimeError::SandboxSetup(format!(
-                    "making a WASM agent's mount namespace failed at step {} (of: new namespace,                      private, root read-only, then each grant)",
+                    "making a WASM agent's mount namespace failed at step {} (of: 1 new \
+                     namespace, 2 private, 3 root read-only, 4.. each grant, {HIDE_STEP} hiding \
+                     the host's state, {PROTECT_STEP} keeping .git read-only)",
                     if n == 1 { b[0] } else { 0 }
                 )));
             }
@@ -527,7 +539,12 @@ fn pipe() -> Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// The holder child's setup; 0 or the 1-based step that failed.
+/// The holder's failed step when covering the host's state, and when keeping `.git` read-only.
+const HIDE_STEP: u8 = u8::MAX;
+const PROTECT_STEP: u8 = u8::MAX - 1;
+
+/// The holder child's setup; 0 or the 1-based step that failed. `shield`: the paths to hide,
+/// then those to keep read-only.
 ///
 /// # Safety
 /// Only in a freshly forked child.
@@ -535,8 +552,9 @@ unsafe fn holder_steps(
     userns: Option<&(Vec<u8>, Vec<u8>)>,
     root: &CString,
     binds: &[(CString, CString, bool)],
-    hide: &[CString],
+    shield: (&[CString], &[CString]),
 ) -> u8 {
+    let (hide, protect) = shield;
     // SAFETY (whole block): raw syscalls on data prepared before the fork.
     unsafe {
         if super::mask::enter(userns).is_err() {
@@ -564,12 +582,17 @@ unsafe fn holder_steps(
                 std::ptr::null(),
             ) == 0;
             if !bound || (!write && !read_only(target)) {
-                return u8::try_from(i + 4).unwrap_or(u8::MAX);
+                return u8::try_from(i + 4).unwrap_or(PROTECT_STEP - 1);
             }
         }
         for h in hide {
             if !cover_dir(h, false) {
-                return u8::MAX;
+                return HIDE_STEP;
+            }
+        }
+        for p in protect {
+            if !bind_self(p) || !read_only(p) {
+                return PROTECT_STEP;
             }
         }
         0

@@ -358,6 +358,11 @@ impl NativeProcess {
                 Step::Continue => {}
                 Step::End(status) => {
                     self.report_limits(sink);
+                    // Past its disk or file quota now: the turn ends on that (the tree is killed).
+                    if let Some(hit) = self.sandbox.write_quota_exceeded() {
+                        self.terminate(Duration::ZERO);
+                        return Ok(tracker.finish(hit.status()));
+                    }
                     return Ok(tracker.finish(status));
                 }
                 Step::OverCap => {
@@ -398,6 +403,9 @@ impl NativeProcess {
             thread::sleep(Duration::from_millis(2));
         }
         self.kill_now();
+        if let Some(hit) = self.sandbox.write_quota_exceeded() {
+            return hit.status();
+        }
         let hit = self
             .sandbox
             .cgroup

@@ -40,6 +40,8 @@ pub struct Sandbox {
     pub report: Value,
     /// The agent gets a mount namespace whose grants the host can withdraw.
     pub(crate) revocable: bool,
+    /// The disk and file quotas' watcher, when anything is writable.
+    disk: Option<super::disk_quota::DiskWatch>,
 }
 
 /// The allowlist proxy every connection goes through, when the agent has a network allowlist.
@@ -173,16 +175,17 @@ impl Sandbox {
             connect_ports: &proxy_ports,
         })?;
         let seccomp = isolate::seccomp_program(&network, false)?;
-        let (mask, hidden_report, revocable) = plan_mounts(spec, &workspace)?;
+        let (mask, hidden_report, revocable) = plan_mounts(spec, &workspace, &entry)?;
         let (exec_gate, exec_child) = start_exec_gate(spec, interpreter, sink, replier)?.unzip();
 
-        let quota = Quota::apply(
+        let mut quota = Quota::apply(
             &spec.id,
             spec.manifest.resources.mem.as_deref(),
             spec.manifest.resources.cpu.as_deref(),
             spec.max_pids,
             spec.timeout,
         )?;
+        let disk = super::disk_quota::agent(spec, &workspace, &mut quota, sink)?;
         let limits = applied_limits(spec, &quota);
         let Quota {
             cgroup: cg,
@@ -190,6 +193,7 @@ impl Sandbox {
             ..
         } = quota;
 
+        let (ns, ns_report) = super::pidns::plan(super::pidns::Tenant::Agent, mask.is_some());
         let plan = isolate::ChildPlan {
             landlock_fd: ll_fd.as_raw_fd(),
             seccomp,
@@ -203,10 +207,11 @@ impl Sandbox {
             drop_caps: true,
             exec_gate: exec_child,
             mask,
+            namespaces: ns,
         };
         let report = json!({
             "sandbox": "native",
-            "limits": limits,
+            "limits": disk.with_limits(&limits),
             "landlock_abi": abi,
             "seccomp": true,
             "exec_gate": if exec_gate.is_some() { json!("seccomp-user-notif") } else { json!(false) },
@@ -217,9 +222,12 @@ impl Sandbox {
             "workspace_access": if spec.has(Category::FilesWrite) { "read-write" }
                 else if spec.has(Category::FilesRead) { "read-only" } else { "none" },
             "paths": crate::limits::paths_report(spec, None),
-            "state_hidden": hidden_report,
+            "state_hidden": hidden_report["state_hidden"],
+            "protected": hidden_report["protected"],
             "paths_revocable": if revocable { json!("mount-namespace") }
                 else if spec.has_files() { json!(false) } else { json!(null) },
+            "processes": ns_report["processes"],
+            "terminal": ns_report["terminal"],
         });
         let mut env = spec.env.clone();
         if let Some(p) = &proxy {
@@ -237,7 +245,16 @@ impl Sandbox {
             env,
             report,
             revocable,
+            disk: disk.watch,
         })
+    }
+
+    /// Whether the agent is over its disk or file quota, measured now (the invocation is
+    /// ending); a hit kills what is left of its tree and is recorded once.
+    pub(crate) fn write_quota_exceeded(&self) -> Option<crate::limits::QuotaHit> {
+        self.disk
+            .as_ref()
+            .and_then(super::disk_quota::DiskWatch::check_now)
     }
 
     /// When a spawn from [`Sandbox::command`] failed: the sandbox step that failed, if known (std
@@ -257,23 +274,43 @@ impl Sandbox {
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .current_dir(&self.workspace);
         let plan = Arc::clone(&self.plan);
-        // SAFETY: `apply` makes only async-signal-safe syscalls on data prepared in the parent.
+        // SAFETY: the pid announcement and `apply` make only async-signal-safe syscalls on data
+        // prepared in the parent.
         unsafe {
+            if let Some(w) = &self.disk {
+                cmd.pre_exec(w.announce_pid());
+            }
             cmd.pre_exec(move || plan.apply());
         }
         cmd
     }
 }
 
-/// The child's mount namespace: the host's state hidden where a grant would contain it (and its
-/// report), and each granted path a mount of its own so a revocation can take it back mid-run
-/// (whether it can).
+/// The child's mount namespace: the host's state hidden where a grant would contain it, `.git`
+/// read-only where a writable grant would reach it (and their reports, `state_hidden` and
+/// `protected`), and each granted path a mount of its own so a revocation can take it back
+/// mid-run (whether it can). A project agent's own package, inside the hidden `.meta/`, is
+/// shown again read-only (its entry is there).
 fn plan_mounts(
     spec: &AgentSpec,
-    workspace: &std::path::Path,
-) -> Result<(Option<super::mask::Mask>, Option<Value>, bool)> {
-    let mask = super::mask::plan(&spec.hidden, &spec.granted_dirs())?;
-    let hidden_report = mask.as_ref().map(super::mask::Mask::report);
+    workspace: &Path,
+    entry: &Path,
+) -> Result<(Option<super::mask::Mask>, Value, bool)> {
+    let package = spec.package.as_ref().and_then(|p| p.canonicalize().ok());
+    let mask = super::mask::plan(
+        &super::mask::Shield {
+            hidden: &spec.hidden,
+            protected: &spec.protected,
+            workspace,
+        },
+        &spec.granted_access(),
+    )?
+    .map(|m| m.with_own_package(entry, package.as_deref(), workspace))
+    .transpose()?;
+    let hidden_report = json!({
+        "state_hidden": mask.as_ref().and_then(super::mask::Mask::report),
+        "protected": mask.as_ref().and_then(super::mask::Mask::protected_report),
+    });
     let revocable = spec.has_files() && super::mountns::available();
     let mask = if revocable {
         Some(super::mask::Mask::revocable(

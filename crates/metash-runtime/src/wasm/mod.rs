@@ -282,7 +282,7 @@ pub struct WasmAgent {
     pub cache: CacheHit,
     /// The file grants as one revocable preopen (Linux); `None`: preopened one by one.
     #[cfg(target_os = "linux")]
-    view: Option<view::View>,
+    view: Option<Box<view::View>>,
 }
 
 /// Why the epoch callback stopped the guest.
@@ -369,8 +369,9 @@ impl WasmAgent {
                 (Pre::Component(pre), Kind::Component)
             }
         };
+        refuse_inside_hidden(spec)?;
         #[cfg(target_os = "linux")]
-        let view = view::View::create(spec)?;
+        let view = view::View::create(spec)?.map(Box::new);
         // Without a view (no mount namespaces), a preopen cannot hide the host's state.
         #[cfg(target_os = "linux")]
         if view.is_none() {
@@ -419,6 +420,15 @@ impl WasmAgent {
         json!(false)
     }
 
+    /// What its view keeps read-only (`.git` inside a writable grant), for `agent_started`.
+    pub fn protected_report(&self) -> Value {
+        #[cfg(target_os = "linux")]
+        if let Some(v) = self.view.as_ref().filter(|v| !v.protected.is_empty()) {
+            return json!({"paths": v.protected, "via": "mount-namespace", "as": "read-only bind"});
+        }
+        Value::Null
+    }
+
     /// Whether the agent is a core module or a component.
     pub fn kind(&self) -> Kind {
         match self.pre {
@@ -450,28 +460,60 @@ fn component_linker(engine: &Engine) -> Result<wasmtime::component::Linker<State
     Ok(linker)
 }
 
-/// A preopen is a whole directory, and wasmtime-wasi's cap-std layer cannot subtract a
-/// subdirectory from it; a writable one would even let the guest rename the host's state away and
-/// plant its own. So a WASM agent is never given a directory that holds a hidden one (the
-/// project root, which holds `.meta/`): it runs in a task worktree or on a subdirectory. Fail
-/// closed, before anything runs.
-fn refuse_hidden(spec: &AgentSpec) -> Result<()> {
-    let hidden: Vec<PathBuf> = spec
-        .hidden
+/// The paths that exist, canonical.
+fn canonical(paths: &[PathBuf]) -> Vec<PathBuf> {
+    paths
         .iter()
-        .filter_map(|h| std::fs::canonicalize(h).ok())
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .collect()
+}
+
+/// A grant inside the host's state (a file in `.meta/`, another task's worktree) is never given;
+/// only the workspace may lie there (a task worktree).
+fn refuse_inside_hidden(spec: &AgentSpec) -> Result<()> {
+    let granted: Vec<crate::spec::PathAccess> = spec
+        .granted_access()
+        .into_iter()
+        .filter_map(|g| {
+            Some(crate::spec::PathAccess {
+                path: std::fs::canonicalize(&g.path).ok()?,
+                write: g.write,
+            })
+        })
         .collect();
-    for g in spec.granted_dirs() {
-        let Ok(g) = std::fs::canonicalize(&g) else {
+    let workspace = std::fs::canonicalize(&spec.workspace).ok();
+    crate::spec::refuse_inside_hidden(&canonical(&spec.hidden), &granted, workspace.as_deref())
+}
+
+/// A preopen is a whole directory, and wasmtime-wasi's cap-std layer cannot subtract a
+/// subdirectory from it or make one read-only; a writable one would even let the guest rename the
+/// host's state away and plant its own. So without a view a WASM agent is never given a
+/// directory that holds a hidden one (the project root, which holds `.meta/`), nor a writable one
+/// that holds (or lies in) a protected one (`.git`): it runs in a task worktree or on a
+/// subdirectory. Fail closed, before anything runs.
+fn refuse_hidden(spec: &AgentSpec) -> Result<()> {
+    let (hidden, protected) = (canonical(&spec.hidden), canonical(&spec.protected));
+    for g in spec.granted_access() {
+        let Ok(path) = std::fs::canonicalize(&g.path) else {
             continue;
         };
-        if let Some(h) = hidden.iter().find(|h| h.starts_with(&g)) {
+        if let Some(h) = hidden.iter().find(|h| h.starts_with(&path)) {
             return Err(RuntimeError::SandboxSetup(format!(
                 "{} holds {}, metash's own state, which no agent may see: a WASM agent cannot be \
                  given it (WASI preopens cannot hide a subdirectory); run it in a task worktree \
                  or grant a subdirectory (files.read:src/)",
-                g.display(),
+                path.display(),
                 h.display()
+            )));
+        }
+        let reach = |p: &&PathBuf| p.starts_with(&path) || path.starts_with(p);
+        if let Some(p) = protected.iter().find(reach).filter(|_| g.write) {
+            return Err(RuntimeError::SandboxSetup(format!(
+                "{} is writable and reaches {}, which no agent may change: without mount \
+                 namespaces a WASM preopen cannot keep it read-only; grant it read-only or a \
+                 subdirectory",
+                path.display(),
+                p.display()
             )));
         }
     }

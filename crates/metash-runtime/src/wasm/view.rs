@@ -6,14 +6,15 @@
 //! A revocation makes the bind read-only (which the open descriptor feels too) or covers every
 //! entry in it, and the guest's next open finds that. The guest sees the same preopens, in the
 //! same order, as without the view. The host's state inside a grant (`.meta/`) is covered by an
-//! empty read-only mount there, so a WASM agent can be given a project root as a native one can.
+//! empty read-only mount there, and the project's `.git` inside a writable grant is bound on
+//! itself read-only, so a WASM agent can be given a project root as a native one can.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Result, RuntimeError};
 use crate::native::mountns::{Bind, Holder};
-use crate::spec::{AgentSpec, Category};
+use crate::spec::{AgentSpec, Category, PathAccess};
 
 use super::GUEST_WORKSPACE;
 
@@ -23,6 +24,8 @@ static NONCE: AtomicU64 = AtomicU64::new(0);
 #[derive(Debug)]
 pub struct View {
     pub holder: Holder,
+    /// The guest paths kept read-only (`/workspace/.git`), for the start report.
+    pub protected: Vec<PathBuf>,
 }
 
 impl View {
@@ -66,21 +69,18 @@ impl View {
             std::fs::create_dir_all(&b.target)
                 .map_err(|e| RuntimeError::SandboxSetup(format!("{}: {e}", b.target.display())))?;
         }
-        // The host's state inside a grant (`.meta/` of a project root) is covered, as for a
-        // native agent.
-        let hide: Vec<PathBuf> = spec
-            .hidden
-            .iter()
-            .filter_map(|h| std::fs::canonicalize(h).ok())
-            .flat_map(|h| {
-                binds.iter().filter_map(move |b| {
-                    let source = std::fs::canonicalize(&b.source).ok()?;
-                    h.strip_prefix(&source).ok().map(|rel| b.target.join(rel))
-                })
-            })
-            .collect();
-        match Holder::create(&root, &binds, &hide) {
-            Ok(holder) => Ok(Some(Self { holder })),
+        let shielded = shield(spec, &mut binds);
+        let (hide, protect) = match shielded {
+            Ok(s) => s,
+            Err(e) => {
+                remove_empty_dirs(&root);
+                return Err(e);
+            }
+        };
+        let guest = |p: &PathBuf| Path::new("/").join(p.strip_prefix(&root).unwrap_or(p));
+        let protected = protect.iter().map(guest).collect();
+        match Holder::create(&root, &binds, &hide, &protect) {
+            Ok(holder) => Ok(Some(Self { holder, protected })),
             Err(e) => {
                 remove_empty_dirs(&root);
                 Err(e)
@@ -97,6 +97,54 @@ impl View {
     pub fn preopen_path(&self) -> PathBuf {
         self.holder.preopen_path()
     }
+}
+
+/// Where the view must cover the host's state (`.meta/` of a project root, as for a native
+/// agent) and keep `.git` read-only (inside a writable grant): paths under the view's root. A
+/// writable grant that lies inside a protected path is bound read-only instead.
+fn shield(spec: &AgentSpec, binds: &mut [Bind]) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
+    let sources: Vec<Option<PathBuf>> = binds
+        .iter()
+        .map(|b| std::fs::canonicalize(&b.source).ok())
+        .collect();
+    // Where a host path appears in the view: under every bind that holds it.
+    let in_view = |p: &Path, only_writable: bool| -> Vec<PathBuf> {
+        binds
+            .iter()
+            .zip(&sources)
+            .filter(|(b, _)| b.write || !only_writable)
+            .filter_map(|(b, s)| Some(b.target.join(p.strip_prefix(s.as_ref()?).ok()?)))
+            .collect()
+    };
+    let hidden: Vec<PathBuf> = spec
+        .hidden
+        .iter()
+        .filter_map(|h| std::fs::canonicalize(h).ok())
+        .filter(|h| !in_view(h, false).is_empty())
+        .collect();
+    let granted: Vec<PathAccess> = binds
+        .iter()
+        .zip(&sources)
+        .filter_map(|(b, s)| {
+            Some(PathAccess {
+                path: s.clone()?,
+                write: b.write,
+            })
+        })
+        .collect();
+    let protected = crate::native::mask::protected_in_reach(&spec.protected, &granted, &hidden)?;
+    let hide = hidden.iter().flat_map(|h| in_view(h, false)).collect();
+    let mut protect: Vec<PathBuf> = protected.iter().flat_map(|p| in_view(p, true)).collect();
+    protect.sort();
+    protect.dedup();
+    for (b, s) in binds.iter_mut().zip(&sources) {
+        if s.as_ref()
+            .is_some_and(|s| protected.iter().any(|p| s.starts_with(p)))
+        {
+            b.write = false;
+        }
+    }
+    Ok((hide, protect))
 }
 
 impl Drop for View {

@@ -93,6 +93,8 @@ fn deny() -> GateVerdict {
 
 /// `Seccomp_filters` of a live process (how many filters it runs under).
 fn seccomp_filters(pid: i32) -> Option<u32> {
+    // The program's process (in its PID namespace, the spawned process's grandchild).
+    let pid = metash_runtime::native::procs::program(pid);
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()?
         .lines()

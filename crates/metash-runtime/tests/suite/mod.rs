@@ -1,13 +1,17 @@
 mod common;
 mod credential_proxy;
 mod exec_gate;
+mod fence;
 mod flood;
+mod git_protect;
 mod lifecycle;
 mod native_escape;
 mod protocol;
+mod quota;
 mod replies;
 mod runaway;
 mod rust_agent;
+mod signin;
 mod upstream;
 mod wasm_escape;
 mod wasm_fuel;

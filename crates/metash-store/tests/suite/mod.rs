@@ -1,5 +1,6 @@
 mod common;
 mod concurrency;
+mod context;
 mod crash;
 mod kv_artifacts;
 mod log_chain;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Result};
 use metash_policy::Answer;
+use metash_protocol::sanitize_line;
 use metash_store::Store;
 use serde_json::json;
 
@@ -21,14 +22,15 @@ pub fn pending(ctx: &Ctx) -> Result<ExitCode> {
         println!("no question is waiting");
     } else {
         for a in &asks {
+            // The reason (and anything else an agent chose) is shown escaped, on one line.
             println!(
                 "{}  {} asks for `{}` ({}): {}; denied at {}",
                 a.id,
-                a.agent,
-                a.capability,
+                sanitize_line(&a.agent),
+                sanitize_line(&a.capability),
                 a.duration_s
                     .map_or("one action".to_string(), |d| format!("{d} s")),
-                a.reason,
+                sanitize_line(&a.reason),
                 a.deadline
             );
         }

@@ -298,6 +298,7 @@ fn common(c: &CommonArgs, workspace: &Path) -> anyhow::Result<Common> {
         session_id: None,
         include_partial_messages: false,
         trust_cwd: c.trust_cwd,
+        sign_in: None,
     };
     Ok(Common {
         frontend,
@@ -407,7 +408,7 @@ fn turn(programs: Programs, workspace: &Path, a: TurnArgs, json: bool) -> anyhow
         let mut sink = |e: metash_protocol::HarnessEventEnvelope| {
             if events {
                 if let Ok(line) = serde_json::to_string(&e) {
-                    eprintln!("{line}");
+                    eprintln!("{}", metash_protocol::sanitize_line(&line));
                 }
             }
         };
@@ -422,14 +423,19 @@ fn turn(programs: Programs, workspace: &Path, a: TurnArgs, json: bool) -> anyhow
     if json {
         println!("{}", serde_json::to_string_pretty(&resp)?);
     } else {
+        // The model's words: its terminal controls shown as escapes (`--json` has them as sent).
         if let Some(text) = &resp.result.final_output {
-            println!("{text}");
+            println!("{}", metash_protocol::sanitize_for_terminal(text));
         }
         if let Some(key) = resp.continuation.as_ref().and_then(|c| c.key.as_deref()) {
             eprintln!("continuation: {} {key}", resp.provider.as_str());
         }
         if let Some(err) = &resp.result.error {
-            eprintln!("metash: {}: {}", err.code.as_str(), err.message);
+            eprintln!(
+                "metash: {}: {}",
+                err.code.as_str(),
+                metash_protocol::sanitize_for_terminal(&err.message)
+            );
         }
     }
     Ok(if resp.result.success {

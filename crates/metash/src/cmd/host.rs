@@ -7,7 +7,10 @@ use std::process::ExitCode;
 use anyhow::{Context as _, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use metash_host::{ConsentMode, Host, HostOptions, SpawnRequest, Spawner, Terminal};
-use metash_protocol::{AgentResponse, AgentStatus, CheckpointSignal, ModelHint, SpawnOptions};
+use metash_protocol::{
+    sanitize_for_terminal, sanitize_line, AgentResponse, AgentStatus, CheckpointSignal, ModelHint,
+    SpawnOptions,
+};
 
 use super::Ctx;
 use crate::exit::Exit;
@@ -75,7 +78,7 @@ pub enum Hint {
 #[derive(Debug, Subcommand)]
 pub enum HostCommand {
     /// Run one sub-agent (seed 000's spawn_agent) and print its AgentResponse.
-    /// Exit codes: 0 success, 3 error, 4 checkpoint, 6 timeout (docs/cli.md).
+    /// Exit codes: 0 success, 3 error, 4 checkpoint, 6 timeout, 8 refused consent (docs/cli.md).
     Spawn {
         /// A registered agent or a role of .meta/config.toml.
         agent: String,
@@ -104,6 +107,11 @@ pub enum HostCommand {
         /// Wait for the answer to a checkpoint on stdin even when it is not a terminal.
         #[arg(long)]
         wait_for_answer: bool,
+        /// Print the agent's output as the bytes it sent: escape sequences, control characters
+        /// and bidirectional overrides included (by default they are shown as escapes such as
+        /// `\x1b`, so they cannot act on the terminal).
+        #[arg(long)]
+        raw: bool,
         #[command(flatten)]
         host: HostArgs,
     },
@@ -154,6 +162,7 @@ pub fn run(cmd: HostCommand, ctx: &Ctx) -> Result<ExitCode> {
             workdir,
             context_refs,
             wait_for_answer,
+            raw,
             host,
         } => {
             let h = host.open(ctx)?;
@@ -169,7 +178,7 @@ pub fn run(cmd: HostCommand, ctx: &Ctx) -> Result<ExitCode> {
             };
             req.workdir = workdir;
             let response = h.spawn_agent(&req)?;
-            print_response(&response, json)?;
+            print_response(&response, json, raw)?;
             if response.status == AgentStatus::Checkpoint {
                 let ask = wait_for_answer || host.interactive();
                 return checkpoint(&h, &response, ask, json);
@@ -192,7 +201,8 @@ pub fn run(cmd: HostCommand, ctx: &Ctx) -> Result<ExitCode> {
             } else {
                 println!(
                     "answered checkpoint `{}` with `{}`; the next spawn receives it",
-                    data.checkpoint_id, data.user_input
+                    sanitize_line(&data.checkpoint_id),
+                    sanitize_line(&data.user_input)
                 );
             }
             Ok(ExitCode::SUCCESS)
@@ -250,7 +260,9 @@ pub fn status_code(status: AgentStatus) -> ExitCode {
     }
 }
 
-fn print_response(r: &AgentResponse, json: bool) -> Result<()> {
+/// The response for people on stderr, the agent's output on stdout: with every terminal
+/// control in it shown as an escape, unless `raw` (the bytes as sent).
+fn print_response(r: &AgentResponse, json: bool, raw: bool) -> Result<()> {
     if json {
         println!("{}", serde_json::to_string(r)?);
         return Ok(());
@@ -263,7 +275,11 @@ fn print_response(r: &AgentResponse, json: bool) -> Result<()> {
         r.metadata.duration_ms
     );
     if r.status != AgentStatus::Checkpoint {
-        println!("{}", r.data);
+        if raw {
+            println!("{}", r.data);
+        } else {
+            println!("{}", sanitize_for_terminal(&r.data));
+        }
     }
     Ok(())
 }
@@ -275,18 +291,21 @@ pub fn checkpoint(h: &Host, r: &AgentResponse, ask: bool, json: bool) -> Result<
         serde_json::from_str(&r.data).context("the checkpoint signal is not valid JSON")?;
     let id = signal.resume_id.clone().unwrap_or_default();
     let mut err = std::io::stderr().lock();
+    // The id, message and options are the agent's: shown escaped (issue 31).
+    let shown_id = sanitize_line(&id);
     writeln!(
         err,
-        "\ncheckpoint `{id}` ({:?}): {}",
-        signal.reason, signal.message
+        "\ncheckpoint `{shown_id}` ({:?}): {}",
+        signal.reason,
+        sanitize_for_terminal(&signal.message)
     )?;
     for (i, o) in signal.options.iter().enumerate() {
-        writeln!(err, "  {}. {o}", i + 1)?;
+        writeln!(err, "  {}. {}", i + 1, sanitize_line(o))?;
     }
     if !ask {
         writeln!(
             err,
-            "waiting for an answer: metash resume --answer VALUE --checkpoint {id}"
+            "waiting for an answer: metash resume --answer VALUE --checkpoint {shown_id}"
         )?;
         return Ok(Exit::Checkpoint.into());
     }
@@ -304,10 +323,13 @@ pub fn checkpoint(h: &Host, r: &AgentResponse, ask: bool, json: bool) -> Result<
                 if json {
                     println!("{}", serde_json::to_string(&data)?);
                 }
-                eprintln!("answered `{}`; the next spawn receives it", data.user_input);
+                eprintln!(
+                    "answered `{}`; the next spawn receives it",
+                    sanitize_line(&data.user_input)
+                );
                 return Ok(ExitCode::SUCCESS);
             }
-            Err(e) => eprintln!("{e}"),
+            Err(e) => eprintln!("{}", sanitize_for_terminal(&e.to_string())),
         }
     }
 }

@@ -8,7 +8,9 @@ use clap::Subcommand;
 mod artifacts;
 mod asks;
 mod auth;
+mod context;
 mod control;
+mod git;
 mod harness;
 pub(crate) mod host;
 mod ledger;
@@ -16,6 +18,7 @@ mod migrate;
 pub(crate) mod onboard;
 mod orchestrator;
 mod policy;
+mod revoked;
 mod serve;
 mod store;
 #[cfg(target_os = "linux")]
@@ -34,11 +37,15 @@ pub enum Command {
     #[command(flatten)]
     Store(store::StoreCommand),
     #[command(flatten)]
+    Context(context::ContextCommand),
+    #[command(flatten)]
     Harness(harness::HarnessCommand),
     #[command(flatten)]
     Policy(policy::PolicyCommand),
     #[command(flatten)]
     Orchestrator(orchestrator::OrchestratorCommand),
+    #[command(flatten)]
+    Git(git::GitCommand),
     #[command(flatten)]
     Serve(serve::ServeCommand),
     #[command(flatten)]
@@ -55,9 +62,11 @@ pub enum Command {
 pub fn run(command: Command, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     match command {
         Command::Store(c) => store::run(c, ctx),
+        Command::Context(c) => context::run(c, ctx),
         Command::Harness(c) => harness::run(c, ctx),
         Command::Policy(c) => policy::run(c, ctx),
         Command::Orchestrator(c) => orchestrator::run(c, ctx),
+        Command::Git(c) => git::run(c, ctx),
         Command::Serve(c) => serve::run(c, ctx),
         Command::Host(c) => host::run(c, ctx),
         Command::Onboard(c) => onboard::run(c, ctx),

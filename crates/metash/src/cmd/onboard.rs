@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use metash_harness::{program_version, Program, Programs};
+use metash_runtime::credential::signin::{self, SignIn, SignInCli};
 use metash_runtime::native::probe::{self, Cgroups};
 use serde::Serialize;
 
@@ -16,9 +17,11 @@ use super::Ctx;
 /// The agent a project's planner, executor and verifier roles run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum AgentChoice {
-    /// Claude Code (`claude`), headless, with `ANTHROPIC_API_KEY`.
+    /// Claude Code (`claude`), headless, with `ANTHROPIC_API_KEY` or your Claude subscription
+    /// (`claude login`, or `CLAUDE_CODE_OAUTH_TOKEN` from `claude setup-token`).
     ClaudeCode,
-    /// OpenAI's Codex CLI (`codex exec`), with `OPENAI_API_KEY`.
+    /// OpenAI's Codex CLI (`codex exec`), with `OPENAI_API_KEY` or your ChatGPT plan (`codex
+    /// login`).
     Codex,
     /// pi-coding-agent (`pi`), with `OPENAI_API_KEY` (any OpenAI-compatible endpoint).
     Pi,
@@ -37,6 +40,15 @@ impl AgentChoice {
                 ("anthropic-api", ANTHROPIC, "claude-sonnet-4-5")
             }
             Self::Api => ("openai-responses", OPENAI, "gpt-5"),
+        }
+    }
+
+    /// The CLI whose subscription sign-in the roles may use instead of a key.
+    fn sign_in_cli(self) -> Option<SignInCli> {
+        match self {
+            Self::ClaudeCode => Some(SignInCli::Claude),
+            Self::Codex => Some(SignInCli::Codex),
+            Self::Pi | Self::Api => None,
         }
     }
 
@@ -66,7 +78,8 @@ const OPENAI: &str = "OPENAI_API_KEY";
 #[derive(Debug, Clone, Args)]
 pub struct InitAgent {
     /// Which agent runs the planner, executor and verifier roles. Absent: the first installed CLI
-    /// whose key is set (claude-code, codex, pi), else the API client if a key is set.
+    /// whose key is set or that is signed in (claude-code, codex, pi), else the API client if a
+    /// key is set. A signed-in CLI without its key gets `auth = "subscription"` roles.
     #[arg(long, value_enum)]
     pub agent: Option<AgentChoice>,
     /// The model endpoint (a proxy, a local server); absent: the provider's own.
@@ -81,25 +94,74 @@ fn env_set(name: &str) -> bool {
     std::env::var_os(name).is_some_and(|v| !v.is_empty())
 }
 
-/// The agent `metash init` picks when none is named: an installed CLI with its key, else the API.
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// The CLI's subscription sign-in, when it has one that can be used (never its token).
+fn sign_in(cli: SignInCli) -> Option<SignIn> {
+    signin::detect(cli, &env_var).ok().flatten()
+}
+
+/// How the roles `metash init` writes reach their model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitAuth {
+    /// The key in the agent's variable.
+    Key,
+    /// The CLI's subscription sign-in (`auth = "subscription"`).
+    Subscription,
+}
+
+impl AgentChoice {
+    /// The key when its variable is set, else the CLI's sign-in when it has one, else the key
+    /// (which `metash doctor` then says is missing).
+    fn auth(self) -> InitAuth {
+        let (_, key, _) = self.role(&env_set);
+        match self.sign_in_cli() {
+            Some(cli) if !env_set(key) && sign_in(cli).is_some() => InitAuth::Subscription,
+            _ => InitAuth::Key,
+        }
+    }
+
+    /// Whether it can run here: its program installed (the API client needs none) and its key
+    /// set or its CLI signed in.
+    fn usable(self, programs: &Programs) -> bool {
+        let (_, key, _) = self.role(&env_set);
+        let installed = self.program().is_none_or(|p| programs.get(p).is_some());
+        installed && (env_set(key) || self.auth() == InitAuth::Subscription)
+    }
+}
+
+/// The agent `metash init` picks when none is named: an installed CLI with its key or its
+/// sign-in, else the API.
 fn detect(programs: &Programs) -> Option<AgentChoice> {
     [AgentChoice::ClaudeCode, AgentChoice::Codex, AgentChoice::Pi]
         .into_iter()
-        .find(|a| {
-            let (_, key, _) = a.role(&env_set);
-            a.program().is_some_and(|p| programs.get(p).is_some()) && env_set(key)
-        })
+        .find(|a| a.usable(programs))
         .or_else(|| (env_set(ANTHROPIC) || env_set(OPENAI)).then_some(AgentChoice::Api))
 }
 
-/// `.meta/config.toml` with the three roles on `agent`.
-pub fn roles_toml(agent: AgentChoice, base_url: Option<&str>, model: Option<&str>) -> String {
+/// `.meta/config.toml` with the three roles on `agent`, reaching the model by `auth`.
+pub fn roles_toml(
+    agent: AgentChoice,
+    auth: InitAuth,
+    base_url: Option<&str>,
+    model: Option<&str>,
+) -> String {
     let (frontend, key, default_model) = agent.role(&env_set);
     let model = model.unwrap_or(default_model);
+    let (held, reach) = match auth {
+        InitAuth::Key => ("The key stays", format!("api_key_env = \"{key}\"")),
+        InitAuth::Subscription => (
+            "Your subscription's sign-in stays",
+            "auth = \"subscription\"   # your CLI's sign-in; or \"key\" with api_key_env"
+                .to_string(),
+        ),
+    };
     let mut out = format!(
         "# Written by `metash init --agent {}`. `metash doctor` checks it; edit freely.\n\
          # Each role runs under metash's sandbox; its first run asks for native consent\n\
-         # (or pass --yes-to native). The key stays in metash: the agent never sees it.\n\n\
+         # (or pass --yes-to native). {held} in metash: the agent never sees it.\n\n\
          schema_version = {}\n\n\
          [orchestrator]\nplanner = \"planner\"\nexecutor = \"executor\"\nverifier = \"verifier\"\n",
         agent.name(),
@@ -107,7 +169,7 @@ pub fn roles_toml(agent: AgentChoice, base_url: Option<&str>, model: Option<&str
     );
     for role in ["planner", "executor", "verifier"] {
         out.push_str(&format!(
-            "\n[roles.{role}]\nfrontend = \"{frontend}\"\nmodel_smart = {}\napi_key_env = \"{key}\"\n",
+            "\n[roles.{role}]\nfrontend = \"{frontend}\"\nmodel_smart = {}\n{reach}\n",
             toml_str(model)
         ));
         if let Some(url) = base_url {
@@ -132,7 +194,12 @@ pub fn write_roles(ctx: &Ctx, opts: &InitAgent) -> Result<Option<AgentChoice>> {
         return Ok(None);
     };
     let path = ctx.workspace.join(".meta").join("config.toml");
-    let text = roles_toml(agent, opts.base_url.as_deref(), opts.model.as_deref());
+    let text = roles_toml(
+        agent,
+        agent.auth(),
+        opts.base_url.as_deref(),
+        opts.model.as_deref(),
+    );
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -229,7 +296,6 @@ pub fn run(command: OnboardCommand, ctx: &Ctx) -> Result<ExitCode> {
 pub fn doctor(workspace: &Path) -> Vec<Check> {
     let programs = Programs::discover(Some(workspace));
     let mut checks = Vec::new();
-    let mut usable_agent = false;
     for (program, package) in [
         (Program::Claude, "@anthropic-ai/claude-code"),
         (Program::Codex, "@openai/codex"),
@@ -240,12 +306,6 @@ pub fn doctor(workspace: &Path) -> Vec<Check> {
             Some(path) => {
                 let version = program_version(path)
                     .unwrap_or_else(|| "version unknown (--version failed)".into());
-                let key = if program == Program::Claude {
-                    ANTHROPIC
-                } else {
-                    OPENAI
-                };
-                usable_agent |= env_set(key);
                 check(
                     program.name(),
                     Status::Ok,
@@ -263,7 +323,6 @@ pub fn doctor(workspace: &Path) -> Vec<Check> {
     }
     for key in [ANTHROPIC, OPENAI] {
         let set = env_set(key);
-        usable_agent |= set;
         checks.push(check(
             key,
             if set { Status::Ok } else { Status::Warn },
@@ -275,25 +334,72 @@ pub fn doctor(workspace: &Path) -> Vec<Check> {
             Some(&format!("export {key}=<your key>")),
         ));
     }
-    checks.push(check(
-        "agent",
-        if usable_agent {
-            Status::Ok
-        } else {
-            Status::Fail
-        },
-        if usable_agent {
-            "a model key is set".into()
-        } else {
-            "no model key is set: no real agent can run (the offline example still does)".into()
-        },
-        Some(
-            "export ANTHROPIC_API_KEY=<key> (Claude Code, API) or OPENAI_API_KEY=<key> (Codex, pi)",
-        ),
-    ));
+    checks.extend(sign_in_checks());
+    checks.push(agent_check(&programs));
     checks.extend(kernel_checks(&probe::probe()));
     checks.extend(project_roles(workspace));
     checks
+}
+
+/// Claude Code's and Codex's subscription sign-ins: where each is (never its token), or how to
+/// make one.
+fn sign_in_checks() -> Vec<Check> {
+    [
+        (SignInCli::Claude, "claude sign-in"),
+        (SignInCli::Codex, "codex sign-in"),
+    ]
+    .into_iter()
+    .map(|(cli, name)| {
+        let fix = metash_host::config::no_sign_in(cli);
+        match signin::detect(cli, &env_var) {
+            Ok(Some(s)) => check(
+                name,
+                Status::Ok,
+                format!(
+                    "{} (metash keeps it; agents get a placeholder)",
+                    s.describe()
+                ),
+                None,
+            ),
+            Ok(None) => check(name, Status::Warn, "not signed in".into(), Some(fix)),
+            Err(e) => check(name, Status::Warn, format!("unusable: {e}"), Some(fix)),
+        }
+    })
+    .collect()
+}
+
+/// Whether some real agent can run: an installed CLI with its key or its sign-in, or a key for
+/// the API client.
+fn agent_check(programs: &Programs) -> Check {
+    let mut ways: Vec<String> = Vec::new();
+    for agent in [AgentChoice::ClaudeCode, AgentChoice::Codex, AgentChoice::Pi] {
+        if agent.usable(programs) {
+            ways.push(match agent.auth() {
+                InitAuth::Subscription => format!("{} with your subscription", agent.name()),
+                InitAuth::Key => format!("{} with its key", agent.name()),
+            });
+        }
+    }
+    if env_set(ANTHROPIC) || env_set(OPENAI) {
+        ways.push("the API client".into());
+    }
+    let usable = !ways.is_empty();
+    check(
+        "agent",
+        if usable { Status::Ok } else { Status::Fail },
+        if usable {
+            format!("ready: {}", ways.join(", "))
+        } else {
+            "no model key is set and no CLI is signed in: no real agent can run (the offline \
+             example still does)"
+                .into()
+        },
+        Some(
+            "export ANTHROPIC_API_KEY=<key> (Claude Code, API) or OPENAI_API_KEY=<key> (Codex, pi), \
+             or sign a CLI in: `claude login` (or `claude setup-token` and export \
+             CLAUDE_CODE_OAUTH_TOKEN), `codex login`",
+        ),
+    )
 }
 
 fn kernel_checks(k: &probe::HostSupport) -> Vec<Check> {
@@ -394,14 +500,22 @@ fn project_roles(workspace: &Path) -> Vec<Check> {
             Ok(()) => check(
                 &format!("role {name}"),
                 Status::Ok,
-                format!("{} ready", role.frontend.as_str()),
+                match role.access(&env_var) {
+                    Ok(metash_host::config::Access::SignIn(s)) => {
+                        format!("{} ready, with {}", role.frontend.as_str(), s.describe())
+                    }
+                    Ok(metash_host::config::Access::Key(var)) => {
+                        format!("{} ready, with {var}", role.frontend.as_str())
+                    }
+                    _ => format!("{} ready", role.frontend.as_str()),
+                },
                 None,
             ),
             Err(e) => check(
                 &format!("role {name}"),
                 Status::Fail,
                 e.to_string(),
-                Some("install the program or set the variable named here"),
+                Some("install the program, set the variable or sign the CLI in as named here"),
             ),
         })
         .collect()

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use metash_orchestrator::{Orchestrator, RunOptions, RunOutcome, StatusReport};
+use metash_protocol::{sanitize_for_terminal as text, sanitize_line as line};
 
 use super::host::HostArgs;
 use super::Ctx;
@@ -63,6 +64,15 @@ pub fn run(cmd: OrchestratorCommand, ctx: &Ctx) -> Result<ExitCode> {
 fn run_loop(args: RunArgs, ctx: &Ctx) -> Result<ExitCode> {
     let json = ctx.json;
     let host = args.host.open(ctx)?;
+    let left = metash_store::placeholders_in(&host.store().context()?);
+    if !left.is_empty() {
+        anyhow::bail!(
+            ".meta/context.md still holds the template's placeholders ({}): a planner would plan \
+             from nothing. Write the project's vision and its current phase's focus with `metash \
+             context edit` (or `metash context set FILE`), then run again",
+            left.join(", ")
+        );
+    }
     let mut orch = Orchestrator::new(&host, &host)?;
     if args.answer.is_none() && host.pending_checkpoint()?.is_none() {
         orch.check_roles_resolve()?;
@@ -85,7 +95,17 @@ fn run_loop(args: RunArgs, ctx: &Ctx) -> Result<ExitCode> {
         options.retry = false;
         outcome = orch.run(&options)?;
     }
-    let (code, value) = match &outcome {
+    let (code, value) = report(&outcome);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    }
+    Ok(code)
+}
+
+/// Prints how the run ended for people (stderr) and returns the exit code and the same as
+/// JSON. Checkpoints, halts and task titles are agents' words: shown escaped (issue 31).
+fn report(outcome: &RunOutcome) -> (ExitCode, serde_json::Value) {
+    match outcome {
         RunOutcome::Complete { phases_completed } => {
             eprintln!("metash: the project is complete ({phases_completed} phase(s) completed in this run)");
             (
@@ -103,11 +123,13 @@ fn run_loop(args: RunArgs, ctx: &Ctx) -> Result<ExitCode> {
         RunOutcome::Checkpoint(p) => {
             eprintln!(
                 "metash: checkpoint `{}` from {} ({:?}):",
-                p.id, p.agent, p.signal.reason
+                line(&p.id),
+                line(&p.agent),
+                p.signal.reason
             );
-            eprintln!("  {}", p.signal.message);
+            eprintln!("  {}", text(&p.signal.message));
             for (i, o) in p.signal.options.iter().enumerate() {
-                eprintln!("  {}. {o}", i + 1);
+                eprintln!("  {}. {}", i + 1, line(o));
             }
             eprintln!("answer with: metash run --answer VALUE");
             (
@@ -116,9 +138,21 @@ fn run_loop(args: RunArgs, ctx: &Ctx) -> Result<ExitCode> {
             )
         }
         RunOutcome::Halted(h) => {
-            eprintln!("metash: halted ({}): {}", h.reason, h.message);
+            eprintln!("metash: halted ({}): {}", h.reason, text(&h.message));
             for f in &h.failed {
-                eprintln!("  task {} ({}): {}", f.id, f.title, f.why.join("; "));
+                eprintln!(
+                    "  task {} ({}): {}",
+                    line(&f.id),
+                    line(&f.title),
+                    line(&f.why.join("; "))
+                );
+            }
+            if h.reason == "consent_refused" {
+                eprintln!("grant it as above; the next `metash run` takes the session up again");
+                return (
+                    Exit::ConsentRefused.into(),
+                    serde_json::json!({"outcome": "halted", "halt": h}),
+                );
             }
             eprintln!("fix the cause, then `metash run --retry` (or `metash rollback TASK`)");
             (
@@ -126,21 +160,19 @@ fn run_loop(args: RunArgs, ctx: &Ctx) -> Result<ExitCode> {
                 serde_json::json!({"outcome": "halted", "halt": h}),
             )
         }
-    };
-    if json {
-        println!("{}", serde_json::to_string_pretty(&value)?);
     }
-    Ok(code)
 }
 
 /// Shows the checkpoint and reads an answer; `None` when the person leaves it for later.
 fn ask(p: &metash_protocol::PendingCheckpoint) -> Result<Option<String>> {
     eprintln!(
         "checkpoint `{}` from {}: {}",
-        p.id, p.agent, p.signal.message
+        line(&p.id),
+        line(&p.agent),
+        text(&p.signal.message)
     );
     for (i, o) in p.signal.options.iter().enumerate() {
-        eprintln!("  {}. {o}", i + 1);
+        eprintln!("  {}. {}", i + 1, line(o));
     }
     eprint!("answer (empty to stop here): ");
     std::io::stderr().flush().ok();
@@ -239,30 +271,23 @@ fn table(r: &StatusReport) -> String {
             };
             out.push_str(&format!(
                 "{:<w$}  {:>5}  {:<8}  {:<18}  {:>7}  {}\n",
-                t.id,
+                line(&t.id),
                 t.phase,
                 st,
                 state,
                 t.commits.len(),
-                t.title
+                line(&t.title)
             ));
             for f in &t.findings {
-                out.push_str(&format!("{:<w$}  finding: {f}\n", ""));
+                out.push_str(&format!("{:<w$}  finding: {}\n", "", line(f)));
             }
         }
     }
     if let Some(p) = &r.pending_checkpoint {
-        out.push_str(&format!(
-            "checkpoint `{}` from {}: {}\n",
-            p.id, p.agent, p.signal.message
-        ));
-        if !p.signal.options.is_empty() {
-            out.push_str(&format!("  options: {}\n", p.signal.options.join(", ")));
-        }
-        out.push_str("  answer with: metash run --answer VALUE\n");
+        out.push_str(&checkpoint_lines(p));
     }
     if let Some(h) = &r.halt {
-        out.push_str(&format!("halted ({}): {}\n", h.reason, h.message));
+        out.push_str(&format!("halted ({}): {}\n", h.reason, text(&h.message)));
     }
     if let Some(f) = &r.fleet {
         out.push_str(&fleet_table(f));
@@ -273,6 +298,23 @@ fn table(r: &StatusReport) -> String {
              from whom)\n"
         ));
     }
+    out
+}
+
+/// The pending checkpoint in `metash status`: the agent's message and options, escaped.
+fn checkpoint_lines(p: &metash_protocol::PendingCheckpoint) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "checkpoint `{}` from {}: {}\n",
+        line(&p.id),
+        line(&p.agent),
+        text(&p.signal.message)
+    ));
+    if !p.signal.options.is_empty() {
+        let options: Vec<_> = p.signal.options.iter().map(|o| line(o)).collect();
+        out.push_str(&format!("  options: {}\n", options.join(", ")));
+    }
+    out.push_str("  answer with: metash run --answer VALUE\n");
     out
 }
 

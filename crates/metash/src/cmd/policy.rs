@@ -14,6 +14,7 @@ use metash_policy::{
     Decision, NonInteractive, Policy, PolicyError, PolicyFile, Registry, Sensitive, Source,
     TerminalPrompter,
 };
+use metash_protocol::sanitize_line;
 use metash_store::Store;
 use serde_json::{json, Value};
 
@@ -521,11 +522,11 @@ fn print_grants(grants: &[(metash_policy::Grant, bool)]) {
         };
         println!(
             "{:<20} {:<32} {:<8} {:<28} {}",
-            g.agent,
-            g.capability.to_string(),
+            sanitize_line(&g.agent),
+            sanitize_line(&g.capability.to_string()),
             state,
-            g.expires_at,
-            g.source
+            sanitize_line(&g.expires_at),
+            sanitize_line(&g.source)
         );
     }
 }
@@ -561,22 +562,7 @@ fn consent(cmd: ConsentCmd, ctx: &Ctx) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        ConsentCmd::Revoke { agent, capability } => {
-            let p = policy(ctx)?;
-            let revoked = p.revoke(&agent, &parse_cap(&capability)?, "cli")?;
-            if json {
-                println!(
-                    "{}",
-                    json!({"agent": agent, "capability": capability, "revoked": revoked})
-                );
-            } else {
-                println!(
-                    "revoked `{capability}` for {agent} ({} live grant(s) ended; its next use is refused with consent_revoked)",
-                    revoked.len()
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        ConsentCmd::Revoke { agent, capability } => revoke(ctx, &agent, &capability),
         ConsentCmd::Check(args) => check(ctx, args),
         ConsentCmd::Pending => super::asks::pending(ctx),
         ConsentCmd::Answer {
@@ -585,6 +571,60 @@ fn consent(cmd: ConsentCmd, ctx: &Ctx) -> Result<ExitCode> {
             seconds,
         } => super::asks::answer(ctx, &id, &answer, seconds),
     }
+}
+
+/// `consent revoke`: the ledger at once, then what the process running the agent (if one does)
+/// made of it. A withdrawal it could not make is an error (exit 1), never a success.
+fn revoke(ctx: &Ctx, agent: &str, capability: &str) -> Result<ExitCode> {
+    use super::revoked::Outcome;
+    let p = policy(ctx)?;
+    let store = Store::open(&ctx.workspace)?;
+    let after = store.log().tail()?.seq;
+    let revoked = p.revoke(agent, &parse_cap(capability)?, "cli")?;
+    let role = metash_host::config::HostConfig::load(&ctx.workspace)?
+        .roles
+        .contains_key(agent);
+    let outcome = super::revoked::outcome(&store, agent, after, role)?;
+    if let Outcome::Failed(why) = &outcome {
+        bail!(
+            "revoked `{capability}` for {agent} in the ledger, but the running agent still holds \
+             it: {} (stop it: `metash agents suspend {agent}`, or end its run)",
+            why.join("; ")
+        );
+    }
+    let running = match &outcome {
+        Outcome::Applied(w) => json!({"told": true, "withdrawn": w}),
+        Outcome::Unconfirmed => json!({"told": null}),
+        _ => json!(null),
+    };
+    if ctx.json {
+        println!(
+            "{}",
+            json!({"agent": agent, "capability": capability, "revoked": revoked,
+                   "running": running})
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "revoked `{capability}` for {agent} ({} live grant(s) ended; its next use is refused with consent_revoked)",
+        revoked.len()
+    );
+    match outcome {
+        Outcome::Applied(w) => {
+            let paths: Vec<&str> = w.iter().filter_map(|v| v["path"].as_str()).collect();
+            if paths.is_empty() {
+                println!("the running agent was told");
+            } else {
+                println!("withdrawn from the running agent: {}", paths.join(", "));
+            }
+        }
+        Outcome::Unconfirmed => eprintln!(
+            "metash: warning: a run of {agent} has not ended in the log, but no running metash \
+             confirmed the revocation (a killed process leaves such a run)"
+        ),
+        _ => {}
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `consent check --dry-run`: the decision, without asking or writing to the ledger.

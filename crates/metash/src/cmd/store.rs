@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use metash_protocol::{sanitize_for_terminal, sanitize_line};
 use metash_store::{Retention, Store};
 use serde_json::Value;
 
@@ -100,6 +101,11 @@ pub enum LogCmd {
         /// How many of the last events.
         #[arg(short = 'n', long, default_value_t = 20)]
         lines: usize,
+        /// Print what agents wrote as it is: C1 controls and bidirectional overrides included
+        /// (by default they are shown as escapes such as `\u{9b}`, so they cannot act on the
+        /// terminal; the JSON of each record already escapes the C0 controls).
+        #[arg(long)]
+        raw: bool,
     },
     /// Check the hash chain; names the first broken event.
     Verify {},
@@ -195,6 +201,7 @@ fn init(
         r => r?,
     };
     let chosen = super::onboard::write_roles(ctx, agent)?;
+    let trusted = record_git_trust(&store)?;
     let state = store.state()?;
     if json {
         let mut v = serde_json::to_value(&state)?;
@@ -215,6 +222,13 @@ fn init(
                 state.session_id
             ),
         }
+        if trusted {
+            println!(
+                "recorded the repository's executable git configuration as trusted \
+                 (.meta/{}; `metash git trust` shows it)",
+                metash_orchestrator::git::trust::TRUST_FILE
+            );
+        }
         match chosen {
             Some(a) => println!(
                 "roles: planner, executor and verifier run {} (.meta/config.toml); next: metash run",
@@ -228,6 +242,23 @@ fn init(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Records the repository's executable git configuration (filters, drivers, fsmonitor, hooks) as
+/// trusted, when the project is in a git repository and none is recorded: what `metash run`
+/// checks before it runs git (docs/orchestrator.md, "Git trust"). Whether it recorded.
+fn record_git_trust(store: &Store) -> Result<bool> {
+    use metash_orchestrator::git::trust;
+    let Some(snap) = trust::record_if_absent(store.workspace())? else {
+        return Ok(false);
+    };
+    let listed = trust::Snapshot::default().changes_to(&snap);
+    store.append(
+        metash_protocol::LogKind::GitTrust,
+        None,
+        trust::event("recorded", &listed, "init"),
+    )?;
+    Ok(true)
 }
 
 fn parse_json(value: &str) -> Result<Value> {
@@ -287,7 +318,7 @@ fn log(ctx: &Ctx, cmd: LogCmd) -> Result<ExitCode> {
         metash_host::redaction::output_redactor(&store, &config, &|k| std::env::var(k).ok(), [])
     };
     match cmd {
-        LogCmd::Tail { lines } => {
+        LogCmd::Tail { lines, raw } => {
             let mut recs = Vec::new();
             store.log().scan_back(|r| {
                 recs.push(r);
@@ -301,11 +332,15 @@ fn log(ctx: &Ctx, cmd: LogCmd) -> Result<ExitCode> {
                     writeln!(out, "{}", serde_json::to_string(&r)?)?;
                 } else {
                     let agent = r.agent.as_deref().unwrap_or("-");
-                    writeln!(
-                        out,
+                    let row = format!(
                         "{:>6}  {}  {:<14} {:<12} {}",
                         r.seq, r.ts, r.kind, agent, r.data
-                    )?;
+                    );
+                    if raw {
+                        writeln!(out, "{row}")?;
+                    } else {
+                        writeln!(out, "{}", sanitize_line(&row))?;
+                    }
                 }
             }
         }
@@ -372,7 +407,7 @@ fn kv(ctx: &Ctx, cmd: KvCmd) -> Result<ExitCode> {
                 println!("{}", serde_json::to_string(&map)?);
             } else {
                 for (k, v) in map {
-                    println!("{k} = {v}");
+                    println!("{}", sanitize_line(&format!("{k} = {v}")));
                 }
             }
         }
@@ -398,12 +433,16 @@ fn schema(name: Option<String>, list: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Strings print bare for people; everything else as JSON.
+/// Strings print bare for people; everything else as JSON. Agents write these values, so what
+/// people see has its terminal controls shown as escapes (`--json` is left as it is).
 fn print_value(value: &Value, json: bool) -> Result<()> {
     match value {
-        Value::String(s) if !json => println!("{s}"),
+        Value::String(s) if !json => println!("{}", sanitize_for_terminal(s)),
         v if json => println!("{}", serde_json::to_string(v)?),
-        v => println!("{}", serde_json::to_string_pretty(v)?),
+        v => println!(
+            "{}",
+            sanitize_for_terminal(&serde_json::to_string_pretty(v)?)
+        ),
     }
     Ok(())
 }

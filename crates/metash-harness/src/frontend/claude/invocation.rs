@@ -54,6 +54,14 @@ pub(crate) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Mat
         m.env
             .insert("ANTHROPIC_BASE_URL".to_string(), ep.base_url.clone());
     }
+    // A subscription sign-in: Claude Code then sends `Authorization: Bearer` and the OAuth beta
+    // header, with the placeholder the credential proxy replaces.
+    if let Some(sign_in) = &req.options.sign_in {
+        m.env.insert(
+            "CLAUDE_CODE_OAUTH_TOKEN".to_string(),
+            sign_in.placeholder.clone(),
+        );
+    }
     if req.options.skip_permissions {
         m.env.insert("IS_SANDBOX".to_string(), "1".to_string());
     }
@@ -216,4 +224,31 @@ pub fn claude_session_file(config_dir: &Path, cwd: &Path, key: &str) -> PathBuf 
         .join("projects")
         .join(claude_project_dir(cwd))
         .join(format!("{key}.jsonl"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::SignInOptions;
+
+    #[test]
+    fn a_sign_in_gives_claude_the_placeholder_token() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut req = BuildProcessInvocationSpecRequest::new(
+            metash_protocol::HarnessFrontend::ClaudeCode,
+            dir.path(),
+            dir.path(),
+        );
+        req.options.isolated_home = true;
+        req.options.sign_in = Some(SignInOptions {
+            placeholder: "ph".into(),
+            ..SignInOptions::default()
+        });
+        let m = materialize(&req).expect("materialize");
+        assert_eq!(
+            m.env.get("CLAUDE_CODE_OAUTH_TOKEN").map(String::as_str),
+            Some("ph")
+        );
+        assert!(!m.env.contains_key("ANTHROPIC_API_KEY"));
+    }
 }

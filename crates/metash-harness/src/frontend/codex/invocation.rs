@@ -34,9 +34,21 @@ fn overrides(req: &BuildProcessInvocationSpecRequest) -> Vec<(String, String)> {
             format!("model_providers.{name}.wire_api"),
             toml::string("responses"),
         ));
-        if let Some(var) = &ep.api_key_env {
-            c.push((format!("model_providers.{name}.env_key"), toml::string(var)));
+        match &o.sign_in {
+            // The ChatGPT sign-in in its own CODEX_HOME (a placeholder): the provider uses it.
+            Some(_) => c.push((
+                format!("model_providers.{name}.requires_openai_auth"),
+                "true".into(),
+            )),
+            None => {
+                if let Some(var) = &ep.api_key_env {
+                    c.push((format!("model_providers.{name}.env_key"), toml::string(var)));
+                }
+            }
         }
+    }
+    if let Some(url) = o.sign_in.as_ref().and_then(|s| s.chatgpt_base_url.as_ref()) {
+        c.push(("chatgpt_base_url".into(), toml::string(url)));
     }
     if !o.skip_permissions {
         if let Some(mode) = &o.permission_mode {
@@ -68,7 +80,8 @@ fn overrides(req: &BuildProcessInvocationSpecRequest) -> Vec<(String, String)> {
 
 pub(crate) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Materialized> {
     let mut m = Materialized::default();
-    if req.options.isolated_home {
+    // A sign-in always gets a CODEX_HOME of its own: the user's holds the real tokens.
+    if req.options.isolated_home || req.options.sign_in.is_some() {
         let home = req.asp_home.join(super::INFO.state_dir).join("home");
         // The same overrides as the argv, as a config file: what a person running the
         // displayCommand by hand from this CODEX_HOME also gets.
@@ -78,6 +91,12 @@ pub(crate) fn materialize(req: &BuildProcessInvocationSpecRequest) -> Result<Mat
         }
         let path = home.join("config.toml");
         write_atomic(&path, doc.as_bytes())?;
+        if let Some(sign_in) = &req.options.sign_in {
+            let auth = super::signin::placeholder_auth_json(sign_in, chrono::Utc::now());
+            let mut bytes = serde_json::to_vec_pretty(&auth).unwrap_or_default();
+            bytes.push(b'\n');
+            write_atomic(&home.join("auth.json"), &bytes)?;
+        }
         m.provider_config = Some(path);
         m.env.insert(
             "CODEX_HOME".to_string(),

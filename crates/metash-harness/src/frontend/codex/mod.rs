@@ -2,6 +2,7 @@
 //! `-c` overrides and a `CODEX_HOME` under `aspHome`.
 
 mod invocation;
+mod signin;
 mod stream;
 mod toml;
 

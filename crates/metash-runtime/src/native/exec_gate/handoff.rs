@@ -21,7 +21,7 @@ struct Handoff {
     errno: i32,
 }
 
-/// Room for one `SCM_RIGHTS` fd, aligned for `cmsghdr`.
+/// Room for one `SCM_RIGHTS` fd and one `SCM_CREDENTIALS` (56 bytes), aligned for `cmsghdr`.
 #[repr(C, align(8))]
 struct CmsgBuf([u8; 64]);
 
@@ -155,11 +155,18 @@ pub(super) fn receive(host: &OwnedFd) -> Received {
         };
     }
     let mut fd: Option<OwnedFd> = None;
+    // The sender's pid in the host's namespace (the socket has SO_PASSCRED).
+    let mut sender: Option<i32> = None;
     // SAFETY: walking the control messages the kernel wrote into `ctrl`, bounded by
     // `msg_controllen`; every SCM_RIGHTS fd is taken into an OwnedFd so none leaks.
     unsafe {
         let mut cmsg = libc::CMSG_FIRSTHDR(&hdr);
         while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_CREDENTIALS
+            {
+                let cred = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::ucred>());
+                sender = Some(cred.pid);
+            }
             if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
                 let bytes = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
                 let ptr = libc::CMSG_DATA(cmsg).cast::<RawFd>();
@@ -185,7 +192,10 @@ pub(super) fn receive(host: &OwnedFd) -> Received {
         ));
     }
     match fd {
-        Some(fd) => Received::Listener { fd, pid: data.pid },
+        Some(fd) => Received::Listener {
+            fd,
+            pid: sender.unwrap_or(data.pid),
+        },
         // Without its listener the child's exec fails with ENOSYS (fail-closed).
         None => Received::Failure("exec gate: the child's handoff carried no listener".into()),
     }

@@ -101,6 +101,25 @@ impl Supervisor {
         }
         // SAFETY: both fds were just created and are owned by nobody else.
         let (host, child) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // The child's pid as the host sees it comes with each message (SCM_CREDENTIALS, which the
+        // kernel translates): in its own PID namespace, the child's getpid() is not that pid.
+        let on: libc::c_int = 1;
+        // SAFETY: setsockopt reads the int for the call.
+        let rc = unsafe {
+            libc::setsockopt(
+                host.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PASSCRED,
+                (&on as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(setup(format!(
+                "SO_PASSCRED: {}",
+                io::Error::last_os_error()
+            )));
+        }
         let shared = Arc::new(Shared::default());
         shared.running.store(true, Ordering::SeqCst);
         let thread_shared = Arc::clone(&shared);

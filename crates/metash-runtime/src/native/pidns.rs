@@ -1,0 +1,445 @@
+//! Processes and namespaces of a confined tree: a native agent or a confined CLI sees only its own
+//! processes. The child (still metash's code, between fork and exec) enters a mount namespace when
+//! nothing else made one, sets up its terminal ([`super::tty`]), then a PID namespace:
+//!
+//! ```text
+//! host ── P  (the spawned child: host pid, session and group leader; waits, mirrors the status)
+//!         └─ Q  (pid 1 of the new namespace: reaps orphans, forwards signals, exits with R)
+//!             └─ R  (pid 2: restricted by Landlock and seccomp, then execs the program)
+//! ```
+//!
+//! Q mounts a fresh `/proc` (with `hidepid=ptraceable`) in the tree's mount namespace: it lists the
+//! tree's own processes only, and not even Q (which the program cannot ptrace: Q keeps its
+//! capabilities and stays outside the Landlock domain), so metash's command line is nowhere to
+//! read. The
+//! program is not pid 1, so the kernel's init rules (signals without a handler ignored, orphans
+//! to reap) are Q's business, not the program's.
+//!
+//! Killing still reaches the whole tree: P, Q and R share P's process group and cgroup, so the
+//! host's `killpg` and cgroup kill hit all three; when Q dies (SIGKILL, or after R exited) the
+//! kernel kills everything left in the namespace; when P dies, Q's parent-death signal kills Q.
+//! P and Q ignore the catchable termination signals (the group's signal reaches R directly) and Q
+//! forwards them to R only when R left the group.
+
+use std::io;
+use std::sync::OnceLock;
+
+use serde_json::{json, Value};
+
+/// The signals the two shims must survive (and Q forwards): blocked before the fork, consumed by
+/// Q with `sigwaitinfo`, restored in R before exec.
+const SHIM_SIGNALS: &[i32] = &[
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+    libc::SIGCHLD,
+    libc::SIGTSTP,
+    libc::SIGTTIN,
+    libc::SIGTTOU,
+    libc::SIGPIPE,
+    libc::SIGALRM,
+];
+
+/// `struct landlock_path_beneath_attr` (packed in the kernel's header).
+#[repr(C, packed)]
+struct PathBeneath {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// Landlock rights, as the kernel numbers them.
+pub(super) mod access {
+    pub const WRITE_FILE: u64 = 1 << 1;
+    pub const READ_FILE: u64 = 1 << 2;
+    pub const READ_DIR: u64 = 1 << 3;
+    /// ABI 5: ioctl on a device file opened here (a terminal's `tcsetattr`, `TIOCGPTN`...).
+    pub const IOCTL_DEV: u64 = 1 << 15;
+}
+
+/// What the child sets up beyond the mask, prepared in the parent.
+pub struct Namespaces {
+    /// Enter a mount namespace here, since the mask made none: with these user namespace maps
+    /// when not root.
+    own_mount: Option<Option<(Vec<u8>, Vec<u8>)>>,
+    /// A PID namespace with its own `/proc` (false where the kernel refused one at the probe).
+    pid: bool,
+    /// Landlock rights on the new `/proc` (a CLI reads its own entries), 0 for none (a native
+    /// agent has no `/proc` grant).
+    proc_access: u64,
+    pub(super) tty: super::tty::ChildTty,
+}
+
+/// Who runs in the tree: it decides the `/proc` rights and the terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tenant {
+    /// A native agent: no `/proc`, no terminal.
+    Agent,
+    /// A confined CLI or command: its own `/proc` entries, ptys of its own for its commands.
+    Cli,
+}
+
+/// Whether PID namespaces (and a `/proc` and `devpts` of their own) can be made here: probed
+/// once, by a child doing exactly what a spawn does. The reason otherwise.
+pub fn available() -> Result<(), String> {
+    static OK: OnceLock<Result<(), String>> = OnceLock::new();
+    OK.get_or_init(probe).clone()
+}
+
+fn probe() -> Result<(), String> {
+    if !super::mountns::available() {
+        return Err("no mount namespace can be made (user namespaces are refused)".into());
+    }
+    let ns = Namespaces {
+        own_mount: Some(super::mask::own_maps()),
+        pid: true,
+        proc_access: 0,
+        tty: super::tty::ChildTty::private(),
+    };
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new("/bin/true");
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: `apply` makes only raw syscalls on data prepared above.
+    unsafe {
+        cmd.pre_exec(move || ns.apply(-1, false));
+    }
+    match cmd.status() {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(format!("the probe exited with {s}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The namespaces for one spawn, and their part of the start report. `masked`: the mask enters a
+/// mount namespace already. Where namespaces cannot be made, the tree sees every process and has
+/// no terminal; the report says so (and why).
+pub fn plan(tenant: Tenant, masked: bool) -> (Option<Namespaces>, Value) {
+    match available() {
+        Ok(()) => {
+            let ns = Namespaces {
+                own_mount: (!masked).then(super::mask::own_maps),
+                pid: true,
+                proc_access: match tenant {
+                    Tenant::Agent => 0,
+                    Tenant::Cli => access::READ_FILE | access::READ_DIR,
+                },
+                tty: match tenant {
+                    Tenant::Agent => super::tty::ChildTty::None,
+                    Tenant::Cli => super::tty::ChildTty::private(),
+                },
+            };
+            let report = json!({
+                "processes": {"own_tree_only": true, "via": "pid-namespace", "proc": "its own (hidepid)"},
+                "terminal": ns.tty.report(),
+            });
+            (Some(ns), report)
+        }
+        Err(why) => (
+            None,
+            json!({
+                "processes": {"own_tree_only": false, "why": why},
+                "terminal": super::tty::ChildTty::None.report(),
+            }),
+        ),
+    }
+}
+
+impl Namespaces {
+    /// The terminal part, for an interactive session to replace.
+    pub fn tty_mut(&mut self) -> &mut super::tty::ChildTty {
+        &mut self.tty
+    }
+
+    /// In the forked child, after the mask: the mount namespace (unless `masked` entered one),
+    /// the terminal, then the PID namespace. Returns in R; P and Q never return.
+    ///
+    /// # Safety
+    /// Only in the child between fork and exec, single-threaded, before capabilities are dropped
+    /// and before Landlock is enforced (`landlock_fd` is the ruleset the new mounts' rules go to;
+    /// negative for none).
+    pub unsafe fn apply(&self, landlock_fd: i32, masked: bool) -> io::Result<()> {
+        // SAFETY (whole block): raw syscalls on prepared data in a single-threaded child.
+        unsafe {
+            if let (Some(userns), false) = (&self.own_mount, masked) {
+                super::mask::enter(userns.as_ref())?;
+                check(
+                    libc::mount(
+                        std::ptr::null(),
+                        c"/".as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_REC | libc::MS_PRIVATE,
+                        std::ptr::null(),
+                    ),
+                    "namespaces: make / private",
+                )?;
+            }
+            self.tty.apply(landlock_fd)?;
+            if self.pid {
+                self.enter_pid_ns(landlock_fd)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// P: unshare the PID namespace and fork Q; Q: mount `/proc`, fork R. Returns in R.
+    ///
+    /// # Safety
+    /// As [`Namespaces::apply`].
+    unsafe fn enter_pid_ns(&self, landlock_fd: i32) -> io::Result<()> {
+        // SAFETY (whole block): raw syscalls on stack data.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for &s in SHIM_SIGNALS {
+                libc::sigaddset(&mut set, s);
+            }
+            libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old);
+            check(libc::unshare(libc::CLONE_NEWPID), "processes: unshare(pid)")?;
+            let mut status_pipe = [-1; 2];
+            check(
+                libc::pipe2(status_pipe.as_mut_ptr(), libc::O_CLOEXEC),
+                "processes: pipe",
+            )?;
+            let [read_end, write_end] = status_pipe;
+            let q = libc::fork();
+            check(q, "processes: fork the namespace's init")?;
+            if q > 0 {
+                outside(q, read_end);
+            }
+            // Q, pid 1. P may have died before the parent-death signal was set: then the read
+            // end is gone (closed by P's exit) and Q must not go on.
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            );
+            libc::close(read_end);
+            let mut pfd = libc::pollfd {
+                fd: write_end,
+                events: 0,
+                revents: 0,
+            };
+            if libc::poll(&mut pfd, 1, 0) > 0 && pfd.revents & libc::POLLERR != 0 {
+                libc::_exit(1);
+            }
+            self.mount_proc(landlock_fd)?;
+            let r = libc::fork();
+            check(r, "processes: fork the program's process")?;
+            if r > 0 {
+                init(r, write_end, &set);
+            }
+            libc::close(write_end);
+            libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        }
+        Ok(())
+    }
+
+    /// A fresh `/proc` for the new namespace over the host's, and (for a CLI) a Landlock rule on
+    /// it: the parent's rule on the host's `/proc` does not reach a mount stacked over it.
+    ///
+    /// # Safety
+    /// In Q, in the tree's mount namespace.
+    unsafe fn mount_proc(&self, landlock_fd: i32) -> io::Result<()> {
+        // SAFETY (whole block): raw syscalls on static strings.
+        unsafe {
+            let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+            let mount = |options: &std::ffi::CStr| {
+                libc::mount(
+                    c"proc".as_ptr(),
+                    c"/proc".as_ptr(),
+                    c"proc".as_ptr(),
+                    flags,
+                    options.as_ptr().cast(),
+                )
+            };
+            // `ptraceable` (Linux 5.8): a process is listed only to those who may ptrace it, group
+            // 0 included (`hidepid=2` lets the `gid=` group, 0 by default, see everything).
+            // Before 5.8 the option does not parse, and `hidepid=2` is what there is.
+            if mount(c"hidepid=ptraceable") != 0 {
+                check(mount(c"hidepid=2"), "processes: mount /proc")?;
+            }
+            if self.proc_access != 0 && landlock_fd >= 0 {
+                grant(
+                    landlock_fd,
+                    c"/proc",
+                    self.proc_access,
+                    "processes: grant /proc",
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Adds a Landlock rule for `path` (as this mount namespace sees it) to the ruleset: `access`
+/// beneath it.
+///
+/// # Safety
+/// In a forked child; `landlock_fd` a ruleset.
+pub(super) unsafe fn grant(
+    landlock_fd: i32,
+    path: &std::ffi::CStr,
+    access: u64,
+    step: &str,
+) -> io::Result<()> {
+    // SAFETY (whole block): open/landlock_add_rule/close on a NUL-terminated path and a packed
+    // struct that lives for the call.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+        check(fd, step)?;
+        let attr = PathBeneath {
+            allowed_access: access,
+            parent_fd: fd,
+        };
+        let rc = libc::syscall(
+            libc::SYS_landlock_add_rule,
+            landlock_fd,
+            1u32, // LANDLOCK_RULE_PATH_BENEATH
+            &attr as *const PathBeneath,
+            0u32,
+        );
+        let e = io::Error::last_os_error();
+        libc::close(fd);
+        if rc < 0 {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("sandbox step {step}: {e}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// P: keep only the status pipe, wait for Q (so no zombie of it is left to whoever adopts
+/// orphans), end as R did: its exit code, or its signal, which Q passed over the pipe (Q itself
+/// cannot die by R's signal: the kernel spares a namespace's init). Q ending without a word
+/// (killed) ends P as Q did.
+///
+/// # Safety
+/// In P only; never returns.
+unsafe fn outside(q: libc::pid_t, read_end: i32) -> ! {
+    // SAFETY (whole block): raw syscalls on stack data, then _exit.
+    unsafe {
+        keep_only(read_end);
+        let mut status = 0;
+        while libc::waitpid(q, &mut status, 0) < 0 {
+            if *libc::__errno_location() != libc::EINTR {
+                libc::_exit(1);
+            }
+        }
+        let mut r_status = [0u8; 4];
+        if libc::read(read_end, r_status.as_mut_ptr().cast(), 4) == 4 {
+            status = i32::from_ne_bytes(r_status);
+        }
+        end_as(status)
+    }
+}
+
+/// Ends this process the way `status` says a process ended: its exit code, or its signal (which
+/// this process then takes itself, default action, so the host sees the same).
+///
+/// # Safety
+/// In P only; never returns.
+unsafe fn end_as(status: i32) -> ! {
+    // SAFETY (whole block): signal, kill, sigprocmask on this process, then _exit.
+    unsafe {
+        if libc::WIFSIGNALED(status) {
+            let sig = libc::WTERMSIG(status);
+            // This process is a copy of the host's memory: a core-dumping signal must not hand
+            // it to a core handler (a piped `core_pattern` ignores RLIMIT_CORE=0).
+            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+            libc::signal(sig, libc::SIG_DFL);
+            libc::kill(libc::getpid(), sig);
+            let mut only: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut only);
+            libc::sigaddset(&mut only, sig);
+            libc::sigprocmask(libc::SIG_UNBLOCK, &only, std::ptr::null_mut());
+            libc::_exit(128 + sig);
+        }
+        libc::_exit(libc::WEXITSTATUS(status));
+    }
+}
+
+/// Q, the namespace's init: reap every child, forward the shim signals to R when R left the
+/// process group (a group signal reached it already otherwise), and when R ends, tell P how and
+/// exit (the kernel then kills whatever is left in the namespace).
+///
+/// # Safety
+/// In Q only; never returns.
+unsafe fn init(r: libc::pid_t, write_end: i32, set: &libc::sigset_t) -> ! {
+    // SAFETY (whole block): raw syscalls on stack data, then _exit.
+    unsafe {
+        keep_only(write_end);
+        loop {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let sig = libc::sigwaitinfo(set, &mut info);
+            if sig == libc::SIGCHLD {
+                loop {
+                    let mut st = 0;
+                    let pid = libc::waitpid(-1, &mut st, libc::WNOHANG);
+                    if pid <= 0 {
+                        break;
+                    }
+                    if pid == r {
+                        libc::write(write_end, st.to_ne_bytes().as_ptr().cast(), 4);
+                        libc::_exit(if libc::WIFSIGNALED(st) {
+                            128 + libc::WTERMSIG(st)
+                        } else {
+                            libc::WEXITSTATUS(st)
+                        });
+                    }
+                }
+            } else if sig > 0 && forwarded(sig) && libc::getpgid(r) != libc::getpgid(0) {
+                libc::kill(r, sig);
+            }
+        }
+    }
+}
+
+fn forwarded(sig: i32) -> bool {
+    matches!(
+        sig,
+        libc::SIGTERM
+            | libc::SIGINT
+            | libc::SIGHUP
+            | libc::SIGQUIT
+            | libc::SIGUSR1
+            | libc::SIGUSR2
+            | libc::SIGWINCH
+    )
+}
+
+/// Closes every descriptor but `fd` (stdio included: the shims hold nothing of the program's, so
+/// its pipes close when the program's side does, and std's exec-status pipe reports R's exec).
+///
+/// # Safety
+/// In a forked shim only.
+unsafe fn keep_only(fd: i32) {
+    let fd = fd as libc::c_uint;
+    // SAFETY: close_range(2) on this process's own descriptors.
+    unsafe {
+        if fd > 0 {
+            libc::syscall(libc::SYS_close_range, 0u32, fd - 1, 0u32);
+        }
+        libc::syscall(libc::SYS_close_range, fd + 1, libc::c_uint::MAX, 0u32);
+    }
+}
+
+fn check<T: Into<i64>>(rc: T, step: &str) -> io::Result<()> {
+    if rc.into() < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("sandbox step {step}: {e}"),
+        ));
+    }
+    Ok(())
+}
