@@ -17,6 +17,7 @@
 //! | `planAttempts`, `lastRejection` | plans rejected in this phase, and why the last one was |
 //! | `resumeFor` | `{role, task}` whose checkpoint was answered: spawned first, alone, so the host's `resume_data` reaches it |
 //! | `halt` | why the session is halted: `{reason, phase, failed[], message}` |
+//! | `contextSeen` | the sha256 of the context the planner last planned with (context_note.rs) |
 //!
 //! A `null` entry means absent (key paths cannot delete).
 
@@ -52,6 +53,9 @@ pub struct Book {
     pub labels: BTreeMap<String, Vec<String>>,
     /// The commits metash made each task's branch at and moved it to.
     pub branches: BTreeMap<String, Option<BranchRecord>>,
+    /// The sha256 of the context the planner last planned with: a different one now means the
+    /// owner changed it since (`metash context edit`), and the planner is told how.
+    pub context_seen: Option<String>,
 }
 
 /// What metash recorded of a task's branch: where it made it and every commit it put it at
@@ -275,10 +279,11 @@ pub enum Entry {
     LastAnswer,
     Labels,
     Branches,
+    ContextSeen,
 }
 
 impl Entry {
-    pub const ALL: [Entry; 18] = [
+    pub const ALL: [Entry; 19] = [
         Entry::Phases,
         Entry::NoChange,
         Entry::Running,
@@ -297,6 +302,7 @@ impl Entry {
         Entry::LastAnswer,
         Entry::Labels,
         Entry::Branches,
+        Entry::ContextSeen,
     ];
 
     /// The key under `variables.metash`.
@@ -320,6 +326,7 @@ impl Entry {
             Entry::LastAnswer => "lastAnswer",
             Entry::Labels => "labels",
             Entry::Branches => "branches",
+            Entry::ContextSeen => "contextSeen",
         }
     }
 }

@@ -481,10 +481,18 @@ impl<'a> Orchestrator<'a> {
             Role::Executor => &self.config.executor,
             Role::Verifier => &self.config.verifier,
         };
+        let mut user_message = prompts::user_message(role, &state, &book, &context, focus);
+        let context_sha = if role == Role::Planner {
+            let (note, sha) = self.context_note(&book, &context)?;
+            user_message.push_str(&note);
+            Some(sha).filter(|s| book.context_seen.as_deref() != Some(s.as_str()))
+        } else {
+            None
+        };
         let request = SpawnRequest {
             agent_name: agent.clone(),
             system_prompt: prompts::system_prompt(&workspace, role),
-            user_message: prompts::user_message(role, &state, &book, &context, focus),
+            user_message,
             options: SpawnOptions {
                 model_hint: self.config.model_hint,
                 timeout_seconds: self.config.timeout_seconds,
@@ -501,7 +509,12 @@ impl<'a> Orchestrator<'a> {
                 Role::Executor | Role::Verifier => WorkspaceAccess::ReadWrite,
             },
         };
-        match self.spawner.spawn_agent(&request) {
+        let spawned = self.spawner.spawn_agent(&request);
+        if let (Ok(_), Some(sha)) = (&spawned, context_sha) {
+            // The planner has seen this context: the next change is news again.
+            self.update(vec![book::set(Entry::ContextSeen, serde_json::json!(sha))])?;
+        }
+        match spawned {
             Ok(r) => Ok(r),
             // Refused consent: not the role failing. Retrying cannot change it; the run halts.
             Err(e @ metash_host::HostError::ConsentRefused { .. }) => Err(e.into()),

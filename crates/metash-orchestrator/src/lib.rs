@@ -11,6 +11,7 @@
 pub mod book;
 pub mod config;
 pub mod cost;
+mod context_note;
 mod engine;
 mod error;
 mod execute;

@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 pub use artifacts::{ArtifactInfo, Artifacts, GcReport, Retention};
-pub use context::{line_diff, placeholders_in, ContextChange, RUN_LOCK, TEMPLATE as CONTEXT_TEMPLATE};
+pub use context::{line_diff, sha256_hex as context_sha256, placeholders_in, ContextChange, RUN_LOCK, TEMPLATE as CONTEXT_TEMPLATE};
 pub use error::{Result, StoreError};
 pub use kv::{Kv, Quota as KvQuota};
 pub use log::{EventLog, NewEvent, Tail};

@@ -1,5 +1,6 @@
 mod cli_roles;
 mod common;
+mod context_change;
 mod consent_refused;
 mod git_pinning;
 mod git_trust;
