@@ -40,7 +40,10 @@ impl Orchestrator<'_> {
         );
         match diff {
             Some(d) if d.chars().count() <= MAX_DIFF_CHARS => {
-                let _ = writeln!(note, "What changed (`-` removed, `+` added):\n\n```diff\n{d}```");
+                let _ = writeln!(
+                    note,
+                    "What changed (`-` removed, `+` added):\n\n```diff\n{d}```"
+                );
             }
             _ => {
                 let _ = writeln!(note, "The whole context is above.");

@@ -10,8 +10,8 @@
 
 pub mod book;
 pub mod config;
-pub mod cost;
 mod context_note;
+pub mod cost;
 mod engine;
 mod error;
 mod execute;

@@ -47,8 +47,11 @@ fn metash(ws: &Path, pi: Option<&Path>, key: bool) -> Command {
 /// The project's vision, as a newcomer writes it after `init` (`metash context set`).
 fn set_context(ws: &Path, pi: &Path) {
     let file = ws.join("vision.md");
-    std::fs::write(&file, "# Project: first\n\n## Current Phase Focus\n\nPhase 1: three files.\n")
-        .unwrap();
+    std::fs::write(
+        &file,
+        "# Project: first\n\n## Current Phase Focus\n\nPhase 1: three files.\n",
+    )
+    .unwrap();
     let out = metash(ws, Some(pi), true)
         .args(["context", "set"])
         .arg(&file)

@@ -137,7 +137,12 @@ fn on_terminal(script: &str, cwd: &Path, env: &[(&str, String)]) -> (i32, String
 }
 
 fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git").arg("-C").arg(dir).args(args).output().unwrap();
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "git {args:?}: {out:?}");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -192,7 +197,10 @@ fn newcomer(test: &str, auth: Auth) {
         );
     }
     // What a newcomer sees of `.meta/`: what they wrote and may commit, nothing of the runtime.
-    let status = git(&project, &["status", "--porcelain", "--untracked-files=all"]);
+    let status = git(
+        &project,
+        &["status", "--porcelain", "--untracked-files=all"],
+    );
     let mut untracked: Vec<&str> = status.lines().collect();
     untracked.sort_unstable();
     assert_eq!(
@@ -207,12 +215,17 @@ fn newcomer(test: &str, auth: Auth) {
     let posts = server.posts();
     // The planner got the vision the editor wrote; every request carried the real secret, in
     // the form its sign-in uses (the CLI itself held only a placeholder).
-    assert!(posts.iter().any(|p| p.text().contains("Three small text files")));
+    assert!(posts
+        .iter()
+        .any(|p| p.text().contains("Three small text files")));
     for p in &posts {
         match auth {
             Auth::Key => assert_eq!(p.header("x-api-key"), Some(KEY)),
             Auth::Subscription => {
-                assert_eq!(p.header("authorization"), Some(format!("Bearer {TOKEN}").as_str()));
+                assert_eq!(
+                    p.header("authorization"),
+                    Some(format!("Bearer {TOKEN}").as_str())
+                );
             }
         }
     }
@@ -228,7 +241,10 @@ fn newcomer(test: &str, auth: Auth) {
 
 #[test]
 fn the_readme_first_path_with_claude_code_and_a_key() {
-    newcomer("the_readme_first_path_with_claude_code_and_a_key", Auth::Key);
+    newcomer(
+        "the_readme_first_path_with_claude_code_and_a_key",
+        Auth::Key,
+    );
 }
 
 #[test]

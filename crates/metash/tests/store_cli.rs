@@ -121,7 +121,8 @@ fn changed_context_stops_commands() {
     std::fs::write(ws.join(".meta/context.md"), "# changed\n").unwrap();
     let msg = err(ws, &["state", "set", "variables.x", "1"]);
     assert!(
-        msg.contains("context.md changed behind metash's back") && msg.contains("metash context edit"),
+        msg.contains("context.md changed behind metash's back")
+            && msg.contains("metash context edit"),
         "{msg}"
     );
 }
@@ -134,7 +135,10 @@ fn the_context_is_changed_with_context_set_and_edit() {
     let ws = dir.path();
     ok(ws, &["init"]);
     let msg = err(ws, &["run"]);
-    assert!(msg.contains("placeholders") && msg.contains("<name>"), "{msg}");
+    assert!(
+        msg.contains("placeholders") && msg.contains("<name>"),
+        "{msg}"
+    );
     let file = ws.join("vision.md");
     std::fs::write(&file, "# Project: P\n\n## Vision\n\nA real one.\n").unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_metash"))

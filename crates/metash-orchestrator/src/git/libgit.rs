@@ -75,8 +75,9 @@ pub(super) fn commit_all(repo: &Repository, message: &str) -> Result<Option<Oid>
     let mut index = repo.index()?;
     // Not only `.meta`: any `.git`/`.meta` look-alike, nested repository or link out (guard.rs).
     let workdir = repo.workdir().map(Path::to_path_buf);
-    let mut skip_meta =
-        |path: &Path, _: &[u8]| i32::from(super::guard::kept_out(workdir.as_deref(), path).is_some());
+    let mut skip_meta = |path: &Path, _: &[u8]| {
+        i32::from(super::guard::kept_out(workdir.as_deref(), path).is_some())
+    };
     index.add_all(["*"], IndexAddOption::DEFAULT, Some(&mut skip_meta))?;
     index.update_all(["*"], Some(&mut skip_meta))?;
     index.write()?;
@@ -271,9 +272,11 @@ pub(super) fn uses_filters(repo: &Repository) -> bool {
 /// adds or changes one may change which files go through a filter, so it is made by the CLI.
 pub(super) fn touches_attributes(repo: &Repository) -> bool {
     dirty_paths(repo).map_or(true, |paths| {
-        paths
-            .iter()
-            .any(|p| Path::new(p).file_name().is_some_and(|n| n == ".gitattributes"))
+        paths.iter().any(|p| {
+            Path::new(p)
+                .file_name()
+                .is_some_and(|n| n == ".gitattributes")
+        })
     })
 }
 

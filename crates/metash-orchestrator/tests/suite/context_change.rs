@@ -50,7 +50,9 @@ fn the_planner_is_told_once_what_changed_in_the_context() {
         after[0]
     );
     // Told once: later planner requests of the same context carry no note.
-    assert!(after[1..].iter().all(|m| !m.contains("The context changed")));
+    assert!(after[1..]
+        .iter()
+        .all(|m| !m.contains("The context changed")));
     assert_eq!(
         p.state()["variables"]["metash"]["contextSeen"],
         metash_store::context_sha256(changed.as_bytes()).as_str()

@@ -39,10 +39,15 @@ struct Paths {
 /// at a directory of its own whose `commondir` is `/etc`).
 fn rewrite(task: &str, p: &Paths) -> String {
     match task {
-        "a" => format!("printf 'gitdir: {}\\n' > .git && echo REWROTE", p.standin_dir),
-        _ => "mkdir -p fake && printf '/etc\\n' > fake/commondir && printf 'gitdir: fake\\n' > .git \
+        "a" => format!(
+            "printf 'gitdir: {}\\n' > .git && echo REWROTE",
+            p.standin_dir
+        ),
+        _ => {
+            "mkdir -p fake && printf '/etc\\n' > fake/commondir && printf 'gitdir: fake\\n' > .git \
               && echo REWROTE"
-            .to_string(),
+                .to_string()
+        }
     }
 }
 
@@ -151,7 +156,10 @@ fn run_hostile(cli: Cli, test: &str) {
     check_verifiers(tag, &outputs);
     // The stand-in key never reached the model (a verifier sends what it read).
     for post in server.posts() {
-        assert!(!post.text().contains(STANDIN), "{tag}: the key reached the model");
+        assert!(
+            !post.text().contains(STANDIN),
+            "{tag}: the key reached the model"
+        );
     }
     assert_eq!(p.file_at_head("a.txt"), "a-hostile");
     assert_eq!(p.file_at_head("b.txt"), "b-hostile");
@@ -165,7 +173,10 @@ fn check_planner(tag: &str, root: &Path, outputs: &[String], git_config: &[u8]) 
         .unwrap_or_else(|| panic!("{tag}: the planner's plant did not run: {outputs:#?}"));
     assert!(plant.contains("PLANT-DONE"), "{tag}: {plant}");
     for step in ["ref", "config", "hook", "attr", "meta", "file"] {
-        assert!(plant.contains(&format!("{step}:")), "{tag}: {step} did not run: {plant}");
+        assert!(
+            plant.contains(&format!("{step}:")),
+            "{tag}: {step} did not run: {plant}"
+        );
         assert!(
             !plant.contains(&format!("{step}:0")),
             "{tag}: the planner's {step} write succeeded: {plant}"
@@ -182,7 +193,10 @@ fn check_planner(tag: &str, root: &Path, outputs: &[String], git_config: &[u8]) 
         "planted-by-planner.txt",
         ".meta/prompts/planner.md",
     ] {
-        assert!(!root.join(f).exists(), "{tag}: the planner wrote {f}: {plant}");
+        assert!(
+            !root.join(f).exists(),
+            "{tag}: the planner wrote {f}: {plant}"
+        );
     }
     for marker in ["/tmp/metash-planted-fsmonitor", "/tmp/metash-planted-hook"] {
         assert!(!Path::new(marker).exists(), "{tag}: {marker} ran");
@@ -195,7 +209,10 @@ fn check_planner(tag: &str, root: &Path, outputs: &[String], git_config: &[u8]) 
 /// Each verifier ran its probes after its executor rewrote `.git`, and read none of it.
 fn check_verifiers(tag: &str, outputs: &[String]) {
     let rewrites = outputs.iter().filter(|o| o.contains("REWROTE")).count();
-    assert_eq!(rewrites, 2, "{tag}: both executors rewrote .git: {outputs:#?}");
+    assert_eq!(
+        rewrites, 2,
+        "{tag}: both executors rewrote .git: {outputs:#?}"
+    );
     let probes: Vec<&String> = outputs
         .iter()
         .filter(|o| o.contains("VERIFIER-RAN"))
@@ -204,7 +221,10 @@ fn check_verifiers(tag: &str, outputs: &[String]) {
     for out in probes {
         assert!(out.contains("PROBES-DONE"), "{tag}: {out}");
         for probe in ["key", "shadow", "consent", "events", "other"] {
-            assert!(out.contains(&format!("{probe}:")), "{tag}: {probe} did not run: {out}");
+            assert!(
+                out.contains(&format!("{probe}:")),
+                "{tag}: {probe} did not run: {out}"
+            );
             assert!(
                 !out.contains(&format!("{probe}:0")),
                 "{tag}: a verifier's {probe} read succeeded: {out}"
