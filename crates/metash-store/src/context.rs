@@ -121,13 +121,16 @@ impl crate::Store {
             ));
         }
         let run_lock = self.meta.join(RUN_LOCK);
-        let _run = crate::lock::acquire(&run_lock, std::time::Duration::ZERO).map_err(|e| match e {
+        let _run =
+            crate::lock::acquire(&run_lock, std::time::Duration::ZERO).map_err(|e| {
+                match e {
             crate::StoreError::LockTimeout { .. } => crate::StoreError::Busy(
                 "a run is in progress (it holds .meta/run.lock): change the context after it stops"
                     .into(),
             ),
             other => other,
-        })?;
+        }
+            })?;
         let _guard = self.lock()?;
         self.check_context()?;
         let path = self.context_path();

@@ -41,7 +41,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 pub use artifacts::{ArtifactInfo, Artifacts, GcReport, Retention};
-pub use context::{line_diff, sha256_hex as context_sha256, placeholders_in, ContextChange, RUN_LOCK, TEMPLATE as CONTEXT_TEMPLATE};
+pub use context::{
+    line_diff, placeholders_in, sha256_hex as context_sha256, ContextChange, RUN_LOCK,
+    TEMPLATE as CONTEXT_TEMPLATE,
+};
 pub use error::{Result, StoreError};
 pub use kv::{Kv, Quota as KvQuota};
 pub use log::{EventLog, NewEvent, Tail};
@@ -51,7 +54,8 @@ use error::IoContext;
 /// `.meta/.gitignore`, written by `init`: metash's runtime state (the log, locks, the session
 /// view, KV, artifacts, caches, worktrees, grants) stays out of git; what a person writes and may
 /// share (the context, the config, the policy, project agents, prompts) can be committed.
-const GITIGNORE: &str = "# metash: runtime state is not for git; what you write here can be committed.
+const GITIGNORE: &str =
+    "# metash: runtime state is not for git; what you write here can be committed.
 *
 !.gitignore
 !context.md
@@ -138,8 +142,7 @@ impl Store {
     fn handle(workspace: &Path) -> Self {
         // One absolute workspace from here on: a relative `.` would name another directory for
         // every git and sandbox step that runs elsewhere (a worktree, a mount namespace).
-        let workspace =
-            std::path::absolute(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+        let workspace = std::path::absolute(workspace).unwrap_or_else(|_| workspace.to_path_buf());
         let meta = workspace.join(".meta");
         Self {
             workspace: workspace.clone(),
@@ -699,14 +702,14 @@ impl Store {
     /// Rewrites store.json's context hashes (the rest kept).
     fn write_context_shas(&self, sha: &str, next: Option<&str>) -> Result<()> {
         let path = self.meta.join("store.json");
-        let mut meta: StoreMeta =
-            serde_json::from_value(self.read_raw_json(&path)?.unwrap_or(Value::Null)).map_err(
-                |e| StoreError::BadFile {
-                    path: path.clone(),
-                    line: 1,
-                    message: e.to_string(),
-                },
-            )?;
+        let mut meta: StoreMeta = serde_json::from_value(
+            self.read_raw_json(&path)?.unwrap_or(Value::Null),
+        )
+        .map_err(|e| StoreError::BadFile {
+            path: path.clone(),
+            line: 1,
+            message: e.to_string(),
+        })?;
         meta.context_sha256 = sha.to_string();
         meta.context_next_sha256 = next.map(str::to_string);
         self.write_raw_json(&path, &meta)

@@ -1,7 +1,7 @@
 mod cli_roles;
 mod common;
-mod context_change;
 mod consent_refused;
+mod context_change;
 mod git_pinning;
 mod git_trust;
 mod hostile_cli;

@@ -41,7 +41,10 @@ fn an_edit_behind_metashs_back_is_still_refused_and_not_built_on() {
     std::fs::write(&path, "# edited by hand\n").unwrap();
     let err = store.set_context("# new\n").unwrap_err();
     assert!(matches!(err, StoreError::ContextChanged { .. }), "{err}");
-    assert_eq!(std::fs::read_to_string(&path).unwrap(), "# edited by hand\n");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "# edited by hand\n"
+    );
     assert!(Store::open(dir.path()).is_err());
 }
 
@@ -107,7 +110,9 @@ fn init_ignores_runtime_state_and_keeps_what_people_write() {
     };
     ok(&["init", "-q"]);
     let store = Store::init(dir.path(), None).unwrap();
-    store.update_state("variables.x", serde_json::json!(1)).unwrap();
+    store
+        .update_state("variables.x", serde_json::json!(1))
+        .unwrap();
     std::fs::write(dir.path().join(".meta/config.toml"), "").unwrap();
     std::fs::create_dir_all(dir.path().join(".meta/agents/a")).unwrap();
     std::fs::write(dir.path().join(".meta/agents/a/manifest.toml"), "").unwrap();
@@ -134,7 +139,11 @@ fn a_relative_workspace_is_made_absolute() {
     let cwd = std::env::current_dir().unwrap();
     let rel = pathdiff(dir.path(), &cwd);
     let store = Store::open(&rel).unwrap();
-    assert!(store.workspace().is_absolute(), "{}", store.workspace().display());
+    assert!(
+        store.workspace().is_absolute(),
+        "{}",
+        store.workspace().display()
+    );
     assert!(store.meta_dir().is_absolute());
 }
 
