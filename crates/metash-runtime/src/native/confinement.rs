@@ -210,13 +210,15 @@ impl Confinement {
             spec.fence.max_pids,
             spec.fence.timeout,
         )?;
-        // A coding CLI runs its commands on a pty in a session of their own (Codex's unified exec):
-        // allowed when the cgroup holds the whole tree (it is killed as one when the confinement
-        // drops); without a cgroup, the process group is the only handle, so it must not be left.
-        let new_sessions = quota.cgroup.is_some();
+        let (ns, ns_report) = super::pidns::plan(super::pidns::Tenant::Cli, mask.is_some());
+        // A coding CLI runs its commands on a pty in a session of their own (Codex's unified exec),
+        // and an interactive shell puts its jobs in groups of their own: allowed when the cgroup
+        // or the PID namespace holds the whole tree (killed as one: the cgroup when the
+        // confinement drops, the namespace when its init dies with the group); without either,
+        // the process group is the only handle, so it must not be left.
+        let new_sessions = quota.cgroup.is_some() || ns.is_some();
         let disk = super::disk_quota::confined(spec, &workspace, &paths, &mut quota, sink)?;
         let seccomp = isolate::seccomp_program(&network, new_sessions)?;
-        let (ns, ns_report) = super::pidns::plan(super::pidns::Tenant::Cli, mask.is_some());
         let mut plan = child_plan(ll_fd.as_raw_fd(), seccomp, &mut quota, mask);
         plan.namespaces = ns;
         let report = json!({
@@ -226,7 +228,7 @@ impl Confinement {
             "workspace_access": if write { "read-write" } else { "read-only" },
             "landlock_abi": abi,
             "seccomp": true,
-            "new_sessions": if new_sessions { "allowed (the cgroup holds the tree)" } else { "denied (no cgroup)" },
+            "new_sessions": if new_sessions { "allowed (the cgroup or the PID namespace holds the tree)" } else { "denied (no cgroup, no PID namespace)" },
             "no_new_privs": true,
             "capabilities_dropped": true,
             "network": {"tcp_connect_ports": connect_ports, "allowlist": spec.fence.allowlist,

@@ -11,9 +11,8 @@
 //! Q mounts a fresh `/proc` (with `hidepid=ptraceable`) in the tree's mount namespace: it lists the
 //! tree's own processes only, and not even Q (which the program cannot ptrace: Q keeps its
 //! capabilities and stays outside the Landlock domain), so metash's command line is nowhere to
-//! read. The
-//! program is not pid 1, so the kernel's init rules (signals without a handler ignored, orphans
-//! to reap) are Q's business, not the program's.
+//! read. The program is not pid 1, so the kernel's init rules (signals without a handler ignored,
+//! orphans to reap) are Q's business, not the program's.
 //!
 //! Killing still reaches the whole tree: P, Q and R share P's process group and cgroup, so the
 //! host's `killpg` and cgroup kill hit all three; when Q dies (SIGKILL, or after R exited) the
