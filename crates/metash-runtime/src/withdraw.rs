@@ -102,10 +102,12 @@ impl Withdrawer {
             View::Wasm { root } => root.join(self.guest_path(&path).trim_start_matches('/')),
         };
         // The mount steps say "sandbox setup"; here the agent runs already.
-        let applied = self.apply(&at, &path, what, own_mount).map_err(|e| match e {
-            crate::RuntimeError::SandboxSetup(why) => crate::RuntimeError::Withdrawal(why),
-            other => other,
-        });
+        let applied = self
+            .apply(&at, &path, what, own_mount)
+            .map_err(|e| match e {
+                crate::RuntimeError::SandboxSetup(why) => crate::RuntimeError::Withdrawal(why),
+                other => other,
+            });
         Some(applied.map(|()| path))
     }
 

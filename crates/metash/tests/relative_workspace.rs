@@ -156,8 +156,22 @@ fn run_with_a_retry_then_serve_and_mcp_from_inside_the_project() {
     ];
     let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
     let said = mcp(&ws, &input);
-    assert!(said.contains("Bonjour, le monde !"), "{said}");
-    assert!(said.contains("\\\"pass\\\":false"), "{said}");
+    let answer = said
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["id"] == 2)
+        .unwrap_or_else(|| panic!("no answer: {said}"));
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    let response: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(response["status"], "success", "{response}");
+    let verdict: Value = serde_json::from_str(response["data"].as_str().unwrap()).unwrap();
+    assert_eq!(verdict["pass"], false, "{verdict}");
+    assert!(
+        verdict["findings"][0]
+            .as_str()
+            .is_some_and(|f| f.contains("found \"Bonjour, le monde !\"")),
+        "{verdict}"
+    );
 }
 
 /// Runs `cmd` with `input` on stdin (closed after it); its stdout.
@@ -568,7 +582,11 @@ fn ui_from_inside_serves_the_project() {
     assert!(login.starts_with("HTTP/1.1 303"), "{login}");
     let page = page.expect("a session cookie");
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
-    assert!(page.contains("Relative UI"), "{page}");
+    let canonical = ws.canonicalize().unwrap();
+    assert!(
+        page.contains(&format!("<h1>{}</h1>", canonical.display())),
+        "{page}"
+    );
 }
 
 /// One HTTP exchange with a loopback server: the whole reply.

@@ -118,7 +118,9 @@ mod tests {
     #[test]
     fn one_failed_withdrawal_fails_the_revocation() {
         let ok = json!({"path": "/w"});
-        assert!(matches!(judge(vec![ok.clone(), Value::Null]), Outcome::Applied(v) if v.len() == 2));
+        assert!(
+            matches!(judge(vec![ok.clone(), Value::Null]), Outcome::Applied(v) if v.len() == 2)
+        );
         let bad = json!({"error": "covering /w/.git: EBUSY"});
         match judge(vec![ok, bad]) {
             Outcome::Failed(why) => assert_eq!(why, ["covering /w/.git: EBUSY"]),
