@@ -161,6 +161,17 @@ impl Orchestrator<'_> {
         begun: &Begun,
         result: &Value,
     ) -> Result<Attempt> {
+        if let Some(refused) = result.get("consent_refused").filter(|r| r.is_object()) {
+            let text = |k: &str| refused[k].as_str().unwrap_or_default().to_string();
+            return Err(OrchestratorError::Host(
+                metash_host::HostError::ConsentRefused {
+                    agent: text("agent"),
+                    capability: text("capability"),
+                    grant_command: text("grant_command"),
+                    message: text("message"),
+                },
+            ));
+        }
         let response: AgentResponse = match serde_json::from_value(result["response"].clone()) {
             Ok(r) => r,
             Err(e) => {

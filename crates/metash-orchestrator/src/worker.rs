@@ -388,14 +388,28 @@ fn task_turn(orch: &Orchestrator<'_>, qid: &str, worker: &str) -> Result<Value> 
     let wt = worktree_of(&workspace, &id);
     orch.git.ensure_worktree(&wt, &branch, &head)?;
     orch.git.reset_to(&wt, &head)?;
-    let mut response = orch.executor_turn(
+    let turn = orch.executor_turn(
         &id,
         attempt,
         &findings,
         last_error.as_deref(),
         &wt,
         &format!(" on {worker}"),
-    )?;
+    );
+    let mut response = match turn {
+        // Refused consent is the run's to stop, not this attempt's to fail: the coordinator
+        // halts at once, as for a local executor (a retry could not change the answer).
+        Err(OrchestratorError::Host(metash_host::HostError::ConsentRefused {
+            agent,
+            capability,
+            grant_command,
+            message,
+        })) => {
+            return Ok(json!({"consent_refused": {"agent": agent, "capability": capability,
+                "grant_command": grant_command, "message": message}, "worker": worker}));
+        }
+        other => other?,
+    };
     let mut bundle = None;
     if response.status == AgentStatus::Success {
         match crate::execute::commit_response(orch, &id, &wt, &head, &response.data)? {

@@ -203,3 +203,56 @@ fn a_question_from_a_workers_agent_is_answered_from_another_machine() {
         "the answer is a grant: {grants:?}"
     );
 }
+
+/// The executor becomes a native script nobody allowed to run natively.
+fn native_executor(ws: &Path) {
+    let agent = ws.join(".meta/agents/executor");
+    std::fs::write(
+        agent.join("manifest.toml"),
+        "schema_version = \"0.1\"\nname = \"executor\"\nversion = \"0.1.0\"\n\
+         entry = \"executor.sh\"\nsandbox = \"native\"\ncapabilities = []\n",
+    )
+    .unwrap();
+    std::fs::write(agent.join("executor.sh"), "#!/bin/sh\nexit 1\n").unwrap();
+    std::fs::set_permissions(
+        agent.join("executor.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+}
+
+/// Issue 32: an executor turn refused native consent on a worker halts the coordinator's run at
+/// once (`consent_refused`, exit 8, the grant command), as a local executor's refusal does: no
+/// attempt is retried, since nothing would change.
+#[test]
+fn a_consent_refused_on_a_worker_halts_the_run_at_once() {
+    let Some(server) = server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let url = server.url("postgres");
+    let head = store_toml(&url, "refused");
+    let context = metash_testkit::greetings::context();
+    let (coord, _) = project(dir.path(), "coordinator", &head, &context, EXAMPLE_GRANTS);
+    native_executor(&coord);
+    let w1 = dir.path().join("w1");
+    clone(&coord, &w1, &head);
+    native_executor(&w1);
+    assert_eq!(metash(&coord, &["run", "--workers"]).status.code(), Some(4));
+    let workers = vec![worker(&w1, "w1", &[])];
+    let out = metash(&coord, &["run", "--workers", "--answer", "french"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(8), "{stderr}");
+    assert!(
+        stderr.contains("metash consent grant executor native"),
+        "{stderr}"
+    );
+    let status: Value = serde_json::from_str(&ok(&coord, &["--json", "status"])).unwrap();
+    assert_eq!(status["halt"]["reason"], "consent_refused", "{status}");
+    // Each task the worker took was refused once; none was attempted again.
+    let attempts: Vec<Value> = records(&coord, "tasks_enqueued");
+    let queued: usize = attempts
+        .iter()
+        .map(|r| r["data"]["tasks"].as_array().map_or(1, Vec::len))
+        .sum();
+    assert!(queued <= 2, "queued turns: {attempts:?}");
+    finish(workers);
+}

@@ -220,8 +220,21 @@ fn real_cli_fills_the_disk(cli: Cli, test: &str) {
         256u64 << 20,
         "{report}"
     );
+    // Left in place, and far from the gigabyte (the quota counts its HOME and TMPDIR too, so
+    // `out` alone may hold a little less than the quota).
+    let hits = watcher_events(&p);
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert!(
+        hits[0]["used"].as_u64().unwrap() > 50 * MIB,
+        "{:?}",
+        hits[0]
+    );
     let (bytes, _) = usage(&p.path().join("out"));
-    assert!((50 * MIB..512 * MIB).contains(&bytes), "{bytes}");
+    assert!(
+        (MIB..512 * MIB).contains(&bytes),
+        "{bytes} bytes in out/: {:?}",
+        hits[0]
+    );
 }
 
 #[test]
@@ -246,6 +259,43 @@ fn pi_told_to_write_a_gigabyte_stops_at_its_disk_quota() {
         Cli::Pi,
         "pi_told_to_write_a_gigabyte_stops_at_its_disk_quota",
     );
+}
+
+#[test]
+fn a_native_agent_writing_a_gigabyte_stops_at_the_hosts_agent_disk_quota() {
+    if let Some(why) = native_unavailable() {
+        metash_testkit::skip("native disk quota", &why);
+        return;
+    }
+    let p = Project::new();
+    let caps = ["files.read", "files.write", "process.spawn"];
+    p.agent("native-q", "native", &native_agent_exe(), &caps);
+    p.config("[host]\nagent_disk = \"20m\"\n");
+    std::fs::write(
+        p.path().join("fill.sh"),
+        "mkdir -p out && i=0; while [ $i -lt 1024 ]; do head -c 1048576 /dev/zero > out/part$i \
+         || exit 7; i=$((i+1)); done",
+    )
+    .unwrap();
+    let host = p.host(&["native", "files.read", "files.write", "process.spawn"]);
+    let r = host
+        .spawn_agent(&SpawnRequest::new(
+            "native-q",
+            "be brief",
+            "run /bin/sh fill.sh",
+        ))
+        .unwrap();
+    assert_eq!(r.status, AgentStatus::Error, "{r:?}");
+    assert!(r.data.contains("exceeded its disk limit"), "{}", r.data);
+    let hits = watcher_events(&p);
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(hits[0]["max"], 20 * MIB);
+    let started = p.log_data("agent_started");
+    let limits = &started.last().expect("agent_started")["limits"];
+    assert_eq!(limits["disk_bytes"]["value"], 20 * MIB, "{limits}");
+    assert_eq!(limits["log_bytes"]["value"], 256u64 << 20, "{limits}");
+    let (bytes, _) = usage(&p.path().join("out"));
+    assert!((20 * MIB..512 * MIB).contains(&bytes), "{bytes}");
 }
 
 /// Answers every question waiting for a client with `allow once`, until `stop`.
@@ -279,7 +329,10 @@ fn a_hundred_consent_questions_in_a_row_ask_at_most_the_rate() {
         return;
     }
     let p = Project::new();
-    p.agent("native-c", "native", &native_agent_exe(), &["codegen"]);
+    // A copy: other tests look for live processes of the test agent's own path.
+    let exe = p.path().join("flood-agent");
+    std::fs::copy(native_agent_exe(), &exe).unwrap();
+    p.agent("native-c", "native", &exe, &["codegen"]);
     // Nobody at a terminal: questions wait for any client (a client answers them all here).
     p.config("[host]\nconsent_wait_seconds = 30\n");
     let host = Host::open(
