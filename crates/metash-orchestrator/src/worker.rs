@@ -405,8 +405,10 @@ fn task_turn(orch: &Orchestrator<'_>, qid: &str, worker: &str) -> Result<Value> 
             grant_command,
             message,
         })) => {
-            return Ok(json!({"consent_refused": {"agent": agent, "capability": capability,
-                "grant_command": grant_command, "message": message}, "worker": worker}));
+            return Ok(
+                json!({"consent_refused": {"agent": agent, "capability": capability,
+                "grant_command": grant_command, "message": message}, "worker": worker}),
+            );
         }
         other => other?,
     };
