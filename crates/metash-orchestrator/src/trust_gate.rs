@@ -17,6 +17,8 @@ use crate::git::Git;
 ///
 /// # Errors
 /// As [`Git::check_trust`].
+// Used by the worker, which is Linux-only (PR_SET_PDEATHSIG).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) fn check(store: &Store, git: &Git) -> Result<Option<(String, LogLevel)>> {
     let outcome = first_record(store, git);
     if let Err(e) = &outcome {

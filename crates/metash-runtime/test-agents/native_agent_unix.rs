@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use metash_agent::Session;
 
+// The fence's probes use Linux's syscalls and socket options (the agent builds for macOS too).
+#[cfg(target_os = "linux")]
 #[path = "fence_probes.rs"]
 mod fence_probes;
 
@@ -299,9 +301,19 @@ fn handle<W: Write>(s: &mut Session<W>, prompt: &str) -> Result<(), String> {
             eprintln!("fatal: {arg}");
             std::process::exit(9)
         }
-        other => fence_probes::handle(s, other, arg)
-            .unwrap_or_else(|| Err(format!("unknown command {other:?}"))),
+        other => probe(s, other, arg),
     }
+}
+
+/// A fence probe (Linux), or an unknown command.
+#[cfg(target_os = "linux")]
+fn probe<W: Write>(s: &mut Session<W>, cmd: &str, arg: &str) -> Result<(), String> {
+    fence_probes::handle(s, cmd, arg).unwrap_or_else(|| Err(format!("unknown command {cmd:?}")))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn probe<W: Write>(_: &mut Session<W>, cmd: &str, _: &str) -> Result<(), String> {
+    Err(format!("unknown command {cmd:?}"))
 }
 
 pub fn main() {

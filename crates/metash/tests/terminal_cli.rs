@@ -339,3 +339,50 @@ fn the_racing_consent_prompt_and_pending_list_escape_the_reason() {
                   agent's words): \\x1b]52;c;";
     assert!(text.contains(record), "{text}");
 }
+
+/// `metash run` on a terminal: the planner's task title and the verifier's finding are the
+/// payload; its progress lines, the halt report and the failed task's line show them only
+/// escaped.
+#[test]
+fn a_runs_titles_and_findings_reach_the_terminal_only_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(ws)
+            .args(["-c", "user.name=t", "-c", "user.email=t@localhost"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["commit", "-q", "--allow-empty", "-m", "empty"]);
+    let context = "# Project: hostile\n\n## Current Phase Focus\n\nPhase 1: one task.\n";
+    metash_store::Store::init(ws, Some(context)).unwrap();
+    std::fs::write(
+        ws.join(".meta/config.toml"),
+        "[orchestrator]\nplanner = \"hplanner\"\nexecutor = \"hexec\"\nverifier = \"hverify\"\n\
+         max_gap_retries = 1\n",
+    )
+    .unwrap();
+    let plan = json!({"tasks": [{"id": "t1", "title": PAYLOAD, "dependencies": [],
+                                 "expects_change": false}]});
+    let say = |id: &str, data: String| {
+        [
+            json!({"type": "output", "agent_id": id, "chunk_id": "1",
+                   "content_type": "text/plain", "data": data}),
+            json!({"type": "done"}),
+        ]
+    };
+    agent(ws, "hplanner", "", &say("hplanner", plan.to_string()));
+    agent(ws, "hexec", "", &say("hexec", "nothing to change".into()));
+    let verdict = json!({"pass": false, "findings": [PAYLOAD]});
+    agent(ws, "hverify", "", &say("hverify", verdict.to_string()));
+    let (code, out) = on_terminal(ws, &["run"], &[]);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    assert_eq!(code, Some(5), "the run halts on its gap limit: {text}");
+    assert!(text.contains("task t1"), "{text}");
+    assert_escaped("run", &out, &SHOWN);
+}
