@@ -79,7 +79,9 @@ fn race<W: std::io::Write>(s: &mut Session<W>, n: usize, outside: &str) -> Resul
     #[cfg(unix)]
     std::os::unix::fs::symlink(outside, alt).map_err(io)?;
     #[cfg(not(unix))]
-    return Err(format!("the race needs Unix symlinks, not here ({outside})"));
+    return Err(format!(
+        "the race needs Unix symlinks, not here ({outside})"
+    ));
     let stop = Arc::new(AtomicBool::new(false));
     let swaps = Arc::new(AtomicU64::new(0));
     let swapper = {
