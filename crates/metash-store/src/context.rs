@@ -1,5 +1,7 @@
-//! `.meta/context.md`: the project's immutable vision. Its hash is recorded at init and checked by
-//! every later open, so an edited vision is noticed before anything acts on it.
+//! `.meta/context.md`: the project's vision, what every agent and run reads. Its hash is
+//! recorded at init and checked by every later open, so an edit made behind metash's back is
+//! noticed before anything acts on it; the owner changes it on purpose with
+//! [`crate::Store::set_context`] (`metash context edit|set`), recorded in the log.
 
 use sha2::{Digest, Sha256};
 
@@ -28,6 +30,22 @@ Phase 1: <the first milestone>.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
+
+/// `.meta/.gitignore`, written by `init`: metash's runtime state (the log, locks, the session
+/// view, KV, artifacts, caches, worktrees, grants) stays out of git; what a person writes and may
+/// share (the context, the config, the policy, project agents, prompts) can be committed.
+pub(crate) const GITIGNORE: &str =
+    "# metash: runtime state is not for git; what you write here can be committed.
+*
+!.gitignore
+!context.md
+!config.toml
+!policy.toml
+!agents/
+!agents/**
+!prompts/
+!prompts/**
+";
 
 /// The run lock's file in `.meta/`: held by `metash run` and `metash rollback` for their whole
 /// duration (the orchestrator takes it); the context is never changed under a run.
@@ -157,5 +175,22 @@ impl crate::Store {
         crate::atomic::write_atomic(&path, new.as_bytes())?;
         self.write_context_shas(&change.new_sha256, None)?;
         Ok(change)
+    }
+
+    /// Rewrites store.json's context hashes (the rest kept).
+    pub(crate) fn write_context_shas(&self, sha: &str, next: Option<&str>) -> crate::Result<()> {
+        let path = self.meta.join("store.json");
+        let mut meta: crate::StoreMeta = serde_json::from_value(
+            self.read_raw_json(&path)?
+                .unwrap_or(serde_json::Value::Null),
+        )
+        .map_err(|e| crate::StoreError::BadFile {
+            path: path.clone(),
+            line: 1,
+            message: e.to_string(),
+        })?;
+        meta.context_sha256 = sha.to_string();
+        meta.context_next_sha256 = next.map(str::to_string);
+        self.write_raw_json(&path, &meta)
     }
 }

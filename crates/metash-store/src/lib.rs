@@ -6,7 +6,7 @@
 //! processes. Layout:
 //!
 //! ```text
-//! .meta/context.md      immutable vision (sha256 recorded in store.json)
+//! .meta/context.md      the vision (sha256 in store.json; changed only by `set_context`)
 //! .meta/session.json    mutable state (SessionState), revision = seq of the last folded event
 //! .meta/events.jsonl    append-only, hash-chained log
 //! .meta/store.json      store metadata
@@ -50,22 +50,6 @@ pub use kv::{Kv, Quota as KvQuota};
 pub use log::{EventLog, NewEvent, Tail};
 
 use error::IoContext;
-
-/// `.meta/.gitignore`, written by `init`: metash's runtime state (the log, locks, the session
-/// view, KV, artifacts, caches, worktrees, grants) stays out of git; what a person writes and may
-/// share (the context, the config, the policy, project agents, prompts) can be committed.
-const GITIGNORE: &str =
-    "# metash: runtime state is not for git; what you write here can be committed.
-*
-!.gitignore
-!context.md
-!config.toml
-!policy.toml
-!agents/
-!agents/**
-!prompts/
-!prompts/**
-";
 
 /// The lock timeout when none is configured.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_millis(5_000);
@@ -188,7 +172,7 @@ impl Store {
         std::fs::create_dir_all(&store.meta).at(&store.meta)?;
         let ignore = store.meta.join(".gitignore");
         if !ignore.exists() {
-            atomic::write_atomic(&ignore, GITIGNORE.as_bytes())?;
+            atomic::write_atomic(&ignore, context::GITIGNORE.as_bytes())?;
         }
         if let Some(pg) = backend::postgres(workspace, &store.meta, store.lock_timeout)? {
             let context = context.unwrap_or(context::TEMPLATE);
@@ -697,22 +681,6 @@ impl Store {
     /// Writes `data` in its versioned envelope.
     fn write_json(&self, path: &Path, data: &Value) -> Result<()> {
         self.write_raw_json(path, &envelope::seal(data))
-    }
-
-    /// Rewrites store.json's context hashes (the rest kept).
-    fn write_context_shas(&self, sha: &str, next: Option<&str>) -> Result<()> {
-        let path = self.meta.join("store.json");
-        let mut meta: StoreMeta = serde_json::from_value(
-            self.read_raw_json(&path)?.unwrap_or(Value::Null),
-        )
-        .map_err(|e| StoreError::BadFile {
-            path: path.clone(),
-            line: 1,
-            message: e.to_string(),
-        })?;
-        meta.context_sha256 = sha.to_string();
-        meta.context_next_sha256 = next.map(str::to_string);
-        self.write_raw_json(&path, &meta)
     }
 
     fn write_raw_json<T: Serialize>(&self, path: &Path, value: &T) -> Result<()> {
