@@ -12,6 +12,8 @@ pub mod openai;
 #[cfg(unix)]
 pub mod postgres;
 pub mod procs;
+#[cfg(unix)]
+pub mod pty;
 pub mod sdk;
 #[cfg(unix)]
 pub mod secret_service;

@@ -6,28 +6,11 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::FromRawFd;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-
-/// A pseudo-terminal: the controlling side (to type into) and the terminal's path.
-fn pty() -> (File, String) {
-    // SAFETY: plain libc calls on a descriptor this function owns; ptsname's buffer is copied
-    // before any other call.
-    unsafe {
-        let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
-        assert!(fd >= 0, "posix_openpt");
-        assert_eq!(libc::grantpt(fd), 0);
-        assert_eq!(libc::unlockpt(fd), 0);
-        let name = std::ffi::CStr::from_ptr(libc::ptsname(fd))
-            .to_string_lossy()
-            .into_owned();
-        (File::from_raw_fd(fd), name)
-    }
-}
 
 fn metash(ws: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_metash"));
@@ -112,7 +95,7 @@ fn replies(ws: &Path) -> Vec<Value> {
 fn the_terminal_answers_first_and_another_client_is_refused() {
     let dir = project();
     let ws = dir.path();
-    let (mut master, tty) = pty();
+    let (mut master, tty) = metash_testkit::pty::open();
     let child = spawn_at(ws, &tty);
     let id = waiting_id(ws);
     master.write_all(b"d\n").unwrap();
@@ -143,7 +126,7 @@ fn the_terminal_answers_first_and_another_client_is_refused() {
 fn another_client_answers_first_and_the_terminal_says_so() {
     let dir = project();
     let ws = dir.path();
-    let (mut master, tty) = pty();
+    let (mut master, tty) = metash_testkit::pty::open();
     let child = spawn_at(ws, &tty);
     let id = waiting_id(ws);
     let answered = run(ws, &["consent", "answer", &id, "once"]);

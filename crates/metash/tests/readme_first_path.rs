@@ -11,7 +11,7 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -38,21 +38,6 @@ fn first_path() -> Vec<String> {
         .and_then(|b| b.split("```").next())
         .expect("its first sh block");
     block.lines().map(str::to_string).collect()
-}
-
-/// A pseudo-terminal: the controlling side and the terminal's path.
-fn pty() -> (File, PathBuf) {
-    // SAFETY: plain libc calls on a descriptor owned here; ptsname's buffer is copied at once.
-    unsafe {
-        let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
-        assert!(fd >= 0, "posix_openpt");
-        assert_eq!(libc::grantpt(fd), 0);
-        assert_eq!(libc::unlockpt(fd), 0);
-        let name = std::ffi::CStr::from_ptr(libc::ptsname(fd))
-            .to_string_lossy()
-            .into_owned();
-        (File::from_raw_fd(fd), PathBuf::from(name))
-    }
 }
 
 /// `$EDITOR`: writes a real context into the file it is given.
@@ -84,7 +69,7 @@ fn path_with_metash(dir: &Path, tools: &Path) -> String {
 /// Runs `script` with bash on a fresh terminal; answers each consent question "allow for a
 /// day", as the newcomer does once. Returns the exit status and what the terminal showed.
 fn on_terminal(script: &str, cwd: &Path, env: &[(&str, String)]) -> (i32, String) {
-    let (master, tty) = pty();
+    let (master, tty) = metash_testkit::pty::open();
     let slave = File::options().read(true).write(true).open(&tty).unwrap();
     let mut cmd = Command::new("bash");
     cmd.args(["-euc", script])

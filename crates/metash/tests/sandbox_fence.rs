@@ -8,7 +8,7 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -264,22 +264,6 @@ fn a_cli_role_sees_only_its_own_processes() {
     assert_eq!(report(p.path())["processes"]["own_tree_only"], true);
 }
 
-/// A pseudo-terminal of the test's: its master, and its slave's path (the user's terminal).
-fn pty() -> (File, String) {
-    // SAFETY: plain libc calls on a descriptor this function owns; ptsname's buffer is copied
-    // before any other call.
-    unsafe {
-        let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
-        assert!(fd >= 0, "posix_openpt");
-        assert_eq!(libc::grantpt(fd), 0);
-        assert_eq!(libc::unlockpt(fd), 0);
-        let name = std::ffi::CStr::from_ptr(libc::ptsname(fd))
-            .to_string_lossy()
-            .into_owned();
-        (File::from_raw_fd(fd), name)
-    }
-}
-
 /// `cmd` with `slave` as its controlling terminal (a session of its own), as when a person runs
 /// metash in that terminal.
 fn on_terminal(cmd: &mut Command, slave: &File) {
@@ -334,7 +318,7 @@ fn a_headless_command_cannot_reach_the_users_terminal() {
     }
     let p = project();
     std::fs::write(p.path().join("tty.py"), HEADLESS_TTY).unwrap();
-    let (_master, pts) = pty();
+    let (_master, pts) = metash_testkit::pty::open();
     let slave = open_slave(&pts);
     let mut c = sandbox(p.path(), &[PY, "tty.py", &pts]);
     on_terminal(&mut c, &slave);
@@ -408,7 +392,7 @@ fn an_interactive_sandbox_gets_its_own_relayed_pty() {
         return;
     }
     let p = project();
-    let (mut master, pts) = pty();
+    let (mut master, pts) = metash_testkit::pty::open();
     let slave = open_slave(&pts);
     let mut c = sandbox(p.path(), &["/bin/bash", "--norc", "--noprofile", "-i"]);
     c.stdin(Stdio::from(slave.try_clone().unwrap()))

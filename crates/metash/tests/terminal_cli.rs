@@ -11,7 +11,6 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -96,33 +95,11 @@ fn project() -> tempfile::TempDir {
     dir
 }
 
-/// A pseudo-terminal: the controlling side and the terminal's path. Output post-processing
-/// (`\n` to `\r\n`) is turned off, so a `\r` read back can only be one written raw.
-fn pty() -> (File, String) {
-    // SAFETY: plain libc calls on descriptors this function owns; ptsname's buffer is copied
-    // before any other call; `t` is a termios the kernel fills before it is read.
-    unsafe {
-        let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
-        assert!(fd >= 0, "posix_openpt");
-        assert_eq!(libc::grantpt(fd), 0);
-        assert_eq!(libc::unlockpt(fd), 0);
-        let name = std::ffi::CStr::from_ptr(libc::ptsname(fd))
-            .to_string_lossy()
-            .into_owned();
-        let slave = File::options().read(true).write(true).open(&name).unwrap();
-        let mut t: libc::termios = std::mem::zeroed();
-        assert_eq!(libc::tcgetattr(slave.as_raw_fd(), &mut t), 0);
-        t.c_oflag &= !libc::OPOST;
-        assert_eq!(libc::tcsetattr(slave.as_raw_fd(), libc::TCSANOW, &t), 0);
-        (File::from_raw_fd(fd), name)
-    }
-}
-
 /// Runs metash with stdin, stdout and stderr on a fresh pseudo-terminal. At each step it waits
 /// until the terminal has shown `needle` `n` times, then types `keys`. Returns the exit code
 /// and every byte the terminal received.
 fn on_terminal(ws: &Path, args: &[&str], steps: &[(&str, usize, &[u8])]) -> (Option<i32>, Vec<u8>) {
-    let (mut master, tty) = pty();
+    let (mut master, tty) = metash_testkit::pty::open_raw_output();
     let slave = || File::options().read(true).write(true).open(&tty).unwrap();
     let mut child = metash(ws)
         .args(args)
