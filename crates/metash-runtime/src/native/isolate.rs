@@ -305,7 +305,7 @@ impl ChildPlan {
 ///
 /// # Safety
 /// In the forked child only.
-unsafe fn drop_capabilities() -> io::Result<()> {
+pub(super) unsafe fn drop_capabilities() -> io::Result<()> {
     // SAFETY: prctl and capset on this process with live stack data.
     unsafe {
         for cap in 0..=63 {

@@ -328,6 +328,9 @@ unsafe fn outside(q: libc::pid_t, read_end: i32) -> ! {
     // SAFETY (whole block): raw syscalls on stack data, then _exit.
     unsafe {
         keep_only(read_end);
+        // P only waits and reports: no privilege kept (as Q, see `init`).
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+        let _ = super::isolate::drop_capabilities();
         let mut status = 0;
         while libc::waitpid(q, &mut status, 0) < 0 {
             if *libc::__errno_location() != libc::EINTR {
@@ -377,6 +380,11 @@ unsafe fn init(r: libc::pid_t, write_end: i32, set: &libc::sigset_t) -> ! {
     // SAFETY (whole block): raw syscalls on stack data, then _exit.
     unsafe {
         keep_only(write_end);
+        // Q only reaps, forwards signals to R (its own uid) and writes to P: it needs no
+        // privilege, and keeps none once `/proc` is mounted and R forked (a failure to drop them
+        // leaves Q as it was: hidden from the tree by `hidepid`, ptrace refused by R's seccomp).
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+        let _ = super::isolate::drop_capabilities();
         loop {
             let mut info: libc::siginfo_t = std::mem::zeroed();
             let sig = libc::sigwaitinfo(set, &mut info);
