@@ -349,7 +349,10 @@ impl<'a> Orchestrator<'a> {
         let book = Book::of(&state);
         for (id, running) in book.running() {
             let wt = worktree_of(&self.workspace(), id);
-            if wt.join(".git").exists() {
+            // The attempt is recorded before its worktree is made: a run killed while adding it
+            // leaves a half-made one (no usable admin directory), which the next attempt clears
+            // and makes again (`ensure_worktree`); there is nothing in it to reset.
+            if self.git.is_worktree(&wt) {
                 self.git.reset_to(&wt, &running.head)?;
             }
             self.update(vec![

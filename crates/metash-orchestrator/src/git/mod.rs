@@ -369,10 +369,16 @@ impl Git {
 
     /// Makes `path` a worktree on `branch`, creating the branch at `base` if it does not exist.
     /// Idempotent: an existing worktree is left alone. Returns whether it was created.
+    /// Whether `path` is a whole worktree of the project: its `.git` there and its admin directory
+    /// complete (a run killed while adding it leaves one without).
+    pub fn is_worktree(&self, path: &Path) -> bool {
+        path.join(".git").exists() && self.repo(path).is_some_and(|r| r.head().is_ok())
+    }
+
     pub fn ensure_worktree(&self, path: &Path, branch: &str, base: &str) -> Result<bool> {
         self.trust.check()?;
         if path.join(".git").exists() {
-            if self.repo(path).is_some_and(|r| r.head().is_ok()) {
+            if self.is_worktree(path) {
                 return Ok(false);
             }
             // Half made by a run killed while adding it (its admin directory is missing or
