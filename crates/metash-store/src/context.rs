@@ -47,6 +47,15 @@ pub(crate) const GITIGNORE: &str =
 !prompts/**
 ";
 
+/// Writes [`GITIGNORE`] into `meta` unless the project has its own.
+pub(crate) fn write_gitignore(meta: &std::path::Path) -> crate::Result<()> {
+    let ignore = meta.join(".gitignore");
+    if ignore.exists() {
+        return Ok(());
+    }
+    crate::atomic::write_atomic(&ignore, GITIGNORE.as_bytes())
+}
+
 /// The run lock's file in `.meta/`: held by `metash run` and `metash rollback` for their whole
 /// duration (the orchestrator takes it); the context is never changed under a run.
 pub const RUN_LOCK: &str = "run.lock";

@@ -170,10 +170,7 @@ impl Store {
     pub fn init(workspace: &Path, context: Option<&str>) -> Result<Self> {
         let store = Self::handle(workspace);
         std::fs::create_dir_all(&store.meta).at(&store.meta)?;
-        let ignore = store.meta.join(".gitignore");
-        if !ignore.exists() {
-            atomic::write_atomic(&ignore, context::GITIGNORE.as_bytes())?;
-        }
+        context::write_gitignore(&store.meta)?;
         if let Some(pg) = backend::postgres(workspace, &store.meta, store.lock_timeout)? {
             let context = context.unwrap_or(context::TEMPLATE);
             let sha = context::sha256_hex(context.as_bytes());
