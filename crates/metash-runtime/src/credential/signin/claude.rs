@@ -140,8 +140,7 @@ pub(super) struct ClaudeLogin {
     token_url: String,
     http: reqwest::Client,
     state: Mutex<State>,
-    /// Set by a 401: renew before the next grant even if not due.
-    rejected: std::sync::atomic::AtomicBool,
+    rejected: common::Rejected,
     /// A refresh token the endpoint refused for good.
     refused: common::Refused,
 }
@@ -171,23 +170,17 @@ impl ClaudeLogin {
         self.state
             .try_lock()
             .map(|s| s.tokens.access.clone())
-            .map_err(|_| SourceError::Unavailable {
-                route: route.to_string(),
-                reason: "the sign-in is being renewed".into(),
-            })
+            .map_err(|_| common::renewing(route))
     }
 
     pub(super) fn rejected(&self) {
-        self.rejected
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.rejected.mark();
     }
 
     /// The current token, renewed first when due (or refused by the upstream since).
     pub(super) async fn grant(&self, route: &str) -> Result<Grant, SourceError> {
         let mut state = self.state.lock().await;
-        let forced = self
-            .rejected
-            .swap(false, std::sync::atomic::Ordering::Relaxed);
+        let forced = self.rejected.take();
         if forced || state.tokens.due(common::now_ms()) {
             let stale = state.tokens.access.clone();
             state.tokens =

@@ -140,7 +140,7 @@ pub(super) struct CodexLogin {
     token_url: String,
     http: reqwest::Client,
     state: Mutex<Tokens>,
-    rejected: std::sync::atomic::AtomicBool,
+    rejected: common::Rejected,
     /// A refresh token the endpoint refused for good.
     refused: common::Refused,
 }
@@ -167,23 +167,17 @@ impl CodexLogin {
         self.state
             .try_lock()
             .map(|t| t.grant())
-            .map_err(|_| SourceError::Unavailable {
-                route: route.to_string(),
-                reason: "the sign-in is being renewed".into(),
-            })
+            .map_err(|_| common::renewing(route))
     }
 
     pub(super) fn rejected(&self) {
-        self.rejected
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.rejected.mark();
     }
 
     /// The current token and account, the token renewed first when due (or refused since).
     pub(super) async fn grant(&self, route: &str) -> Result<Grant, SourceError> {
         let mut tokens = self.state.lock().await;
-        let forced = self
-            .rejected
-            .swap(false, std::sync::atomic::Ordering::Relaxed);
+        let forced = self.rejected.take();
         if forced || tokens.due(Utc::now()) {
             let stale = tokens.access.clone();
             *tokens =

@@ -99,6 +99,31 @@ pub(super) async fn post_json(
     json.ok_or_else(|| transient(format!("the token endpoint answered {status} without JSON")))
 }
 
+/// Set by a 401 from the provider: the next grant renews the token even when it is not due yet
+/// (the provider knows better than the expiry the file states).
+#[derive(Default)]
+pub(super) struct Rejected(std::sync::atomic::AtomicBool);
+
+impl Rejected {
+    pub(super) fn mark(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether a 401 came since the last call (and clears it).
+    pub(super) fn take(&self) -> bool {
+        self.0.swap(false, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// What a request gets while a renewal holds the tokens (the proxy answers 503 and the CLI
+/// retries).
+pub(super) fn renewing(route: &str) -> crate::credential::secret::SourceError {
+    crate::credential::secret::SourceError::Unavailable {
+        route: route.to_string(),
+        reason: "the sign-in is being renewed".into(),
+    }
+}
+
 /// Why a renewal failed, and whether sending the same refresh token again could ever work.
 pub(super) struct Failed {
     pub reason: String,
