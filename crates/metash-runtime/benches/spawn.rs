@@ -70,39 +70,36 @@ const ECHO_WAT: &str = r#"(module
     (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))
 "#;
 
-fn main() {
-    let n: usize = std::env::var("METASH_BENCH_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(300);
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    let sink: Arc<dyn EventSink> = Arc::new(NullSink);
-    let mut rows: Vec<(&str, Option<Duration>, String)> = Vec::new();
+/// A row of the table: the case, its median (none when skipped), a note.
+type Row<'a> = (&'a str, Option<Duration>, String);
 
-    // The process cases are measured interleaved (one sample of each per round), so a load change
-    // on this shared machine hits every case alike and the ratios stay meaningful.
-    // No CPU share here: 300 spawns in one cgroup with a 500m quota would measure CFS throttling
-    // of the loop itself, not the sandbox. Memory and pids cgroups stay on.
+const SANDBOXED: &str = "native sandbox spawn+wait (all restrictions)";
+const GATED: &str = "native sandbox + exec gate";
+const BWRAP: &str = "bwrap --unshare-net --ro-bind / /";
+const BARE: &str = "bare spawn+wait (posix_spawn)";
+
+/// The machine's load average (`/proc/loadavg`'s first three fields): the ratios move with it.
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// The native spec every sandboxed case uses. No CPU share: 300 spawns in one cgroup with a 500m
+/// quota would measure CFS throttling of the loop itself, not the sandbox. Memory and pids
+/// cgroups stay on.
+fn native_spec(ws: &Path) -> AgentSpec {
     let mut native_manifest = manifest(SandboxKind::Native);
     native_manifest.resources.cpu = None;
-    let mut spec = AgentSpec::new("bench", native_manifest, TINY, &ws);
+    let mut spec = AgentSpec::new("bench", native_manifest, TINY, ws);
     spec.granted = vec!["files.read".into()];
     spec.allow_native = true;
-    let sandbox = Sandbox::prepare(&spec, &sink, &metash_runtime::Replier::default());
-    if let Ok(sb) = &sandbox {
-        println!("sandbox: {}", sb.report);
-    }
-    // The same sandbox with a live gate: a second seccomp filter whose listener the child hands
-    // to the host's supervisor thread, which answers the child's own exec of the entry.
-    let gated = metash_runtime::native::exec_gate::available().and_then(|()| {
-        let mut gspec = spec.clone();
-        gspec.gate = Gate(Some(Arc::new(AllowAll)));
-        Sandbox::prepare(&gspec, &sink, &metash_runtime::Replier::default())
-            .map_err(|e| e.to_string())
-    });
-    let bwrap = ["/usr/bin/bwrap", "/bin/bwrap"]
+    spec
+}
+
+/// bubblewrap, when installed and able to make its namespaces here.
+fn bwrap() -> Option<&'static str> {
+    ["/usr/bin/bwrap", "/bin/bwrap"]
         .into_iter()
         .find(|p| Path::new(p).exists())
         .filter(|b| {
@@ -110,10 +107,14 @@ fn main() {
                 .status()
                 .map(|s| s.success())
                 .unwrap_or(false)
-        });
-    let mut cases: Vec<Case<'_>> = vec![
+        })
+}
+
+/// The two bare cases.
+fn bare_cases<'a>() -> Vec<Case<'a>> {
+    vec![
         (
-            "bare spawn+wait (posix_spawn)",
+            BARE,
             Box::new(|| {
                 quiet(&mut Command::new(TINY)).status().unwrap();
             }),
@@ -131,47 +132,60 @@ fn main() {
             }),
             String::new(),
         ),
-    ];
-    let sandboxed_name = "native sandbox spawn+wait (all restrictions)";
-    match &sandbox {
-        Ok(sb) => {
-            cases.push((
-                sandboxed_name,
-                Box::new(move || {
-                    assert!(quiet(&mut sb.command()).status().unwrap().success());
-                }),
-                "setsid, pdeathsig, cgroup join, rlimits, caps dropped, no_new_privs, Landlock, seccomp"
-                    .into(),
-            ));
-            let (spec, sink) = (spec.clone(), Arc::clone(&sink));
-            cases.push((
-                "native sandbox prepare+spawn+wait",
-                Box::new(move || {
-                    let sb = Sandbox::prepare(&spec, &sink, &metash_runtime::Replier::default())
-                        .unwrap();
-                    assert!(quiet(&mut sb.command()).status().unwrap().success());
-                }),
-                "plus building the ruleset, seccomp program and cgroups per agent".into(),
-            ));
-        }
-        Err(e) => rows.push(("native sandbox", None, format!("skipped: {e}"))),
-    }
-    let gated_name = "native sandbox + exec gate";
-    match &gated {
+    ]
+}
+
+/// The sandboxed cases (prepared once, and prepared per spawn), or why they are skipped.
+fn sandbox_cases<'a>(
+    sandbox: &'a metash_runtime::Result<Sandbox>,
+    spec: &AgentSpec,
+    sink: &Arc<dyn EventSink>,
+    cases: &mut Vec<Case<'a>>,
+    rows: &mut Vec<Row<'a>>,
+) {
+    let sb = match sandbox {
+        Ok(sb) => sb,
+        Err(e) => return rows.push(("native sandbox", None, format!("skipped: {e}"))),
+    };
+    cases.push((
+        SANDBOXED,
+        Box::new(move || {
+            assert!(quiet(&mut sb.command()).status().unwrap().success());
+        }),
+        "setsid, pdeathsig, cgroup join, rlimits, caps dropped, no_new_privs, Landlock, seccomp"
+            .into(),
+    ));
+    let (spec, sink) = (spec.clone(), Arc::clone(sink));
+    cases.push((
+        "native sandbox prepare+spawn+wait",
+        Box::new(move || {
+            let sb = Sandbox::prepare(&spec, &sink, &metash_runtime::Replier::default()).unwrap();
+            assert!(quiet(&mut sb.command()).status().unwrap().success());
+        }),
+        "plus building the ruleset, seccomp program and cgroups per agent".into(),
+    ));
+}
+
+/// The exec gate's case and bubblewrap's, or why they are skipped.
+fn other_cases<'a>(
+    gated: &'a Result<Sandbox, String>,
+    cases: &mut Vec<Case<'a>>,
+    rows: &mut Vec<Row<'a>>,
+) {
+    match gated {
         Ok(sb) => cases.push((
-            gated_name,
+            GATED,
             Box::new(move || {
                 assert!(quiet(&mut sb.command()).status().unwrap().success());
             }),
             "all restrictions, plus the exec notify filter, fd handoff and supervisor round trip"
                 .into(),
         )),
-        Err(e) => rows.push((gated_name, None, format!("skipped: {e}"))),
+        Err(e) => rows.push((GATED, None, format!("skipped: {e}"))),
     }
-    let bwrap_name = "bwrap --unshare-net --ro-bind / /";
-    match bwrap {
+    match bwrap() {
         Some(b) => cases.push((
-            bwrap_name,
+            BWRAP,
             Box::new(move || {
                 quiet(Command::new(b).args(["--unshare-net", "--ro-bind", "/", "/", TINY]))
                     .status()
@@ -186,6 +200,16 @@ fn main() {
                 .into(),
         )),
     }
+}
+
+/// Runs the process cases interleaved (one sample of each per round, after 10 warm-up rounds), so
+/// a load change on this shared machine hits every case alike and the ratios stay meaningful.
+/// Their medians go in front of `rows`, in order; returns them by name.
+fn measure<'a>(
+    n: usize,
+    mut cases: Vec<Case<'a>>,
+    rows: &mut Vec<Row<'a>>,
+) -> Vec<(&'a str, Duration)> {
     let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); cases.len()];
     for round in 0..n + 10 {
         for (i, (_, f, _)) in cases.iter_mut().enumerate() {
@@ -203,37 +227,29 @@ fn main() {
         medians.push((name, m));
         rows.insert(medians.len() - 1, (name, Some(m), note));
     }
-    let get = |name: &str| medians.iter().find(|(n, _)| *n == name).map(|(_, d)| *d);
-    let bare = get("bare spawn+wait (posix_spawn)").unwrap();
-    let sandboxed = get(sandboxed_name);
-    let gated_d = get(gated_name);
-    let bwrap_d = get(bwrap_name);
+    medians
+}
 
-    // WASM: compile once into the disk cache, then a fresh runtime loads it from disk.
-    let wat = dir.path().join("echo.wat");
+/// A WASM agent's invoke from a module loaded from the disk cache: its median, and the note.
+fn wasm_case(n: usize, dir: &Path, ws: &Path, sink: &Arc<dyn EventSink>) -> (Duration, String) {
+    let wat = dir.join("echo.wat");
     std::fs::write(&wat, ECHO_WAT).unwrap();
-    let cache = dir.path().join("cache");
-    let wspec = AgentSpec::new("wbench", manifest(SandboxKind::Wasm), &wat, &ws);
-    {
-        let rt = Runtime::new(
+    let cache = dir.join("cache");
+    let wspec = AgentSpec::new("wbench", manifest(SandboxKind::Wasm), &wat, ws);
+    let runtime = || {
+        Runtime::new(
             RuntimeConfig {
                 cache_dir: cache.clone(),
                 cache_key: metash_runtime::CacheKey::ephemeral().expect("cache key"),
             },
-            Arc::clone(&sink),
+            Arc::clone(sink),
         )
-        .unwrap();
-        rt.register(wspec.clone()).unwrap().start().unwrap();
-    }
-    let rt = Runtime::new(
-        RuntimeConfig {
-            cache_dir: cache,
-            cache_key: metash_runtime::CacheKey::ephemeral().expect("cache key"),
-        },
-        Arc::clone(&sink),
-    )
-    .unwrap();
-    let mut agent = rt.register(wspec.clone()).unwrap();
+        .unwrap()
+    };
+    // Compile once into the disk cache, then a fresh runtime loads it from disk.
+    runtime().register(wspec.clone()).unwrap().start().unwrap();
+    let rt = runtime();
+    let mut agent = rt.register(wspec).unwrap();
     let t = Instant::now();
     let report = agent.start().unwrap();
     let load = t.elapsed();
@@ -245,17 +261,18 @@ fn main() {
             metash_runtime::InvocationStatus::Done { .. }
         ));
     });
-    rows.push((
-        "wasm instantiate+run (agent.invoke, cached module)",
-        Some(wasm),
+    (
+        wasm,
         format!("first load from the disk cache took {load:?}"),
-    ));
+    )
+}
 
+fn print_table(rows: &[Row<'_>], bare: Duration) {
     println!(
         "\n{:<52} {:>12} {:>10}  notes",
         "case (median)", "time", "x bare"
     );
-    for (name, d, note) in &rows {
+    for (name, d, note) in rows {
         match d {
             Some(d) => println!(
                 "{name:<52} {:>9.1} us {:>9.2}x  {note}",
@@ -266,20 +283,24 @@ fn main() {
         }
     }
     println!();
-    if let Some(s) = sandboxed {
+}
+
+fn print_targets(medians: &[(&str, Duration)], bare: Duration, wasm: Duration) {
+    let get = |name: &str| medians.iter().find(|(n, _)| *n == name).map(|(_, d)| *d);
+    if let Some(s) = get(SANDBOXED) {
         let r = s.as_secs_f64() / bare.as_secs_f64();
         println!(
             "target sandboxed <= 1.5x bare: {r:.2}x ({})",
             if r <= 1.5 { "met" } else { "MISSED" }
         );
-        if let Some(g) = gated_d {
+        if let Some(g) = get(GATED) {
             println!(
                 "exec gate cost per spawn: {:+.1} us ({:.2}x the sandboxed spawn)",
                 (g.as_secs_f64() - s.as_secs_f64()) * 1e6,
                 g.as_secs_f64() / s.as_secs_f64()
             );
         }
-        if let Some(b) = bwrap_d {
+        if let Some(b) = get(BWRAP) {
             println!(
                 "target sandboxed faster than bwrap: {:.2}x faster ({})",
                 b.as_secs_f64() / s.as_secs_f64(),
@@ -292,4 +313,48 @@ fn main() {
         "target wasm >= 15x faster than a bare spawn: {w:.1}x ({})",
         if w >= 15.0 { "met" } else { "MISSED" }
     );
+}
+
+fn main() {
+    let n: usize = std::env::var("METASH_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let sink: Arc<dyn EventSink> = Arc::new(NullSink);
+    let mut rows: Vec<Row<'_>> = Vec::new();
+    let load_before = load();
+
+    let spec = native_spec(&ws);
+    let sandbox = Sandbox::prepare(&spec, &sink, &metash_runtime::Replier::default());
+    if let Ok(sb) = &sandbox {
+        println!("sandbox: {}", sb.report);
+    }
+    // The same sandbox with a live gate: a second seccomp filter whose listener the child hands
+    // to the host's supervisor thread, which answers the child's own exec of the entry.
+    let gated = metash_runtime::native::exec_gate::available().and_then(|()| {
+        let mut gspec = spec.clone();
+        gspec.gate = Gate(Some(Arc::new(AllowAll)));
+        Sandbox::prepare(&gspec, &sink, &metash_runtime::Replier::default())
+            .map_err(|e| e.to_string())
+    });
+    let mut cases = bare_cases();
+    sandbox_cases(&sandbox, &spec, &sink, &mut cases, &mut rows);
+    other_cases(&gated, &mut cases, &mut rows);
+    let medians = measure(n, cases, &mut rows);
+    let bare = medians.iter().find(|(n, _)| *n == BARE).unwrap().1;
+    let (wasm, note) = wasm_case(n, dir.path(), &ws, &sink);
+    rows.push((
+        "wasm instantiate+run (agent.invoke, cached module)",
+        Some(wasm),
+        note,
+    ));
+    print_table(&rows, bare);
+    println!(
+        "load (1, 5, 15 min): {load_before} before, {} after",
+        load()
+    );
+    print_targets(&medians, bare, wasm);
 }

@@ -353,7 +353,7 @@ impl Agent {
         };
         let report = json!({
             "sandbox": "wasm",
-            "limits": limits,
+            "limits": wasm.limits_report(&limits),
             "kind": match wasm.kind() {
                 Kind::Module => "wasi-p1 module",
                 Kind::Component => "wasi-p2 component",
@@ -362,7 +362,7 @@ impl Agent {
             "load_ms": t0.elapsed().as_secs_f64() * 1000.0,
             "preopen": if self.spec.has(Category::FilesWrite) { "read-write" }
                 else if self.spec.has(Category::FilesRead) { "read-only" } else { "none" },
-            "paths": crate::limits::paths_report(&self.spec, Some(GUEST_WORKSPACE)),
+            "paths": crate::spec::paths_report(&self.spec, Some(GUEST_WORKSPACE)),
             "paths_revocable": if self.spec.has_files() { wasm.paths_revocable() } else { Value::Null },
             "protected": wasm.protected_report(),
             "network": wasm.network_report(),

@@ -148,3 +148,13 @@ impl Tracker {
         }
     }
 }
+
+impl crate::limits::QuotaHit {
+    /// How the invocation it ended ends: `limit_exceeded` naming `disk` or `files`. Here, not in
+    /// `limits`, so that the limits stay below the invocation (no import circle).
+    pub fn status(&self) -> InvocationStatus {
+        InvocationStatus::LimitExceeded {
+            limit: self.limit.as_str().to_string(),
+        }
+    }
+}

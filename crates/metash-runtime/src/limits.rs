@@ -200,13 +200,6 @@ pub struct QuotaHit {
 }
 
 impl QuotaHit {
-    /// How the invocation it ended ends: `limit_exceeded` naming `disk` or `files`.
-    pub fn status(&self) -> crate::invocation::InvocationStatus {
-        crate::invocation::InvocationStatus::LimitExceeded {
-            limit: self.limit.as_str().to_string(),
-        }
-    }
-
     /// What the turn's answer says.
     pub fn explain(&self) -> String {
         match self.limit {
@@ -250,37 +243,6 @@ impl WriteHit {
         *slot = Some(hit);
         true
     }
-}
-
-/// The start report's view of the scoped file grants: each path, read-only or read-write, where a
-/// WASM guest sees it, and the ones skipped (missing; for WASM also plain files, since WASI preopens
-/// are directories).
-pub fn paths_report(
-    spec: &crate::spec::AgentSpec,
-    guest_workspace: Option<&str>,
-) -> serde_json::Value {
-    let (applied, missing) = spec.split_paths();
-    let mut out = Vec::new();
-    let mut not_dirs = Vec::new();
-    for p in applied {
-        let mut v = serde_json::json!({
-            "path": p.path,
-            "access": if p.write { "read-write" } else { "read-only" },
-        });
-        if let Some(g) = guest_workspace {
-            if !p.path.is_dir() {
-                not_dirs.push(&p.path);
-                continue;
-            }
-            v["guest"] = serde_json::json!(p.guest_path(&spec.workspace, g));
-        }
-        out.push(v);
-    }
-    serde_json::json!({
-        "applied": out,
-        "skipped_missing": missing.into_iter().map(|p| &p.path).collect::<Vec<_>>(),
-        "skipped_not_a_directory": not_dirs,
-    })
 }
 
 #[cfg(test)]

@@ -312,6 +312,34 @@ pub fn domain_allowed(allowlist: &[String], host: &str) -> bool {
     })
 }
 
+/// The start report's view of the scoped file grants: each path, read-only or read-write, where a
+/// WASM guest sees it, and the ones skipped (missing; for WASM also plain files, since WASI preopens
+/// are directories).
+pub fn paths_report(spec: &AgentSpec, guest_workspace: Option<&str>) -> serde_json::Value {
+    let (applied, missing) = spec.split_paths();
+    let mut out = Vec::new();
+    let mut not_dirs = Vec::new();
+    for p in applied {
+        let mut v = serde_json::json!({
+            "path": p.path,
+            "access": if p.write { "read-write" } else { "read-only" },
+        });
+        if let Some(g) = guest_workspace {
+            if !p.path.is_dir() {
+                not_dirs.push(&p.path);
+                continue;
+            }
+            v["guest"] = serde_json::json!(p.guest_path(&spec.workspace, g));
+        }
+        out.push(v);
+    }
+    serde_json::json!({
+        "applied": out,
+        "skipped_missing": missing.into_iter().map(|p| &p.path).collect::<Vec<_>>(),
+        "skipped_not_a_directory": not_dirs,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

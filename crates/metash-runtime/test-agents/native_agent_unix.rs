@@ -74,6 +74,69 @@ fn unix_dgram<W: Write>(s: &mut Session<W>, path: &str) -> Result<(), String> {
     }
 }
 
+/// A seqpacket socket pair (how Codex starts its commands): a message goes through, and the
+/// same socket cannot send to a host socket by path (`arg`): a seqpacket sends to its peer only.
+fn seqpacket_pair<W: Write>(s: &mut Session<W>, path: &str) -> Result<(), String> {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair fills the two-element array.
+    let rc = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if rc != 0 {
+        return fail(s, "seqpacket socketpair", std::io::Error::last_os_error());
+    }
+    let msg = b"through the seqpacket pair";
+    let mut buf = [0u8; 64];
+    // SAFETY: send/recv on the pair just made, with live buffers; then close both.
+    let got = unsafe {
+        libc::send(fds[0], msg.as_ptr().cast(), msg.len(), 0);
+        libc::recv(
+            fds[1],
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    let sent_out = std::ffi::CString::new(path).ok().is_some_and(|c| {
+        // SAFETY: a sockaddr_un filled within its bounds; sendto on the pair's socket.
+        unsafe {
+            let mut addr: libc::sockaddr_un = std::mem::zeroed();
+            addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+            for (d, b) in addr.sun_path.iter_mut().zip(c.as_bytes()) {
+                *d = *b as libc::c_char;
+            }
+            let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+            let n = libc::sendto(
+                fds[0],
+                b"escaped".as_ptr().cast(),
+                7,
+                libc::MSG_DONTWAIT,
+                (&addr as *const libc::sockaddr_un).cast(),
+                len,
+            );
+            n == 7 && libc::recv(fds[1], buf.as_mut_ptr().cast(), 0, libc::MSG_DONTWAIT) < 0
+        }
+    });
+    // SAFETY: closing the pair's own descriptors.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+    let text = String::from_utf8_lossy(&buf[..got.max(0) as usize]).into_owned();
+    out(
+        s,
+        &format!(
+            "SEQPAIR-OK:{text}:{}",
+            if sent_out { "LEAKED" } else { "peer-only" }
+        ),
+    )
+}
+
 /// Test fixture: one arm per probe the runtime's tests send (escape attempts, limits, protocol
 /// misuse). Long on purpose: each arm is a few lines and reading them side by side is the point.
 fn handle<W: Write>(s: &mut Session<W>, prompt: &str) -> Result<(), String> {
@@ -121,6 +184,7 @@ fn handle<W: Write>(s: &mut Session<W>, prompt: &str) -> Result<(), String> {
             }
             Err(e) => fail(s, "socketpair", e),
         },
+        "seqpair" => seqpacket_pair(s, arg),
         "proxy" => {
             let Ok(proxy) = std::env::var("HTTPS_PROXY") else {
                 return fail(s, "proxy", "no HTTPS_PROXY in the environment");

@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::confine::ConfineSpec;
+use super::confine_spec::ConfineSpec;
 use super::isolate;
-use super::sandbox::Quota;
+use super::quota::Quota;
 use crate::error::Result;
 use crate::spec::{NetworkAccess, PathAccess};
 
@@ -289,6 +289,9 @@ impl Confinement {
     /// No namespaces here (the pty lives in the tree's private `devpts`: without one, no terminal
     /// at all), or the socket pair cannot be made.
     pub fn relay_terminal(&mut self) -> Result<super::tty::Relay> {
-        super::tty::relay_into(Arc::get_mut(&mut self.plan), &mut self.report)
+        let tty = Arc::get_mut(&mut self.plan)
+            .and_then(|p| p.namespaces.as_mut())
+            .map(super::pidns::Namespaces::tty_mut);
+        super::tty::relay_into(tty, &mut self.report)
     }
 }

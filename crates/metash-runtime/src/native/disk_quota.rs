@@ -1,15 +1,18 @@
-//! The write quotas of one confined process tree (a native agent, a CLI role, `metash sandbox`):
-//! how many bytes and files it may add, while it runs, under every directory it may write (its
-//! workspace, its HOME and TMPDIR). Linux has no per-directory quota an unprivileged host can set
+//! The write quotas of one confined process tree (a native agent, a CLI role, `metash sandbox`) or
+//! one WASM agent: how many bytes and files it may add, while it runs, under every directory it
+//! may write (its workspace, its HOME and TMPDIR; a WASM agent's writable preopens). Linux has no per-directory quota an unprivileged host can set
 //! on any filesystem, so a watcher thread measures those directories: at the start (the
 //! baseline), then every [`POLL`] (slower when a walk is slow: at most an eighth of the time goes
 //! to walking), and once more when the turn ends. Past a quota it records a `limit_exceeded`
 //! event (`{limit: "disk"|"files", used, max}`), kills the tree the way a timeout does (the
 //! process group, then the cgroup) and keeps the hit for the caller, which ends the turn saying
-//! why. What the tree wrote is left in place for inspection.
+//! why. What the tree wrote is left in place for inspection. A WASM guest has no tree: a hit sets
+//! the flag its epoch callback checks ([`Stop::Guest`]), and it stops at its next epoch.
 //!
 //! Between two walks a single file could grow by a few hundred megabytes; `RLIMIT_FSIZE` at the
 //! quota plus one byte stops any one file there (`SIGXFSZ`), and the file then counts as over.
+//! (Not for a WASM guest: its writes are this process's, which no rlimit may cap; there only the
+//! walks bound it.)
 //! No inotify: its watches are a per-user resource (an editor's file watcher shares them) and a
 //! tree with many directories would use them up.
 //!
@@ -49,20 +52,42 @@ pub(crate) struct WatchCfg<'a> {
     /// Directories inside a root that are not the tree's (the host's state, read-only `.git`).
     pub skip: Vec<PathBuf>,
     pub quota: &'a WriteQuota,
-    /// The tree's cgroup, when it has one.
-    pub killer: Option<Killer>,
+    /// What a hit stops.
+    pub stop: Stop,
     pub sink: Arc<dyn EventSink>,
+}
+
+/// What a hit stops, and so how the quota is enforced.
+pub(crate) enum Stop {
+    /// A process tree: its process groups and its cgroup (when it has one) are killed, and
+    /// `RLIMIT_FSIZE` stops any one file at the quota.
+    Tree(Option<Killer>),
+    /// A WASM guest running in this process: the flag its epoch callback checks. No rlimit: the
+    /// guest's writes are the host process's own.
+    Guest(Arc<AtomicBool>),
+}
+
+impl Stop {
+    /// The tree's, from its quota's cgroup.
+    fn tree(quota: &super::quota::Quota) -> Self {
+        Self::Tree(
+            quota
+                .cgroup
+                .as_ref()
+                .map(super::cgroup::AgentCgroup::killer),
+        )
+    }
 }
 
 impl<'a> WatchCfg<'a> {
     /// A confined program's (a CLI role, `metash sandbox`): its workspace when writable and every
     /// writable grant (its HOME and TMPDIR); not the host's state nor the protected `.git`.
-    pub(crate) fn confined(
-        spec: &'a super::confine::ConfineSpec,
+    pub(super) fn confined(
+        spec: &'a super::confine_spec::ConfineSpec,
         workspace: &Path,
         write: bool,
         paths: &[crate::spec::PathAccess],
-        quota: &super::sandbox::Quota,
+        quota: &super::quota::Quota,
         sink: &Arc<dyn EventSink>,
     ) -> Self {
         let mut roots: Vec<PathBuf> = write.then(|| workspace.to_path_buf()).into_iter().collect();
@@ -78,19 +103,36 @@ impl<'a> WatchCfg<'a> {
                 .cloned()
                 .collect(),
             quota: &fence.write,
-            killer: quota
-                .cgroup
-                .as_ref()
-                .map(super::cgroup::AgentCgroup::killer),
+            stop: Stop::tree(quota),
             sink: Arc::clone(sink),
         }
     }
 
     /// A native agent's: its workspace with `files.write`, its writable scoped paths.
-    pub(crate) fn agent(
+    pub(super) fn agent(
         spec: &'a crate::spec::AgentSpec,
         workspace: &Path,
-        quota: &super::sandbox::Quota,
+        quota: &super::quota::Quota,
+        sink: &Arc<dyn EventSink>,
+    ) -> Self {
+        Self::of_spec(spec, workspace, Stop::tree(quota), sink)
+    }
+
+    /// A WASM agent's: what it may write is what is preopened read-write, the same directories
+    /// as a native agent's (the workspace with `files.write`, the writable scoped grants); a hit
+    /// sets `stop`.
+    pub(crate) fn wasm(
+        spec: &'a crate::spec::AgentSpec,
+        stop: Arc<AtomicBool>,
+        sink: &Arc<dyn EventSink>,
+    ) -> Self {
+        Self::of_spec(spec, &spec.workspace, Stop::Guest(stop), sink)
+    }
+
+    fn of_spec(
+        spec: &'a crate::spec::AgentSpec,
+        workspace: &Path,
+        stop: Stop,
         sink: &Arc<dyn EventSink>,
     ) -> Self {
         let write = spec.has(crate::spec::Category::FilesWrite);
@@ -102,10 +144,7 @@ impl<'a> WatchCfg<'a> {
             roots,
             skip: spec.hidden.iter().chain(&spec.protected).cloned().collect(),
             quota: &spec.write_quota,
-            killer: quota
-                .cgroup
-                .as_ref()
-                .map(super::cgroup::AgentCgroup::killer),
+            stop,
             sink: Arc::clone(sink),
         }
     }
@@ -126,7 +165,7 @@ struct Shared {
     max_files: u64,
     base: OnceLock<Totals>,
     hit: WriteHit,
-    killer: Option<Killer>,
+    stop: Stop,
     sink: Arc<dyn EventSink>,
     /// The read end of the pipe each child writes its pid to (before anything else in
     /// `pre_exec`): the process groups to kill.
@@ -179,9 +218,20 @@ pub(crate) fn plan(cfg: WatchCfg<'_>) -> Result<Planned> {
             report: json!({"disk_bytes": none(max_bytes), "files": none(max_files)}),
         });
     }
+    let (stopped, disk_via, files_via) = match cfg.stop {
+        Stop::Tree(_) => (
+            "the tree is killed",
+            "disk-watch+rlimit-fsize",
+            "disk-watch",
+        ),
+        Stop::Guest(_) => (
+            "the guest is stopped at its next epoch",
+            "disk-watch+wasm-epoch",
+            "disk-watch+wasm-epoch",
+        ),
+    };
     let note = format!(
-        "added under {} while it runs, measured every {} ms and at the end; past it the tree is \
-         killed",
+        "added under {} while it runs, measured every {} ms and at the end; past it {stopped}",
         roots
             .iter()
             .map(|r| r.display().to_string())
@@ -190,9 +240,11 @@ pub(crate) fn plan(cfg: WatchCfg<'_>) -> Result<Planned> {
         POLL.as_millis()
     );
     let report = json!({
-        "disk_bytes": Applied::new(max_bytes, "disk-watch+rlimit-fsize").with_note(&note),
-        "files": Applied::new(max_files, "disk-watch").with_note(&note),
+        "disk_bytes": Applied::new(max_bytes, disk_via).with_note(&note),
+        "files": Applied::new(max_files, files_via).with_note(&note),
     });
+    let rlimit = matches!(cfg.stop, Stop::Tree(_))
+        .then_some((libc::RLIMIT_FSIZE, max_bytes.saturating_add(1)));
     let (pid_rx, pid_tx) = pid_pipe()?;
     let shared = Arc::new(Shared {
         agent: cfg.agent.to_string(),
@@ -202,7 +254,7 @@ pub(crate) fn plan(cfg: WatchCfg<'_>) -> Result<Planned> {
         max_files,
         base: OnceLock::new(),
         hit: cfg.quota.hit.clone(),
-        killer: cfg.killer,
+        stop: cfg.stop,
         sink: cfg.sink,
         pid_rx,
         groups: Mutex::new(Vec::new()),
@@ -218,7 +270,7 @@ pub(crate) fn plan(cfg: WatchCfg<'_>) -> Result<Planned> {
         .map_err(io_err("starting the disk quota watcher"))?;
     Ok(Planned {
         watch: Some(DiskWatch { shared, pid_tx }),
-        rlimit: Some((libc::RLIMIT_FSIZE, max_bytes.saturating_add(1))),
+        rlimit,
         report,
     })
 }
@@ -228,11 +280,11 @@ pub(crate) fn plan(cfg: WatchCfg<'_>) -> Result<Planned> {
 ///
 /// # Errors
 /// As [`plan`].
-pub(crate) fn confined(
-    spec: &super::confine::ConfineSpec,
+pub(super) fn confined(
+    spec: &super::confine_spec::ConfineSpec,
     workspace: &Path,
     paths: &[crate::spec::PathAccess],
-    quota: &mut super::sandbox::Quota,
+    quota: &mut super::quota::Quota,
     sink: &Arc<dyn EventSink>,
 ) -> Result<Planned> {
     let write = !spec.fence.workspace_read_only;
@@ -247,10 +299,10 @@ pub(crate) fn confined(
 ///
 /// # Errors
 /// As [`plan`].
-pub(crate) fn agent(
+pub(super) fn agent(
     spec: &crate::spec::AgentSpec,
     workspace: &Path,
-    quota: &mut super::sandbox::Quota,
+    quota: &mut super::quota::Quota,
     sink: &Arc<dyn EventSink>,
 ) -> Result<Planned> {
     let planned = plan(WatchCfg::agent(spec, workspace, quota, sink))?;
@@ -270,6 +322,21 @@ fn roots(paths: &[PathBuf]) -> Vec<PathBuf> {
     let all = dirs.clone();
     dirs.retain(|d| !all.iter().any(|o| o != d && d.starts_with(o)));
     dirs
+}
+
+/// [`QuotaHit::explain`] for a WASM guest, which has no process tree to kill.
+fn explain_guest(hit: &QuotaHit) -> String {
+    let what = match hit.limit {
+        WriteLimit::Disk => format!(
+            "its disk quota: it wrote {} bytes where it may write {} (`disk`)",
+            hit.used, hit.max
+        ),
+        WriteLimit::Files => format!(
+            "its file quota: it made {} files where it may make {} (`files`)",
+            hit.used, hit.max
+        ),
+    };
+    format!("{what}; the guest was stopped and what it wrote is left in place")
 }
 
 fn canonical(p: &Path) -> PathBuf {
@@ -385,12 +452,16 @@ impl Shared {
     /// Records the first hit (once) and, with `kill`, kills the tree.
     fn hit_found(&self, hit: QuotaHit, kill: bool) {
         if self.hit.set(hit) {
+            let explain = match self.stop {
+                Stop::Tree(_) => hit.explain(),
+                Stop::Guest(_) => explain_guest(&hit),
+            };
             self.sink.record(
                 LogKind::LimitExceeded,
                 Some(&self.agent),
                 json!({"limit": hit.limit.as_str(), "used": hit.used, "max": hit.max,
                        "via": "disk-watch", "roots": self.roots,
-                       "message": format!("`{}` exceeded {}", self.agent, hit.explain())}),
+                       "message": format!("`{}` exceeded {explain}", self.agent)}),
             );
         }
         if kill && !self.killed.swap(true, Ordering::SeqCst) {
@@ -421,8 +492,16 @@ impl Shared {
         }
     }
 
-    /// As a timeout does: SIGKILL the process groups, then everything in the cgroup.
+    /// As a timeout does: SIGKILL the process groups, then everything in the cgroup; a WASM
+    /// guest is told to stop.
     fn kill_tree(&self) {
+        let killer = match &self.stop {
+            Stop::Tree(killer) => killer,
+            Stop::Guest(flag) => {
+                flag.store(true, Ordering::SeqCst);
+                return;
+            }
+        };
         self.read_pids();
         for pgid in self
             .groups
@@ -435,7 +514,7 @@ impl Shared {
                 libc::kill(-pgid, libc::SIGKILL);
             }
         }
-        if let Some(k) = &self.killer {
+        if let Some(k) = killer {
             k.kill_all(Duration::from_millis(200));
         }
     }
@@ -457,6 +536,14 @@ impl DiskWatch {
                 libc::write(fd, pid.as_ptr().cast(), pid.len());
             }
             Ok(())
+        }
+    }
+
+    /// Takes the baseline now unless the thread already has: a WASM guest starts in this
+    /// process as soon as it is asked to, and none of its writes may count as the baseline.
+    pub(crate) fn baseline_now(&self) {
+        if self.shared.base.get().is_none() {
+            let _ = self.shared.step(false);
         }
     }
 
@@ -534,7 +621,7 @@ mod tests {
             roots: vec![dir.path().to_path_buf()],
             skip: Vec::new(),
             quota: &quota,
-            killer: None,
+            stop: Stop::Tree(None),
             sink: sink.clone(),
         })
         .unwrap();
@@ -559,5 +646,33 @@ mod tests {
         assert_eq!(events.len(), 1, "{events:?}");
         assert_eq!(events[0].data["limit"], "files");
         assert_eq!(events[0].data["max"], 5);
+    }
+
+    #[test]
+    fn a_guests_hit_sets_its_flag_and_no_rlimit_is_planned() {
+        let dir = tempfile::tempdir().unwrap();
+        let sink = Arc::new(MemorySink::new());
+        let quota = WriteQuota::new(Some("4k".into()), None);
+        let flag = Arc::new(AtomicBool::new(false));
+        let planned = plan(WatchCfg {
+            agent: "g",
+            roots: vec![dir.path().to_path_buf()],
+            skip: Vec::new(),
+            quota: &quota,
+            stop: Stop::Guest(Arc::clone(&flag)),
+            sink: sink.clone(),
+        })
+        .unwrap();
+        assert_eq!(planned.rlimit, None, "the host process is never capped");
+        assert_eq!(planned.report["disk_bytes"]["via"], "disk-watch+wasm-epoch");
+        let watch = planned.watch.unwrap();
+        watch.baseline_now();
+        std::fs::write(dir.path().join("big"), vec![1u8; 8192]).unwrap();
+        let hit = watch.check_now().unwrap();
+        assert_eq!((hit.limit, hit.max), (WriteLimit::Disk, 4000));
+        assert!(flag.load(Ordering::SeqCst), "the guest is told to stop");
+        let events = sink.of_kind(LogKind::LimitExceeded);
+        let message = events[0].data["message"].as_str().unwrap();
+        assert!(message.contains("the guest was stopped"), "{message}");
     }
 }

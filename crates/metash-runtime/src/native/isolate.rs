@@ -13,6 +13,8 @@ use landlock::{
     RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
 
+use super::privs::drop_capabilities;
+pub use super::privs::landlock_abi;
 use crate::error::{Result, RuntimeError};
 use crate::spec::{NetworkAccess, PathAccess};
 
@@ -41,20 +43,6 @@ const DEVICES_RO: &[&str] = &["/dev/urandom", "/dev/random"];
 
 fn setup(msg: impl Into<String>) -> RuntimeError {
     RuntimeError::SandboxSetup(msg.into())
-}
-
-/// The kernel's Landlock ABI version (0 when Landlock is unavailable).
-pub fn landlock_abi() -> i64 {
-    // SAFETY: landlock_create_ruleset with NULL attr, size 0 and the VERSION flag only queries.
-    let v = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<u8>(),
-            0usize,
-            1u32,
-        )
-    };
-    v.max(0)
 }
 
 fn abi_of(v: i64) -> ABI {
@@ -298,43 +286,6 @@ impl ChildPlan {
         }
         Ok(())
     }
-}
-
-/// Drops every capability (the host may run as root; Landlock confines root too, but capabilities
-/// would still allow raw sockets and the like).
-///
-/// # Safety
-/// In the forked child only.
-pub(super) unsafe fn drop_capabilities() -> io::Result<()> {
-    // SAFETY: prctl and capset on this process with live stack data.
-    unsafe {
-        for cap in 0..=63 {
-            libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
-        }
-        let mut hdr = CapHeader {
-            version: 0x2008_0522,
-            pid: 0,
-        };
-        let data = [CapData::default(); 2];
-        check(
-            libc::syscall(libc::SYS_capset, &mut hdr as *mut CapHeader, data.as_ptr()),
-            "capset",
-        )
-    }
-}
-
-#[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: i32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
 }
 
 /// Keep the fds alive until the spawn returned.

@@ -18,7 +18,7 @@ use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::confine::ConfineSpec;
+use super::confine_spec::ConfineSpec;
 
 /// What the system's loader and frameworks need to start any program; read-only.
 const SYSTEM_RO: &[&str] = &[
@@ -165,7 +165,7 @@ pub fn sandbox_exec_args(profile: &Profile) -> Vec<OsString> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::native::confine::Fence;
+    use crate::native::confine_spec::Fence;
     use crate::spec::PathAccess;
 
     fn spec() -> ConfineSpec {

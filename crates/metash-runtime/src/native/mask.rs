@@ -79,7 +79,7 @@ impl Mask {
             shown: Vec::new(),
             protect: Vec::new(),
             protected: Vec::new(),
-            userns: own_maps(),
+            userns: super::mounts::own_maps(),
             binds: Vec::new(),
             cwd: None,
             expose: Vec::new(),
@@ -198,19 +198,6 @@ fn entry_path(p: &Path) -> Option<PathBuf> {
     entry.symlink_metadata().ok().map(|_| entry)
 }
 
-/// Not root: the uid and gid maps of a user namespace mapping the user to itself (so mounts are
-/// allowed there). Root needs no user namespace.
-pub(crate) fn own_maps() -> Option<(Vec<u8>, Vec<u8>)> {
-    // SAFETY: geteuid/getegid cannot fail.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    (uid != 0).then(|| {
-        (
-            format!("{uid} {uid} 1\n").into_bytes(),
-            format!("{gid} {gid} 1\n").into_bytes(),
-        )
-    })
-}
-
 impl Mask {
     /// Makes each of `granted` a mount of its own in the agent's namespace, so the host can take
     /// it back while the agent runs ([`super::mountns`]), and enters `cwd` again afterwards (the
@@ -247,21 +234,6 @@ fn check(rc: libc::c_long, step: &str) -> io::Result<()> {
     Ok(())
 }
 
-/// Writes `data` to a `/proc/self` file (uid_map and friends).
-///
-/// # Safety
-/// In the forked child only.
-unsafe fn write_proc(path: &[u8], data: &[u8], step: &str) -> io::Result<()> {
-    // SAFETY: `path` is NUL-terminated; plain open/write/close.
-    unsafe {
-        let fd = libc::open(path.as_ptr().cast(), libc::O_WRONLY | libc::O_CLOEXEC);
-        check(fd as libc::c_long, step)?;
-        let n = libc::write(fd, data.as_ptr().cast(), data.len());
-        libc::close(fd);
-        check(n as libc::c_long, step)
-    }
-}
-
 impl Mask {
     /// Enters the mount namespace, mounts over each hidden directory, binds the grants and keeps
     /// the protected paths read-only.
@@ -272,7 +244,7 @@ impl Mask {
         // SAFETY (whole block): raw syscalls on prepared, NUL-terminated data in a single-threaded
         // child.
         unsafe {
-            enter(self.userns.as_ref())?;
+            super::mounts::enter(self.userns.as_ref())?;
             // Nothing mounted here propagates back to the host's namespace.
             check(
                 libc::mount(
@@ -289,19 +261,19 @@ impl Mask {
                     x.apply()?;
                     continue;
                 }
-                if !super::mountns::cover_dir(dir, false) {
+                if !super::mounts::cover_dir(dir, false) {
                     check(-1, "hide state: mount over the state directory")?;
                 }
             }
             for g in &self.binds {
-                if !super::mountns::bind_self(g) {
+                if !super::mounts::bind_self(g) {
                     check(-1, "revocable grants: bind a granted path on itself")?;
                 }
             }
             // After the grants' binds, so this is the topmost mount there (a withdrawal later
             // only narrows it further).
             for p in &self.protect {
-                if !(super::mountns::bind_self(p) && super::mountns::read_only(p)) {
+                if !(super::mounts::bind_self(p) && super::mounts::read_only(p)) {
                     check(
                         -1,
                         "keep .git read-only: bind a protected path on itself read-only",
@@ -316,36 +288,6 @@ impl Mask {
             }
         }
         Ok(())
-    }
-}
-
-/// Enters a new mount namespace: with a user namespace mapping the user to itself when `userns`
-/// has its maps (not root).
-///
-/// # Safety
-/// Only in a forked child, single-threaded, before capabilities are dropped.
-pub(crate) unsafe fn enter(userns: Option<&(Vec<u8>, Vec<u8>)>) -> io::Result<()> {
-    // SAFETY (whole block): raw syscalls on prepared, NUL-terminated data.
-    unsafe {
-        match userns {
-            Some((uid_map, gid_map)) => {
-                check(
-                    libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) as libc::c_long,
-                    "mount namespace: unshare(user, mount)",
-                )?;
-                write_proc(
-                    b"/proc/self/setgroups\0",
-                    b"deny",
-                    "mount namespace: setgroups",
-                )?;
-                write_proc(b"/proc/self/uid_map\0", uid_map, "mount namespace: uid_map")?;
-                write_proc(b"/proc/self/gid_map\0", gid_map, "mount namespace: gid_map")
-            }
-            None => check(
-                libc::unshare(libc::CLONE_NEWNS) as libc::c_long,
-                "mount namespace: unshare(mount)",
-            ),
-        }
     }
 }
 

@@ -8,6 +8,7 @@
 //! generated `sandbox-exec` profile; `docs/portability.md` has the plan for Windows.
 
 pub mod confine;
+mod confine_spec;
 pub mod macos;
 pub mod probe;
 mod proxy;
@@ -17,7 +18,7 @@ mod cgroup;
 #[cfg(target_os = "linux")]
 mod confinement;
 #[cfg(target_os = "linux")]
-mod disk_quota;
+pub(crate) mod disk_quota;
 #[cfg(target_os = "linux")]
 pub mod exec_gate;
 #[cfg(target_os = "linux")]
@@ -27,15 +28,23 @@ pub(crate) mod mask;
 #[cfg(target_os = "linux")]
 pub mod mountns;
 #[cfg(target_os = "linux")]
+mod mounts;
+#[cfg(target_os = "linux")]
 pub mod pidns;
+#[cfg(target_os = "linux")]
+mod privs;
 #[cfg(target_os = "linux")]
 mod process;
 #[cfg(target_os = "linux")]
 pub mod procs;
 #[cfg(target_os = "linux")]
+mod quota;
+#[cfg(target_os = "linux")]
 mod sandbox;
 #[cfg(target_os = "linux")]
 mod seccomp;
+#[cfg(target_os = "linux")]
+mod shim;
 #[cfg(target_os = "linux")]
 mod spawner;
 #[cfg(target_os = "linux")]

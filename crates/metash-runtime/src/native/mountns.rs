@@ -29,10 +29,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use super::mounts::{bind_self, cover_dir, read_only};
 use crate::error::{Result, RuntimeError};
-
-/// `AT_RECURSIVE` (linux/fcntl.h): `mount_setattr` on the whole subtree.
-const AT_RECURSIVE: libc::c_uint = 0x8000;
 
 /// What a withdrawal takes away.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -339,72 +337,6 @@ fn errno() -> i32 {
     io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
-/// Makes the mount at `p` and every mount under it read-only, leaving its other flags alone.
-///
-/// # Safety
-/// Raw syscall; `p` NUL-terminated.
-pub(crate) unsafe fn read_only(p: &CString) -> bool {
-    let attr = libc::mount_attr {
-        attr_set: libc::MOUNT_ATTR_RDONLY,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    // SAFETY: mount_setattr(2) with a valid path and attr struct of the size given.
-    unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            p.as_ptr(),
-            AT_RECURSIVE,
-            &attr as *const libc::mount_attr,
-            std::mem::size_of::<libc::mount_attr>(),
-        ) == 0
-    }
-}
-
-/// Mounts an empty, read-only tmpfs over the directory `p`: mode 000, or 555 when `empty` (an
-/// empty directory that can be listed). Hides the host's state at start and withdraws a path
-/// later.
-///
-/// # Safety
-/// Raw syscall; `p` NUL-terminated.
-pub(crate) unsafe fn cover_dir(p: &CString, empty: bool) -> bool {
-    let options = if empty {
-        c"size=4k,mode=555"
-    } else {
-        c"size=4k,mode=000"
-    };
-    // SAFETY: mount(2) with NUL-terminated strings.
-    unsafe {
-        libc::mount(
-            c"metash-covered".as_ptr(),
-            p.as_ptr(),
-            c"tmpfs".as_ptr(),
-            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            options.as_ptr().cast(),
-        ) == 0
-    }
-}
-
-/// Binds `p` onto itself with everything mounted under it, so it is a mount of its own that can
-/// later be made read-only without touching anything else.
-///
-/// # Safety
-/// Raw syscall; `p` NUL-terminated.
-pub(crate) unsafe fn bind_self(p: &CString) -> bool {
-    // SAFETY: mount(2) with NUL-terminated strings.
-    unsafe {
-        libc::mount(
-            p.as_ptr(),
-            p.as_ptr(),
-            std::ptr::null(),
-            libc::MS_BIND | libc::MS_REC,
-            std::ptr::null(),
-        ) == 0
-    }
-}
-
 /// A WASM agent's view of its grants: a directory `root` (preopened as the guest's `/`) in a
 /// namespace of its own, where each granted path is bound at its guest path. Withdrawing is done
 /// at `root` joined with the guest path. The namespace lives as long as this handle.
@@ -449,7 +381,7 @@ impl Holder {
             .iter()
             .map(|p| cstr(p))
             .collect::<Result<Vec<_>>>()?;
-        let userns = super::mask::own_maps();
+        let userns = super::mounts::own_maps();
         let (ready_r, ready_w) = pipe()?;
         let (wait_r, wait_w) = pipe()?;
         // SAFETY: the child makes only raw syscalls on data prepared above, then _exits.
@@ -557,7 +489,7 @@ unsafe fn holder_steps(
     let (hide, protect) = shield;
     // SAFETY (whole block): raw syscalls on data prepared before the fork.
     unsafe {
-        if super::mask::enter(userns).is_err() {
+        if super::mounts::enter(userns).is_err() {
             return 1;
         }
         if libc::mount(

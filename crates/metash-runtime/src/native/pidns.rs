@@ -19,6 +19,11 @@
 //! kernel kills everything left in the namespace; when P dies, Q's parent-death signal kills Q.
 //! P and Q ignore the catchable termination signals (the group's signal reaches R directly) and Q
 //! forwards them to R only when R left the group.
+//!
+//! Q and R are split off without copying memory ([`super::shim`]): P, Q and R share the one copy
+//! of the host that the spawn's fork made, until R execs. So the two shims cost a spawn no more
+//! page-table copies than a bare fork does; P and Q only wait on stacks of their own. The
+//! capability bounding set is emptied once, in P, before the splits (all three inherit it).
 
 use std::io;
 use std::sync::OnceLock;
@@ -42,22 +47,6 @@ const SHIM_SIGNALS: &[i32] = &[
     libc::SIGPIPE,
     libc::SIGALRM,
 ];
-
-/// `struct landlock_path_beneath_attr` (packed in the kernel's header).
-#[repr(C, packed)]
-struct PathBeneath {
-    allowed_access: u64,
-    parent_fd: i32,
-}
-
-/// Landlock rights, as the kernel numbers them.
-pub(super) mod access {
-    pub const WRITE_FILE: u64 = 1 << 1;
-    pub const READ_FILE: u64 = 1 << 2;
-    pub const READ_DIR: u64 = 1 << 3;
-    /// ABI 5: ioctl on a device file opened here (a terminal's `tcsetattr`, `TIOCGPTN`...).
-    pub const IOCTL_DEV: u64 = 1 << 15;
-}
 
 /// What the child sets up beyond the mask, prepared in the parent.
 pub struct Namespaces {
@@ -93,7 +82,7 @@ fn probe() -> Result<(), String> {
         return Err("no mount namespace can be made (user namespaces are refused)".into());
     }
     let ns = Namespaces {
-        own_mount: Some(super::mask::own_maps()),
+        own_mount: Some(super::mounts::own_maps()),
         pid: true,
         proc_access: 0,
         tty: super::tty::ChildTty::private(),
@@ -121,11 +110,11 @@ pub fn plan(tenant: Tenant, masked: bool) -> (Option<Namespaces>, Value) {
     match available() {
         Ok(()) => {
             let ns = Namespaces {
-                own_mount: (!masked).then(super::mask::own_maps),
+                own_mount: (!masked).then(super::mounts::own_maps),
                 pid: true,
                 proc_access: match tenant {
                     Tenant::Agent => 0,
-                    Tenant::Cli => access::READ_FILE | access::READ_DIR,
+                    Tenant::Cli => super::privs::access::READ_FILE | super::privs::access::READ_DIR,
                 },
                 tty: match tenant {
                     Tenant::Agent => super::tty::ChildTty::None,
@@ -165,7 +154,7 @@ impl Namespaces {
         // SAFETY (whole block): raw syscalls on prepared data in a single-threaded child.
         unsafe {
             if let (Some(userns), false) = (&self.own_mount, masked) {
-                super::mask::enter(userns.as_ref())?;
+                super::mounts::enter(userns.as_ref())?;
                 check(
                     libc::mount(
                         std::ptr::null(),
@@ -179,13 +168,17 @@ impl Namespaces {
             }
             self.tty.apply(landlock_fd)?;
             if self.pid {
+                // Once, here, after any user namespace was entered (that resets the set) and
+                // before the split: P, Q and R then each find it empty.
+                super::privs::drop_bounding_set();
                 self.enter_pid_ns(landlock_fd)?;
             }
         }
         Ok(())
     }
 
-    /// P: unshare the PID namespace and fork Q; Q: mount `/proc`, fork R. Returns in R.
+    /// P: unshare the PID namespace and split off Q; Q: mount `/proc`, split off R. Returns in R.
+    /// Each split shares memory ([`super::shim`]): the shims cost no copy of the host's.
     ///
     /// # Safety
     /// As [`Namespaces::apply`].
@@ -206,11 +199,8 @@ impl Namespaces {
                 "processes: pipe",
             )?;
             let [read_end, write_end] = status_pipe;
-            let q = libc::fork();
-            check(q, "processes: fork the namespace's init")?;
-            if q > 0 {
-                outside(q, read_end);
-            }
+            super::shim::split(read_end, outside)
+                .map_err(|e| step_err(e, "processes: start the namespace's init"))?;
             // Q, pid 1. P may have died before the parent-death signal was set: then the read
             // end is gone (closed by P's exit) and Q must not go on.
             libc::prctl(
@@ -230,11 +220,8 @@ impl Namespaces {
                 libc::_exit(1);
             }
             self.mount_proc(landlock_fd)?;
-            let r = libc::fork();
-            check(r, "processes: fork the program's process")?;
-            if r > 0 {
-                init(r, write_end, &set);
-            }
+            super::shim::split(InitCtx { write_end, set }, init)
+                .map_err(|e| step_err(e, "processes: start the program's process"))?;
             libc::close(write_end);
             libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
         }
@@ -266,7 +253,7 @@ impl Namespaces {
                 check(mount(c"hidepid=2"), "processes: mount /proc")?;
             }
             if self.proc_access != 0 && landlock_fd >= 0 {
-                grant(
+                super::privs::grant(
                     landlock_fd,
                     c"/proc",
                     self.proc_access,
@@ -278,62 +265,27 @@ impl Namespaces {
     }
 }
 
-/// Adds a Landlock rule for `path` (as this mount namespace sees it) to the ruleset: `access`
-/// beneath it.
-///
-/// # Safety
-/// In a forked child; `landlock_fd` a ruleset.
-pub(super) unsafe fn grant(
-    landlock_fd: i32,
-    path: &std::ffi::CStr,
-    access: u64,
-    step: &str,
-) -> io::Result<()> {
-    // SAFETY (whole block): open/landlock_add_rule/close on a NUL-terminated path and a packed
-    // struct that lives for the call.
-    unsafe {
-        let fd = libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
-        check(fd, step)?;
-        let attr = PathBeneath {
-            allowed_access: access,
-            parent_fd: fd,
-        };
-        let rc = libc::syscall(
-            libc::SYS_landlock_add_rule,
-            landlock_fd,
-            1u32, // LANDLOCK_RULE_PATH_BENEATH
-            &attr as *const PathBeneath,
-            0u32,
-        );
-        let e = io::Error::last_os_error();
-        libc::close(fd);
-        if rc < 0 {
-            return Err(io::Error::new(
-                e.kind(),
-                format!("sandbox step {step}: {e}"),
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// P: keep only the status pipe, wait for Q (so no zombie of it is left to whoever adopts
 /// orphans), end as R did: its exit code, or its signal, which Q passed over the pipe (Q itself
 /// cannot die by R's signal: the kernel spares a namespace's init). Q ending without a word
-/// (killed) ends P as Q did.
+/// (killed) ends P as Q did. Runs on its own stack ([`super::shim::split`]).
 ///
 /// # Safety
 /// In P only; never returns.
-unsafe fn outside(q: libc::pid_t, read_end: i32) -> ! {
-    // SAFETY (whole block): raw syscalls on stack data, then _exit.
+unsafe extern "C" fn outside(q: libc::pid_t, read_end: *const i32) -> ! {
+    // SAFETY (whole block): raw syscalls on stack data, then _exit; `read_end` is the context
+    // `split` stored on this stack.
     unsafe {
+        let read_end = *read_end;
         keep_only(read_end);
         // P only waits and reports: no privilege kept (as Q, see `init`).
         libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-        let _ = super::isolate::drop_capabilities();
+        super::privs::drop_capabilities_raw();
         let mut status = 0;
-        while libc::waitpid(q, &mut status, 0) < 0 {
-            if *libc::__errno_location() != libc::EINTR {
+        // Signals are blocked here, so the wait is not interrupted; errno is not read (Q shares
+        // this memory, errno included). The wait ends when Q is gone, whatever else happens.
+        while libc::waitpid(q, &mut status, 0) != q {
+            if libc::kill(q, 0) != 0 {
                 libc::_exit(1);
             }
         }
@@ -370,24 +322,34 @@ unsafe fn end_as(status: i32) -> ! {
     }
 }
 
+/// What Q's half keeps on its own stack: the status pipe to P and the signals it waits for.
+#[derive(Clone, Copy)]
+struct InitCtx {
+    write_end: i32,
+    set: libc::sigset_t,
+}
+
 /// Q, the namespace's init: reap every child, forward the shim signals to R when R left the
 /// process group (a group signal reached it already otherwise), and when R ends, tell P how and
-/// exit (the kernel then kills whatever is left in the namespace).
+/// exit (the kernel then kills whatever is left in the namespace). Runs on its own stack
+/// ([`super::shim::split`]).
 ///
 /// # Safety
 /// In Q only; never returns.
-unsafe fn init(r: libc::pid_t, write_end: i32, set: &libc::sigset_t) -> ! {
-    // SAFETY (whole block): raw syscalls on stack data, then _exit.
+unsafe extern "C" fn init(r: libc::pid_t, ctx: *const InitCtx) -> ! {
+    // SAFETY (whole block): raw syscalls on stack data, then _exit; `ctx` is the context `split`
+    // stored on this stack.
     unsafe {
+        let InitCtx { write_end, set } = *ctx;
         keep_only(write_end);
         // Q only reaps, forwards signals to R (its own uid) and writes to P: it needs no
         // privilege, and keeps none once `/proc` is mounted and R forked (a failure to drop them
         // leaves Q as it was: hidden from the tree by `hidepid`, ptrace refused by R's seccomp).
         libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-        let _ = super::isolate::drop_capabilities();
+        super::privs::drop_capabilities_raw();
         loop {
             let mut info: libc::siginfo_t = std::mem::zeroed();
-            let sig = libc::sigwaitinfo(set, &mut info);
+            let sig = libc::sigwaitinfo(&set, &mut info);
             if sig == libc::SIGCHLD {
                 loop {
                     let mut st = 0;
@@ -438,6 +400,10 @@ unsafe fn keep_only(fd: i32) {
         }
         libc::syscall(libc::SYS_close_range, fd + 1, libc::c_uint::MAX, 0u32);
     }
+}
+
+fn step_err(e: io::Error, step: &str) -> io::Error {
+    io::Error::new(e.kind(), format!("sandbox step {step}: {e}"))
 }
 
 fn check<T: Into<i64>>(rc: T, step: &str) -> io::Result<()> {

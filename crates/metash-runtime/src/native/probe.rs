@@ -54,7 +54,7 @@ pub fn probe() -> HostSupport {
         (Cgroups::None, "/sys/fs/cgroup")
     };
     HostSupport {
-        landlock_abi: super::isolate::landlock_abi(),
+        landlock_abi: super::privs::landlock_abi(),
         seccomp_user_notif: super::exec_gate::available(),
         cgroups,
         cgroups_writable: cgroups != Cgroups::None && writable(root),

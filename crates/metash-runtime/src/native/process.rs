@@ -238,13 +238,16 @@ impl NativeProcess {
         false
     }
 
-    /// Whether nothing of the agent is left. The cgroup is authoritative when there is one (a
-    /// confined process cannot leave it) and cheap to read; otherwise scan `/proc` for the group.
+    /// Whether nothing of the agent is left: its cgroup empty (a confined process cannot leave it;
+    /// cheap to read, so asked first), and no live process of its group. The group is scanned even
+    /// with a cgroup: an exiting process leaves its cgroup before it has finished, and the PID
+    /// namespace's init finishes last (it reaps the namespace after it left the cgroup).
     fn all_gone(&self) -> bool {
-        match &self.sandbox.cgroup {
-            Some(cg) => cg.pids().is_empty(),
-            None => procs::group_members(self.pgid).is_empty(),
-        }
+        self.sandbox
+            .cgroup
+            .as_ref()
+            .is_none_or(|cg| cg.pids().is_empty())
+            && procs::group_members(self.pgid).is_empty()
     }
 
     /// SIGTERM the group, wait `grace`, SIGKILL the group and the cgroup, reap. Returns whether the

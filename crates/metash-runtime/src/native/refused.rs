@@ -14,7 +14,7 @@ use std::time::Duration;
 use metash_protocol::AgentEvent;
 use serde_json::Value;
 
-use super::confine::ConfineSpec;
+use super::confine_spec::ConfineSpec;
 use crate::error::{Result, RuntimeError};
 use crate::invocation::Outcome;
 use crate::reply::Replier;
@@ -167,7 +167,7 @@ mod tests {
             program_dirs: vec![],
             workspace: "/tmp".into(),
             paths: vec![],
-            fence: crate::native::confine::Fence::default(),
+            fence: crate::native::confine_spec::Fence::default(),
             env: vec![],
         };
         for message in [

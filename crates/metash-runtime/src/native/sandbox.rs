@@ -6,7 +6,6 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use serde_json::{json, Value};
@@ -15,13 +14,13 @@ use super::cgroup;
 use super::exec_gate;
 use super::isolate;
 use super::proxy::{ConnectProxy, ProxyCfg};
+// Named here too for `disk_quota`, which takes it from this module.
+pub(super) use super::quota::Quota;
 use crate::error::{io_err, Result};
-use crate::limits::{parse_cpu, parse_mem, Applied, AppliedLimits};
+use crate::limits::{Applied, AppliedLimits};
 use crate::reply::Replier;
 use crate::sink::EventSink;
 use crate::spec::{AgentSpec, Category, NetworkAccess, PathAccess};
-
-static NONCE: AtomicU64 = AtomicU64::new(0);
 
 /// Everything prepared for one agent. Keep it alive as long as the agent runs: it owns the cgroup
 /// (removed, after killing what is left in it, on drop) and the proxy.
@@ -113,7 +112,7 @@ fn own_paths(
         .iter()
         .find(|(k, _)| k == "PATH")
         .map_or("/bin:/usr/bin", |(_, v)| v.as_str());
-    let interpreter = super::confine::interpreter(entry, Some(std::ffi::OsStr::new(path)));
+    let interpreter = super::confine_spec::interpreter(entry, Some(std::ffi::OsStr::new(path)));
     if let Some(i) = &interpreter {
         own.push(read(i.clone()));
         let lib = i.parent().and_then(Path::parent).map(|p| p.join("lib"));
@@ -141,6 +140,113 @@ fn applied_limits(spec: &AgentSpec, quota: &Quota) -> AppliedLimits {
     }
 }
 
+/// The agent's network as confined: the allowlist proxy (when it has an allowlist), the loopback
+/// ports Landlock lets it connect to, and the access seccomp and Landlock enforce.
+struct Network {
+    proxy: Option<ConnectProxy>,
+    ports: Vec<u16>,
+    access: NetworkAccess,
+}
+
+impl Network {
+    fn start(spec: &AgentSpec, sink: &Arc<dyn EventSink>, replier: &Replier) -> Result<Self> {
+        let granted = spec.effective_network();
+        let proxy = start_proxy(spec, &granted, sink, replier)?;
+        let mut ports: Vec<u16> = proxy.iter().map(ConnectProxy::port).collect();
+        ports.extend(&spec.connect_ports);
+        // Loopback ports without a network grant: confined as an allowlist of no host (TCP
+        // streams may be opened; Landlock lets them connect to these ports only).
+        let access = match granted {
+            NetworkAccess::None if !spec.connect_ports.is_empty() => {
+                NetworkAccess::Allowlist(Vec::new())
+            }
+            other => other,
+        };
+        Ok(Self {
+            proxy,
+            ports,
+            access,
+        })
+    }
+
+    fn proxy_port(&self) -> Option<u16> {
+        self.proxy.as_ref().map(ConnectProxy::port)
+    }
+}
+
+/// The Landlock ruleset for the agent: its grants, its own paths (package, interpreter) and the
+/// network's ports. Returns the ruleset and the kernel's ABI.
+fn landlock(
+    spec: &AgentSpec,
+    (workspace, entry): (&Path, &Path),
+    own: &[PathAccess],
+    net: &Network,
+) -> Result<(OwnedFd, i64)> {
+    let mut paths = spec.split_paths().0;
+    paths.extend(own.iter());
+    isolate::landlock_ruleset(&isolate::LandlockPlan {
+        workspace,
+        read: spec.has(Category::FilesRead),
+        write: spec.has(Category::FilesWrite),
+        paths: &paths,
+        entry,
+        network: &net.access,
+        connect_ports: &net.ports,
+    })
+}
+
+/// The memory, CPU and process quotas, then the disk and file quotas over what it may write.
+fn quotas(
+    spec: &AgentSpec,
+    workspace: &Path,
+    sink: &Arc<dyn EventSink>,
+) -> Result<(Quota, super::disk_quota::Planned)> {
+    let mut quota = Quota::apply(
+        &spec.id,
+        spec.manifest.resources.mem.as_deref(),
+        spec.manifest.resources.cpu.as_deref(),
+        spec.max_pids,
+        spec.timeout,
+    )?;
+    let disk = super::disk_quota::agent(spec, workspace, &mut quota, sink)?;
+    Ok((quota, disk))
+}
+
+/// The parts of the start report the preparation decided, beside the limits.
+struct ReportParts<'a> {
+    limits: Value,
+    abi: i64,
+    exec_gate: bool,
+    net: &'a Network,
+    hidden: &'a Value,
+    revocable: bool,
+    namespaces: &'a Value,
+}
+
+/// What was applied and how: the `agent_started` event's sandbox part.
+fn start_report(spec: &AgentSpec, r: &ReportParts<'_>) -> Value {
+    json!({
+        "sandbox": "native",
+        "limits": r.limits,
+        "landlock_abi": r.abi,
+        "seccomp": true,
+        "exec_gate": if r.exec_gate { json!("seccomp-user-notif") } else { json!(false) },
+        "no_new_privs": true,
+        "capabilities_dropped": true,
+        "network": r.net.access,
+        "proxy_port": r.net.proxy_port(),
+        "workspace_access": if spec.has(Category::FilesWrite) { "read-write" }
+            else if spec.has(Category::FilesRead) { "read-only" } else { "none" },
+        "paths": crate::spec::paths_report(spec, None),
+        "state_hidden": r.hidden["state_hidden"],
+        "protected": r.hidden["protected"],
+        "paths_revocable": if r.revocable { json!("mount-namespace") }
+            else if spec.has_files() { json!(false) } else { json!(null) },
+        "processes": r.namespaces["processes"],
+        "terminal": r.namespaces["terminal"],
+    })
+}
+
 impl Sandbox {
     /// Prepare every restriction for `spec`.
     ///
@@ -150,50 +256,20 @@ impl Sandbox {
     pub fn prepare(spec: &AgentSpec, sink: &Arc<dyn EventSink>, replier: &Replier) -> Result<Self> {
         let workspace = isolate::canonical(&spec.workspace)?;
         let entry = isolate::canonical(&spec.entry)?;
-        let granted = spec.effective_network();
-        let proxy = start_proxy(spec, &granted, sink, replier)?;
-        let mut proxy_ports: Vec<u16> = proxy.iter().map(ConnectProxy::port).collect();
-        proxy_ports.extend(&spec.connect_ports);
-        // Loopback ports without a network grant: confined as an allowlist of no host (TCP
-        // streams may be opened; Landlock lets them connect to these ports only).
-        let network = match granted {
-            NetworkAccess::None if !spec.connect_ports.is_empty() => {
-                NetworkAccess::Allowlist(Vec::new())
-            }
-            other => other,
-        };
+        let net = Network::start(spec, sink, replier)?;
         let (own, interpreter) = own_paths(spec, &entry, &workspace);
-        let mut paths = spec.split_paths().0;
-        paths.extend(own.iter());
-        let (ll_fd, abi) = isolate::landlock_ruleset(&isolate::LandlockPlan {
-            workspace: &workspace,
-            read: spec.has(Category::FilesRead),
-            write: spec.has(Category::FilesWrite),
-            paths: &paths,
-            entry: &entry,
-            network: &network,
-            connect_ports: &proxy_ports,
-        })?;
-        let seccomp = isolate::seccomp_program(&network, false)?;
-        let (mask, hidden_report, revocable) = plan_mounts(spec, &workspace, &entry)?;
+        let (ll_fd, abi) = landlock(spec, (&workspace, &entry), &own, &net)?;
+        let seccomp = isolate::seccomp_program(&net.access, false)?;
+        let (mask, hidden, revocable) = plan_mounts(spec, &workspace, &entry)?;
         let (exec_gate, exec_child) = start_exec_gate(spec, interpreter, sink, replier)?.unzip();
-
-        let mut quota = Quota::apply(
-            &spec.id,
-            spec.manifest.resources.mem.as_deref(),
-            spec.manifest.resources.cpu.as_deref(),
-            spec.max_pids,
-            spec.timeout,
-        )?;
-        let disk = super::disk_quota::agent(spec, &workspace, &mut quota, sink)?;
+        let (quota, disk) = quotas(spec, &workspace, sink)?;
         let limits = applied_limits(spec, &quota);
         let Quota {
             cgroup: cg,
             rlimits,
             ..
         } = quota;
-
-        let (ns, ns_report) = super::pidns::plan(super::pidns::Tenant::Agent, mask.is_some());
+        let (ns, namespaces) = super::pidns::plan(super::pidns::Tenant::Agent, mask.is_some());
         let plan = isolate::ChildPlan {
             landlock_fd: ll_fd.as_raw_fd(),
             seccomp,
@@ -209,35 +285,25 @@ impl Sandbox {
             mask,
             namespaces: ns,
         };
-        let report = json!({
-            "sandbox": "native",
-            "limits": disk.with_limits(&limits),
-            "landlock_abi": abi,
-            "seccomp": true,
-            "exec_gate": if exec_gate.is_some() { json!("seccomp-user-notif") } else { json!(false) },
-            "no_new_privs": true,
-            "capabilities_dropped": true,
-            "network": network,
-            "proxy_port": proxy.as_ref().map(ConnectProxy::port),
-            "workspace_access": if spec.has(Category::FilesWrite) { "read-write" }
-                else if spec.has(Category::FilesRead) { "read-only" } else { "none" },
-            "paths": crate::limits::paths_report(spec, None),
-            "state_hidden": hidden_report["state_hidden"],
-            "protected": hidden_report["protected"],
-            "paths_revocable": if revocable { json!("mount-namespace") }
-                else if spec.has_files() { json!(false) } else { json!(null) },
-            "processes": ns_report["processes"],
-            "terminal": ns_report["terminal"],
-        });
+        let report = start_report(
+            spec,
+            &ReportParts {
+                limits: disk.with_limits(&limits),
+                abi,
+                exec_gate: exec_gate.is_some(),
+                net: &net,
+                hidden: &hidden,
+                revocable,
+                namespaces: &namespaces,
+            },
+        );
         let mut env = spec.env.clone();
-        if let Some(p) = &proxy {
-            env.extend(super::proxy_env(p.port()));
-        }
+        env.extend(net.proxy_port().map(super::proxy_env).into_iter().flatten());
         Ok(Self {
             plan: Arc::new(plan),
             _landlock: ll_fd,
             cgroup: cg,
-            _proxy: proxy,
+            _proxy: net.proxy,
             exec_gate,
             entry,
             workspace,
@@ -322,78 +388,4 @@ fn plan_mounts(
         mask
     };
     Ok((mask, hidden_report, revocable))
-}
-
-/// Memory, CPU and process quotas for one confined process tree: cgroups first, rlimits for
-/// whatever they could not do.
-pub(super) struct Quota {
-    pub cgroup: Option<cgroup::AgentCgroup>,
-    pub memory: Option<Applied>,
-    pub cpu: Option<Applied>,
-    pub pids: Option<Applied>,
-    /// Set in the child before exec.
-    pub rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
-}
-
-impl Quota {
-    /// `mem` (`512m`, `2g`…) and `cpu` (`500m`, `2`…) as written in a manifest or a role.
-    ///
-    /// # Errors
-    /// A quantity that does not parse.
-    pub fn apply(
-        name: &str,
-        mem: Option<&str>,
-        cpu: Option<&str>,
-        max_pids: u64,
-        timeout: std::time::Duration,
-    ) -> Result<Self> {
-        let mem = mem.map(parse_mem).transpose()?;
-        let cpu = cpu.map(parse_cpu).transpose()?;
-        let name = format!(
-            "{}-{}-{}",
-            name.chars()
-                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-                .collect::<String>(),
-            std::process::id(),
-            NONCE.fetch_add(1, Ordering::Relaxed)
-        );
-        let quotas = cgroup::Quotas {
-            memory_bytes: mem,
-            cpu_millis: cpu,
-            pids: Some(max_pids),
-        };
-        let (cg, applied) = match cgroup::AgentCgroup::create(&name, quotas) {
-            Some((cg, a)) => (Some(cg), a),
-            None => (None, cgroup::AppliedQuotas::default()),
-        };
-        let mut q = Self {
-            cgroup: cg,
-            memory: applied.memory,
-            cpu: applied.cpu,
-            pids: applied.pids,
-            rlimits: vec![(libc::RLIMIT_CORE, 0)],
-        };
-        if let (Some(m), None) = (mem, &q.memory) {
-            q.rlimits.push((libc::RLIMIT_AS, m));
-            q.memory = Some(
-                Applied::new(m, "rlimit")
-                    .with_note("RLIMIT_AS: address space, not resident memory"),
-            );
-        }
-        if q.pids.is_none() {
-            q.rlimits.push((libc::RLIMIT_NPROC, max_pids));
-            q.pids = Some(
-                Applied::new(max_pids, "rlimit")
-                    .with_note("RLIMIT_NPROC counts all processes of the user; root ignores it"),
-            );
-        }
-        if let (Some(c), None) = (cpu, &q.cpu) {
-            let secs = timeout.as_secs().max(1) + 1;
-            q.rlimits.push((libc::RLIMIT_CPU, secs));
-            q.cpu = Some(Applied::new(c, "rlimit").with_note(
-                "no CPU share without cgroups; RLIMIT_CPU caps CPU seconds at the timeout",
-            ));
-        }
-        Ok(q)
-    }
 }

@@ -28,11 +28,11 @@ fn setup(msg: impl Into<String>) -> RuntimeError {
 }
 
 /// The seccomp program: the prologue above, then EPERM for sockets the network mode does not allow
-/// (never a Unix-domain socket; Unix socket pairs only as connected streams; with a network grant,
-/// inet streams with protocol 0 or TCP only), for leaving the process group or session unless
-/// `new_sessions` (so killing the group reaches every descendant; allowed only where a cgroup holds
-/// the whole tree and is killed as one), for `clone` with any namespace flag, and for the syscalls
-/// no agent needs (ptrace, mounts, namespaces, kernel keyring, bpf...).
+/// (never a Unix-domain socket; Unix socket pairs only as connected streams or seqpackets; with a
+/// network grant, inet streams with protocol 0 or TCP only), for leaving the process group or
+/// session unless `new_sessions` (so killing the group reaches every descendant; allowed only
+/// where a cgroup holds the whole tree and is killed as one), for `clone` with any namespace flag,
+/// and for the syscalls no agent needs (ptrace, mounts, namespaces, kernel keyring, bpf...).
 ///
 /// # Errors
 /// [`RuntimeError::SandboxSetup`] when the filter cannot be compiled for this architecture.
@@ -218,19 +218,16 @@ fn socket_rules(network: &NetworkAccess) -> Result<Vec<SeccompRule>> {
     })
 }
 
-/// A connected pair of Unix stream sockets is how node/libuv (and others) wire a child's stdio:
-/// allowed. It can reach nothing: connect() on it is EISCONN, sendmsg() with an address is refused
-/// on a connected stream, bind() needs Landlock's MAKE_SOCK on the directory. A datagram pair
-/// could connect()/sendto() any host datagram socket by path: refused. "type & 0xff !=
-/// SOCK_STREAM" is spelled as the other types (seccompiler has no masked `!=`).
+/// A connected pair of Unix stream or seqpacket sockets is how node/libuv (and others) wire a
+/// child's stdio, and how Codex starts its commands (a seqpacket pair): allowed. Neither can reach
+/// anything: connect() on it is EISCONN, sendmsg() on a connected stream ignores or refuses an
+/// address (a seqpacket socket sends to its peer only), bind() needs Landlock's MAKE_SOCK on the
+/// directory. A datagram pair could connect()/sendto() any host datagram socket by path: refused.
+/// "type & 0xff not in {SOCK_STREAM, SOCK_SEQPACKET}" is spelled as the other types (seccompiler
+/// has no masked `!=`).
 fn socketpair_rules() -> Result<Vec<SeccompRule>> {
     let mut rules = vec![arg_is(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?];
-    for ty in [
-        libc::SOCK_DGRAM,
-        libc::SOCK_RAW,
-        libc::SOCK_RDM,
-        libc::SOCK_SEQPACKET,
-    ] {
+    for ty in [libc::SOCK_DGRAM, libc::SOCK_RAW, libc::SOCK_RDM] {
         rules.push(type_is(ty)?);
     }
     Ok(rules)

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::pidns::{access, grant};
+use super::privs::{access, grant};
 
 /// `TIOCGPTPEER` (asm-generic/ioctls.h): open the slave of a master without a path lookup.
 const TIOCGPTPEER: libc::c_ulong = 0x5441;
@@ -46,7 +46,7 @@ pub enum ChildTty {
 
 /// The rights a pty needs: read, write, and (ABI 5) terminal ioctls.
 fn rights() -> (u64, u64) {
-    let ioctl = if super::isolate::landlock_abi() >= 5 {
+    let ioctl = if super::privs::landlock_abi() >= 5 {
         access::IOCTL_DEV
     } else {
         0
@@ -266,17 +266,18 @@ impl Relay {
     }
 }
 
-/// Makes `plan` (not yet shared with a `Command`) relay its terminal; `report` says so.
+/// Makes the child's terminal plan `tty` (of a plan not yet shared with a `Command`; `None`
+/// where the namespaces could not be made) relay its terminal; `report` says so.
 ///
 /// # Errors
 /// As [`super::confine::Confinement::relay_terminal`].
 pub(super) fn relay_into(
-    plan: Option<&mut super::isolate::ChildPlan>,
+    tty: Option<&mut ChildTty>,
     report: &mut Value,
 ) -> crate::error::Result<Relay> {
     let setup = crate::error::RuntimeError::SandboxSetup;
     let why = report["processes"]["why"].clone();
-    let ns = plan.and_then(|p| p.namespaces.as_mut()).ok_or_else(|| {
+    let slot = tty.ok_or_else(|| {
         setup(format!(
             "an interactive sandbox needs a terminal of its own, in a private devpts, and \
                  this machine cannot make the namespaces for it ({why}); run the command \
@@ -291,7 +292,7 @@ pub(super) fn relay_into(
     });
     let (tty, relay) =
         relayed(winsize).map_err(|e| setup(format!("the terminal's socket pair: {e}")))?;
-    *ns.tty_mut() = tty;
-    report["terminal"] = ns.tty_mut().report();
+    *slot = tty;
+    report["terminal"] = slot.report();
     Ok(relay)
 }

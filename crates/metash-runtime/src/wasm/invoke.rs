@@ -15,7 +15,7 @@ use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
 use super::{
     net, stdin, stdout, GuestCtl, GuestEnd, Limits, Pre, State, Stops, WasmAgent, GUEST_WORKSPACE,
-    P2, STOP_HALT, STOP_INTERRUPT, STOP_NONE, STOP_TIMEOUT,
+    P2, STOP_HALT, STOP_INTERRUPT, STOP_NONE, STOP_QUOTA, STOP_TIMEOUT,
 };
 use crate::codec;
 use crate::error::{Result, RuntimeError};
@@ -43,6 +43,8 @@ struct Watch<'a> {
     interrupt: &'a AtomicBool,
     replier: &'a Replier,
     halt: &'a AtomicBool,
+    /// Set when the agent passed a write quota.
+    quota: &'a AtomicBool,
     net_log: &'a net::NetLog,
     deadline: Instant,
 }
@@ -113,8 +115,10 @@ impl WasmAgent {
             interrupt: Arc::clone(&stops.interrupt),
             paused: Arc::clone(&stops.paused),
             halt: Arc::clone(&halt),
+            quota: self.quota.stop_flag(),
             fuel: self.fuel,
         };
+        let quota = self.quota.stop_flag();
         let net_log = net::NetLog::new(&spec.id, sink, self.net.policy());
         let guest_end = self.start_guest(b, ctl, &net_log)?;
         let watch = Watch {
@@ -124,6 +128,7 @@ impl WasmAgent {
             interrupt: &stops.interrupt,
             replier,
             halt: &halt,
+            quota: &quota,
             net_log: &net_log,
             deadline,
         };
@@ -253,8 +258,9 @@ impl WasmAgent {
         }
     }
 
-    /// How the invocation ended, in order of precedence: the output cap, what the agent said,
-    /// fuel, the deadline, an interrupt, memory, else the guest's exit (a trap is logged).
+    /// How the invocation ended, in order of precedence: the output cap, a write quota (measured
+    /// once more now; the watcher logged the hit), what the agent said, fuel, the deadline, an
+    /// interrupt, memory, else the guest's exit (a trap is logged).
     // The pieces of one invocation's end, each from a different thread.
     #[allow(clippy::too_many_arguments)]
     fn final_status(
@@ -280,11 +286,18 @@ impl WasmAgent {
             sink.record(LogKind::LimitExceeded, id, data);
             InvocationStatus::LimitExceeded { limit: name.into() }
         };
+        let quota_hit = if over_cap {
+            None
+        } else {
+            self.quota.check_now()
+        };
         if over_cap {
             limit(
                 "output_bytes",
                 json!({"limit": "output_bytes", "max": spec.output_cap}),
             )
+        } else if let Some(hit) = quota_hit {
+            hit.status()
         } else if let Some(st) = end {
             st
         } else if guest.out_of_fuel {
@@ -329,9 +342,9 @@ impl WasmAgent {
     }
 
     /// Run the guest on a worker: a store with the limiter, the fuel and the epoch callback
-    /// (deadline, interrupt, halt), then `run` (instantiate and call the entry point; the exit
-    /// code). How it ended goes into the returned slot before the store, and with it the guest's
-    /// stdout, is dropped: the host finds it there once stdout has closed.
+    /// (deadline, interrupt, halt, a write quota), then `run` (instantiate and call the entry
+    /// point; the exit code). How it ended goes into the returned slot before the store, and with
+    /// it the guest's stdout, is dropped: the host finds it there once stdout has closed.
     fn spawn_guest<W: Send + 'static>(
         &self,
         state: State<W>,
@@ -348,6 +361,7 @@ impl WasmAgent {
                 interrupt,
                 paused,
                 halt,
+                quota,
                 fuel,
             } = ctl;
             let mut store = Store::new(&engine, state);
@@ -356,11 +370,13 @@ impl WasmAgent {
                 Some(f) => store.set_fuel(f),
                 None => Ok(()),
             };
-            store.set_epoch_deadline(1);
+            // Already past a quota (an earlier invocation): stopped at its first check.
+            store.set_epoch_deadline(u64::from(!quota.load(Ordering::SeqCst)));
             store.epoch_deadline_callback(move |_| {
                 // Paused: the guest waits here, its memory as it was, until resumed (or stopped).
                 while paused.load(Ordering::SeqCst)
                     && !interrupt.load(Ordering::SeqCst)
+                    && !quota.load(Ordering::SeqCst)
                     && !halt.load(Ordering::SeqCst)
                     && Instant::now() < deadline
                 {
@@ -369,6 +385,10 @@ impl WasmAgent {
                 if interrupt.load(Ordering::SeqCst) {
                     why.store(STOP_INTERRUPT, Ordering::SeqCst);
                     return Err(wasmtime::Error::msg("interrupted by host"));
+                }
+                if quota.load(Ordering::SeqCst) {
+                    why.store(STOP_QUOTA, Ordering::SeqCst);
+                    return Err(wasmtime::Error::msg("past a write quota"));
                 }
                 if halt.load(Ordering::SeqCst) {
                     why.store(STOP_HALT, Ordering::SeqCst);
@@ -418,7 +438,10 @@ impl Watch<'_> {
         let mut bucket = TokenBucket::new(self.spec.throttle);
         let give_up = self.deadline + self.spec.shutdown_grace.max(Duration::from_millis(100));
         loop {
-            if Instant::now() >= self.deadline || self.interrupt.load(Ordering::SeqCst) {
+            if Instant::now() >= self.deadline
+                || self.interrupt.load(Ordering::SeqCst)
+                || self.quota.load(Ordering::SeqCst)
+            {
                 // A guest waiting on stdin gets end of input and so reaches its next epoch check.
                 self.replier.detach();
             }

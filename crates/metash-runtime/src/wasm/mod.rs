@@ -10,12 +10,15 @@
 //! components have preview-2 sockets, confined by [`net`] (the allowlist proxy plus a socket
 //! address check). Memory is capped by a store limiter, time by epoch interruption driven by one
 //! timer thread per engine, and, when the spec asks for it, CPU work by fuel on a second engine
-//! that meters it (created on first use: metering slows every guest down).
+//! that meters it (created on first use: metering slows every guest down). What it may write is
+//! measured against its disk and file quotas by a watcher that stops the guest at its next epoch
+//! ([`quota`]).
 
 pub mod cache;
 mod invoke;
 mod net;
 mod pool;
+mod quota;
 mod stdin;
 mod stdout;
 #[cfg(target_os = "linux")]
@@ -279,6 +282,9 @@ pub struct WasmAgent {
     memory: usize,
     fuel: Option<u64>,
     net: net::Net,
+    /// Its disk and file quotas over its read-write preopens (boxed: an agent is moved around
+    /// in an enum with the native backend, which is boxed too).
+    quota: Box<quota::WriteGuard>,
     pub cache: CacheHit,
     /// The file grants as one revocable preopen (Linux); `None`: preopened one by one.
     #[cfg(target_os = "linux")]
@@ -290,6 +296,7 @@ const STOP_NONE: u8 = 0;
 const STOP_TIMEOUT: u8 = 1;
 const STOP_INTERRUPT: u8 = 2;
 const STOP_HALT: u8 = 3;
+const STOP_QUOTA: u8 = 4;
 
 /// What stops or holds a running guest from another thread: the agent's interrupt and its
 /// pause (see [`crate::Pauser`]).
@@ -305,6 +312,8 @@ struct GuestCtl {
     interrupt: Arc<AtomicBool>,
     paused: Arc<AtomicBool>,
     halt: Arc<AtomicBool>,
+    /// Set when the agent passed a write quota.
+    quota: Arc<AtomicBool>,
     fuel: Option<u64>,
 }
 
@@ -380,6 +389,7 @@ impl WasmAgent {
         #[cfg(not(target_os = "linux"))]
         refuse_hidden(spec)?;
         let net = net::Net::prepare(spec, kind, sink, replier)?;
+        let quota = Box::new(quota::WriteGuard::start(spec, sink)?);
         Ok(Self {
             engine,
             code_engine,
@@ -387,6 +397,7 @@ impl WasmAgent {
             memory,
             fuel: spec.fuel,
             net,
+            quota,
             cache,
             #[cfg(target_os = "linux")]
             view,
@@ -440,6 +451,12 @@ impl WasmAgent {
     /// The network as applied (for `agent_started`).
     pub fn network_report(&self) -> Value {
         self.net.report()
+    }
+
+    /// `limits` (for `agent_started`) with the write quotas as applied: `disk_bytes` and
+    /// `files`, `via: "disk-watch+wasm-epoch"`, or `"none"` when nothing is writable.
+    pub fn limits_report(&self, limits: &crate::limits::AppliedLimits) -> Value {
+        self.quota.with_limits(limits)
     }
 }
 

@@ -287,7 +287,7 @@ fn native_requires_consent_and_fails_closed() {
 
 /// Issue 13 item 3: no native agent reaches a Unix-domain socket of the host (a container
 /// engine's, the session bus), with or without network; a connected stream pair (how node wires a
-/// child's stdio) still works.
+/// child's stdio) and a seqpacket pair (how Codex starts its commands) still work, peer to peer.
 #[test]
 fn native_cannot_reach_host_unix_sockets() {
     require_native!();
@@ -319,6 +319,13 @@ fn native_cannot_reach_host_unix_sockets() {
         );
         let (_, ev) = run(&mut a, "pair");
         assert_eq!(text(&ev), "PAIR-OK:through the pair", "{id}");
+        // A seqpacket pair (Codex's commands) works too, and reaches only its peer.
+        let (_, ev) = run(&mut a, &format!("seqpair {}", dgram_path.display()));
+        assert_eq!(
+            text(&ev),
+            "SEQPAIR-OK:through the seqpacket pair:peer-only",
+            "{id}"
+        );
         let _ = a.shutdown();
     }
     assert!(

@@ -108,7 +108,7 @@ impl Exposure {
             let shown = self.cover_and_move(tree);
             libc::close(tree);
             shown?;
-            if !super::super::mountns::read_only(&self.hidden) {
+            if !super::super::mounts::read_only(&self.hidden) {
                 check(-1, "show the agent's package: make the cover read-only")?;
             }
         }
