@@ -2,7 +2,7 @@
 //! a loopback "API" sees the person's real token (logged in against a real OIDC server,
 //! `oidc-provider`, with Chromium as the person); whatever auth the agent sends is replaced;
 //! another path or another host is refused; a revoked grant stops the next request; no token is
-//! ever in the log. (Wiring the handles into a spawned agent's sandbox is not built yet.)
+//! ever in the log. A native and a WASM agent spawned by the host call the API through theirs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "support/oauth_world.rs"]

@@ -141,20 +141,8 @@ pub fn records(store: &Store, filter: &Filter) -> Result<Vec<LogRecord>> {
 pub fn summary(rec: &LogRecord) -> String {
     let d = &rec.data;
     let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-    // Logs written before the runtime rejected host-only events hold an agent's own
-    // `consent_grant`/`consent_revoke` under that kind; they carry the event's `type` field, which
-    // the policy's records never do. Shown as what they are.
-    let agent_claim = matches!(rec.kind, LogKind::ConsentGrant | LogKind::ConsentRevoke)
-        && d.get("type").is_some();
-    if agent_claim || rec.kind == LogKind::ProtocolViolation {
-        let ty = d.get("type").and_then(Value::as_str).unwrap_or("?");
-        let cap = d
-            .get("capability")
-            .or_else(|| d.get("event").and_then(|e| e.get("capability")))
-            .and_then(Value::as_str)
-            .map(|c| format!(" ({c})"))
-            .unwrap_or_default();
-        return format!("VIOLATION: the agent sent the host-only event `{ty}`{cap}; rejected, nothing was granted or revoked");
+    if let Some(violation) = violation(rec) {
+        return violation;
     }
     match rec.kind {
         LogKind::AgentRegistered => format!(
@@ -192,32 +180,61 @@ pub fn summary(rec: &LogRecord) -> String {
             s("capability"),
             s("provider")
         ),
-        LogKind::OauthUse => match d.get("refused").and_then(Value::as_str) {
-            Some(why) => format!("OAuth request through {} refused: {why}", s("handle")),
-            None => format!(
-                "OAuth request through {} with the {} token{}",
-                s("handle"),
-                s("provider"),
-                if d.get("refreshed").and_then(Value::as_bool) == Some(true) {
-                    " (refreshed first)"
-                } else {
-                    ""
-                }
-            ),
-        },
-        _ => {
-            let mut t = d.to_string();
-            if t.len() > 100 {
-                let mut cut = 97;
-                while !t.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                t.truncate(cut);
-                t.push_str("...");
-            }
-            t
-        }
+        LogKind::OauthUse => oauth_use(d),
+        _ => shortened(d),
     }
+}
+
+/// An agent's attempt at a host-only event, shown as what it is. Logs written before the
+/// runtime rejected host-only events hold an agent's own `consent_grant`/`consent_revoke` under
+/// that kind; they carry the event's `type` field, which the policy's records never do.
+fn violation(rec: &LogRecord) -> Option<String> {
+    let d = &rec.data;
+    let agent_claim = matches!(rec.kind, LogKind::ConsentGrant | LogKind::ConsentRevoke)
+        && d.get("type").is_some();
+    if !agent_claim && rec.kind != LogKind::ProtocolViolation {
+        return None;
+    }
+    let ty = d.get("type").and_then(Value::as_str).unwrap_or("?");
+    let cap = d
+        .get("capability")
+        .or_else(|| d.get("event").and_then(|e| e.get("capability")))
+        .and_then(Value::as_str)
+        .map(|c| format!(" ({c})"))
+        .unwrap_or_default();
+    Some(format!("VIOLATION: the agent sent the host-only event `{ty}`{cap}; rejected, nothing was granted or revoked"))
+}
+
+/// One request through an OAuth handle: refused and why, or sent with which provider's token.
+fn oauth_use(d: &Value) -> String {
+    let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    match d.get("refused").and_then(Value::as_str) {
+        Some(why) => format!("OAuth request through {} refused: {why}", s("handle")),
+        None => format!(
+            "OAuth request through {} with the {} token{}",
+            s("handle"),
+            s("provider"),
+            if d.get("refreshed").and_then(Value::as_bool) == Some(true) {
+                " (refreshed first)"
+            } else {
+                ""
+            }
+        ),
+    }
+}
+
+/// Any other record's data as JSON, cut to 100 bytes (at a character boundary).
+fn shortened(d: &Value) -> String {
+    let mut t = d.to_string();
+    if t.len() > 100 {
+        let mut cut = 97;
+        while !t.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        t.truncate(cut);
+        t.push_str("...");
+    }
+    t
 }
 
 /// A readable table of `recs`, redacted, every cell safe to print on a terminal.

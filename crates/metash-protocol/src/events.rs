@@ -192,5 +192,9 @@ pub struct BaseEvent<P> {
     pub payload: Option<P>,
 }
 
-/// The agent protocol inside the seed 003 envelope: what the host streams to attached clients.
+/// The agent protocol inside the seed 003 envelope, kept as a published schema
+/// (`metash schema event-envelope`) for clients that want one shape for both protocols. Nothing in
+/// metash emits it today: the host streams log records (`LogRecord`: JSON-RPC `event`
+/// notifications, `metash log tail`, the UI's live stream), and the harness streams
+/// `HarnessEventEnvelope`.
 pub type EventEnvelope = BaseEvent<AgentEvent>;

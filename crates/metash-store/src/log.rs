@@ -4,181 +4,37 @@
 //! export) or from the back (tail); a text file gives that with one `write` and one `fdatasync`
 //! per append, is greppable by people, and needs no C dependency. The hash is computed over the
 //! exact bytes written, so verification never depends on re-serialising JSON the same way.
+//!
+//! The lines, hashes and chain checks are [`codec`]'s, shared with the PostgreSQL backend
+//! (`crate::pg`), which this file reaches only through [`ServerLog`].
+
+pub(crate) mod codec;
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-
-use metash_protocol::{LogKind, LogRecord, LOG_SCHEMA_VERSION};
-use serde::Serialize;
-use serde_json::Value;
-use sha2::{Digest, Sha256};
-
 use std::sync::Arc;
 
+use metash_protocol::LogRecord;
+
+pub use codec::{decode, now, NewEvent, Tail, Undecodable, GENESIS_HASH};
+use codec::{encode_batch, Chain};
+
 use crate::error::{IoContext, Result, StoreError};
-use crate::pg::store::PgStore;
 
-/// The `prev` of the first record.
-pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
-
-/// `,"hash":"` + 64 hex digits + `"}`: the fixed-size suffix of every line.
-const HASH_SUFFIX_LEN: usize = 9 + 64 + 2;
-
-/// An event to append; the log assigns `seq`, `ts`, `prev` and `hash`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NewEvent {
-    pub kind: LogKind,
-    pub agent: Option<String>,
-    pub data: Value,
-}
-
-impl NewEvent {
-    pub fn new(kind: LogKind, agent: Option<&str>, data: Value) -> Self {
-        Self {
-            kind,
-            agent: agent.map(str::to_string),
-            data,
-        }
-    }
-}
-
-/// The last record's position in the chain.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tail {
-    pub seq: u64,
-    pub hash: String,
-}
-
-impl Tail {
-    pub(crate) fn genesis() -> Self {
-        Self {
-            seq: 0,
-            hash: GENESIS_HASH.to_string(),
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct Body<'a> {
-    schema_version: u32,
-    seq: u64,
-    ts: &'a str,
-    kind: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    agent: Option<&'a str>,
-    data: &'a Value,
-    prev: &'a str,
-}
-
-/// Serialises one record as its line (with `\n`), computing its hash.
-fn encode(seq: u64, ts: &str, ev: &NewEvent, prev: &str) -> Result<(Vec<u8>, String)> {
-    let body = serde_json::to_vec(&Body {
-        schema_version: LOG_SCHEMA_VERSION,
-        seq,
-        ts,
-        kind: ev.kind.as_str(),
-        agent: ev.agent.as_deref(),
-        data: &ev.data,
-        prev,
-    })
-    .map_err(|e| StoreError::Rejected(format!("event is not serialisable: {e}")))?;
-    let hash = hex::encode(Sha256::digest(&body));
-    let mut line = body;
-    line.pop(); // the closing brace
-    line.extend_from_slice(b",\"hash\":\"");
-    line.extend_from_slice(hash.as_bytes());
-    line.extend_from_slice(b"\"}\n");
-    Ok((line, hash))
-}
-
-/// The lines (each with its `\n`) and records of `events` appended after `tail`, one timestamp
-/// for the batch: what every backend writes.
-pub(crate) fn encode_batch(
-    tail: &Tail,
-    events: &[NewEvent],
-) -> Result<(Vec<Vec<u8>>, Vec<LogRecord>)> {
-    let ts = now();
-    let mut lines = Vec::with_capacity(events.len());
-    let mut out = Vec::with_capacity(events.len());
-    let mut prev = tail.hash.clone();
-    for (i, ev) in events.iter().enumerate() {
-        let seq = tail.seq + 1 + i as u64;
-        let (line, hash) = encode(seq, &ts, ev, &prev)?;
-        lines.push(line);
-        out.push(LogRecord {
-            schema_version: LOG_SCHEMA_VERSION,
-            seq,
-            ts: ts.clone(),
-            kind: ev.kind.clone(),
-            agent: ev.agent.clone(),
-            data: ev.data.clone(),
-            prev: std::mem::replace(&mut prev, hash.clone()),
-            hash,
-        });
-    }
-    Ok((lines, out))
-}
-
-/// Why a line is not a record this build can use.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Undecodable {
-    /// A newer metash wrote it.
-    Newer { found: u32 },
-    /// Not a record, or not the record its hash says.
-    Broken(String),
-}
-
-impl Undecodable {
-    fn at(self, path: &Path, seq: u64) -> StoreError {
-        match self {
-            Self::Newer { found } => StoreError::NewerVersion {
-                path: path.to_path_buf(),
-                what: match seq {
-                    0 => "a log record".to_string(),
-                    n => format!("log record {n}"),
-                },
-                found: found.to_string(),
-                supported: LOG_SCHEMA_VERSION.to_string(),
-            },
-            Self::Broken(reason) => StoreError::BrokenLog {
-                path: path.to_path_buf(),
-                seq,
-                reason,
-            },
-        }
-    }
-}
-
-/// Checks one line's own hash and returns the parsed record.
-pub fn decode(line: &[u8]) -> std::result::Result<LogRecord, Undecodable> {
-    let record: LogRecord = serde_json::from_slice(line)
-        .map_err(|e| Undecodable::Broken(format!("not a log record: {e}")))?;
-    if record.schema_version != LOG_SCHEMA_VERSION {
-        return Err(Undecodable::Newer {
-            found: record.schema_version,
-        });
-    }
-    if line.len() < HASH_SUFFIX_LEN || !line.ends_with(b"\"}") {
-        return Err(Undecodable::Broken(
-            "line does not end with its hash".into(),
-        ));
-    }
-    let cut = line.len() - HASH_SUFFIX_LEN;
-    if &line[cut..cut + 9] != b",\"hash\":\"" {
-        return Err(Undecodable::Broken("hash is not the last field".into()));
-    }
-    let mut hasher = Sha256::new();
-    hasher.update(&line[..cut]);
-    hasher.update(b"}");
-    let computed = hex::encode(hasher.finalize());
-    if computed != record.hash {
-        return Err(Undecodable::Broken(format!(
-            "hash mismatch (stored {}, computed {computed})",
-            record.hash
-        )));
-    }
-    Ok(record)
+/// A log held by a server rather than in the file: what [`EventLog`] reads it through. The
+/// PostgreSQL backend implements it (`crate::pg::store`); the file log names only this trait, so
+/// it knows nothing of the backend, and the backend builds on the shared encoding
+/// ([`codec`]) rather than on this module.
+pub(crate) trait ServerLog: std::fmt::Debug + Send + Sync {
+    /// What error messages name where the file's path would be.
+    fn place(&self) -> PathBuf;
+    /// The last record's position (genesis when empty).
+    fn tail(&self) -> Result<Tail>;
+    /// Up to `max` records after seq `after`, each line's own hash checked.
+    fn read_after(&self, after: u64, max: usize) -> Result<Vec<LogRecord>>;
+    /// Records newest first until `visit` returns false.
+    fn scan_back(&self, visit: &mut dyn FnMut(LogRecord) -> bool) -> Result<()>;
 }
 
 /// The log: the file, or the project's rows on a PostgreSQL server (`pg`), read the same way.
@@ -186,7 +42,7 @@ pub fn decode(line: &[u8]) -> std::result::Result<LogRecord, Undecodable> {
 #[derive(Debug, Clone)]
 pub struct EventLog {
     path: PathBuf,
-    pg: Option<Arc<PgStore>>,
+    pg: Option<Arc<dyn ServerLog>>,
 }
 
 impl EventLog {
@@ -195,7 +51,7 @@ impl EventLog {
     }
 
     /// The log of a project held by a PostgreSQL server.
-    pub(crate) fn on_server(pg: Arc<PgStore>) -> Self {
+    pub(crate) fn on_server(pg: Arc<impl ServerLog + 'static>) -> Self {
         Self {
             path: pg.place(),
             pg: Some(pg),
@@ -277,7 +133,7 @@ impl EventLog {
     /// growing chunks: finding what session.json has not folded yet costs only the records after it.
     pub fn scan_back(&self, mut visit: impl FnMut(LogRecord) -> bool) -> Result<()> {
         if let Some(pg) = &self.pg {
-            return pg.scan_back(visit);
+            return pg.scan_back(&mut visit);
         }
         let mut f = match File::options().read(true).write(true).open(&self.path) {
             Ok(f) => f,
@@ -384,7 +240,7 @@ impl EventLog {
     /// Streams every record in order, checking hashes and the chain as it goes.
     pub fn for_each(&self, mut f: impl FnMut(LogRecord) -> Result<()>) -> Result<()> {
         if let Some(pg) = &self.pg {
-            return self.for_each_on_server(pg, f);
+            return self.for_each_on_server(pg.as_ref(), f);
         }
         let file = match File::open(&self.path) {
             Ok(f) => f,
@@ -414,7 +270,7 @@ impl EventLog {
     /// [`EventLog::for_each`] over a server's rows, page by page, with the same checks.
     fn for_each_on_server(
         &self,
-        pg: &PgStore,
+        pg: &dyn ServerLog,
         mut f: impl FnMut(LogRecord) -> Result<()>,
     ) -> Result<()> {
         let mut chain = Chain::new(&self.path);
@@ -441,60 +297,6 @@ impl EventLog {
             Ok(())
         })?;
         Ok(n)
-    }
-}
-
-/// Records checked in chain order, whatever holds them: `seq` without gaps, each `prev` the
-/// hash before it.
-pub(crate) struct Chain<'a> {
-    path: &'a Path,
-    expect: Tail,
-}
-
-impl<'a> Chain<'a> {
-    pub(crate) fn new(path: &'a Path) -> Self {
-        Self {
-            path,
-            expect: Tail::genesis(),
-        }
-    }
-
-    pub(crate) fn last_seq(&self) -> u64 {
-        self.expect.seq
-    }
-
-    pub(crate) fn last(&self) -> &Tail {
-        &self.expect
-    }
-
-    fn next_seq(&self) -> u64 {
-        self.expect.seq + 1
-    }
-
-    /// `rec` follows what came before, or the error names where the chain breaks.
-    pub(crate) fn check(&mut self, rec: &LogRecord) -> Result<()> {
-        let broken = |reason: String| StoreError::BrokenLog {
-            path: self.path.to_path_buf(),
-            seq: self.next_seq(),
-            reason,
-        };
-        if rec.seq != self.next_seq() {
-            return Err(broken(format!(
-                "seq {} where {} was expected (gap or reorder)",
-                rec.seq,
-                self.next_seq()
-            )));
-        }
-        if rec.prev != self.expect.hash {
-            return Err(broken(
-                "prev does not match the previous record's hash".into(),
-            ));
-        }
-        self.expect = Tail {
-            seq: rec.seq,
-            hash: rec.hash.clone(),
-        };
-        Ok(())
     }
 }
 
@@ -529,9 +331,4 @@ fn repair_torn_tail(f: &mut File, path: &Path) -> Result<u64> {
     f.set_len(0).at(path)?;
     f.sync_data().at(path)?;
     Ok(0)
-}
-
-/// RFC 3339 UTC with microseconds.
-pub fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }

@@ -16,11 +16,11 @@ use axum::response::{IntoResponse, Response};
 
 use metash_policy::consent;
 use metash_policy::Category;
-use metash_protocol::LogKind;
 use metash_store::Store;
 use serde::Serialize;
 
-use crate::server::App;
+use crate::app::App;
+use crate::owners::Owners;
 
 /// The media types a preview may have, by file extension.
 const MEDIA: &[(&str, &str)] = &[
@@ -53,42 +53,6 @@ pub struct Preview {
 pub fn media_type(id: &str) -> Option<&'static str> {
     let ext = id.rsplit_once('.')?.1.to_ascii_lowercase();
     MEDIA.iter().find(|(e, _)| *e == ext).map(|(_, t)| *t)
-}
-
-/// Which agent saved each artifact (the log's `artifact` records, the last one winning), kept
-/// up to date by reading only what was appended since the last lookup: a preview costs the new
-/// records, not the whole log.
-#[derive(Debug, Default)]
-pub struct Owners {
-    offset: u64,
-    by_id: std::collections::HashMap<String, String>,
-}
-
-impl Owners {
-    fn lookup(&mut self, store: &Store, id: &str) -> metash_store::Result<Option<String>> {
-        loop {
-            let (recs, next) = match store.log().read_from(self.offset, 4096) {
-                Ok(v) => v,
-                // The log was cut back (a failed update): index it again.
-                Err(_) if self.offset > 0 => {
-                    *self = Self::default();
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            for r in recs.iter().filter(|r| r.kind == LogKind::Artifact) {
-                if let (Some(id), Some(agent)) =
-                    (r.data.get("id").and_then(|v| v.as_str()), &r.agent)
-                {
-                    self.by_id.insert(id.to_string(), agent.clone());
-                }
-            }
-            if next == self.offset {
-                return Ok(self.by_id.get(id).cloned());
-            }
-            self.offset = next;
-        }
-    }
 }
 
 /// Whether `agent` holds a live `media.preview` grant now.

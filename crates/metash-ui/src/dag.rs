@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 
 use metash_protocol::TaskStatus;
 
+use crate::html::esc;
 use crate::model::TaskRow;
-use crate::pages::esc;
 
 const COL: usize = 190;
 const ROW: usize = 48;

@@ -10,7 +10,8 @@ use metash_orchestrator::git::diff::{
 };
 use metash_orchestrator::review::Comment;
 
-use crate::pages::{esc, frame};
+use crate::html::esc;
+use crate::pages::frame;
 
 /// How the lines are laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

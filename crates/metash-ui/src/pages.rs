@@ -7,23 +7,8 @@ use std::fmt::Write as _;
 use metash_policy::ledger;
 use metash_protocol::{LogRecord, TaskStatus};
 
-use crate::model::{GrantRow, Run};
-
-/// HTML-escapes text for element content and quoted attributes.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+pub use crate::html::esc;
+use crate::model::{GrantRow, Run, TaskRow};
 
 /// What every page of one project needs: where the project's routes are (`""`, or `/p/NAME`
 /// when one server serves many projects; links are relative to it) and the CSRF token.
@@ -48,7 +33,7 @@ pub fn frame(title: &str, page: &Page<'_>, after: u64, needs_you: bool, body: &s
          <meta name=\"csrf\" content=\"{csrf}\"><meta name=\"after\" content=\"{after}\">\
          <title>{t}</title>\
          <link rel=\"stylesheet\" href=\"assets/app.css\"></head><body>\
-         <nav>{home}<a href=\"./\">run</a> <a href=\"ledger\">ledger</a> \
+         <nav>{home}<a href=\"./\">run</a> <a href=\"ledger\">ledger</a> <a href=\"sessions\">sessions</a> \
          <span id=\"live\" class=\"live\">connecting…</span></nav>{body}\
          <script src=\"assets/render.js\"></script><script src=\"assets/app.js\"></script></body></html>",
         base = esc(page.base),
@@ -103,40 +88,21 @@ pub fn run(run: &Run, page: &Page<'_>, after: u64) -> String {
     b.push_str(&crate::dag::svg(&run.tasks));
     b.push_str("<table class=\"plan\"><tr><th>task</th><th>title</th><th>status</th><th>agent</th><th>depends on</th><th>commits</th><th>worktree</th><th>change</th></tr>");
     for row in &run.tasks {
-        let t = &row.task;
-        let commits: Vec<String> = t
-            .commits
-            .iter()
-            .flatten()
-            .map(|c| esc(&c[..c.len().min(10)]))
-            .collect();
-        let _ = write!(
-            b,
-            "<tr class=\"{cls}\" data-task=\"{id}\"><td>{id}</td><td>{title}</td><td>{st:?}</td><td>{agent}</td>\
-             <td>{deps}</td><td><code>{commits}</code></td><td>{wt}</td><td><a class=\"difflink\" \
-             href=\"diff?task={id}\">diff</a>{waiting}</td></tr>",
-            cls = status_class(t.status),
-            id = esc(&t.id),
-            title = esc(&t.title),
-            st = t.status,
-            agent = esc(row.agent.as_deref().unwrap_or("")),
-            deps = esc(&t.dependencies.join(", ")),
-            commits = commits.join(" "),
-            wt = row
-                .worktree
-                .as_ref()
-                .map(|w| esc(&w.display().to_string()))
-                .unwrap_or_default(),
-            waiting = if row.comments_waiting > 0 {
-                format!(" · {} comment(s) waiting", row.comments_waiting)
-            } else {
-                String::new()
-            }
-        );
+        b.push_str(&plan_row(row));
     }
-    b.push_str("</table></main><h2>Agents</h2>");
-    // What each agent's manifest asks of its card (read by the script; never executed).
-    b.push_str("<ul id=\"agents\" hidden>");
+    let queue = crate::queue::of(run);
+    let _ = write!(
+        b,
+        "</table>{queue}</main><h2>Agents</h2>{}",
+        agent_hints(run)
+    );
+    b.push_str("<div id=\"cards\" class=\"cards\"></div>");
+    frame("metash: run", page, after, run.needs_you(), &b)
+}
+
+/// What each agent's manifest asks of its card (read by the script; never executed).
+fn agent_hints(run: &Run) -> String {
+    let mut b = String::from("<ul id=\"agents\" hidden>");
     for h in &run.hints {
         let _ = write!(
             b,
@@ -145,8 +111,45 @@ pub fn run(run: &Run, page: &Page<'_>, after: u64) -> String {
             esc(&h.hints.join(" "))
         );
     }
-    b.push_str("</ul><div id=\"cards\" class=\"cards\"></div>");
-    frame("metash: run", page, after, run.needs_you(), &b)
+    b.push_str("</ul>");
+    b
+}
+
+/// One task of the plan table: its status, agent, dependencies, commits, worktree, and a link to
+/// its change (with the comments waiting for its agent).
+fn plan_row(row: &TaskRow) -> String {
+    let mut out = String::new();
+    let t = &row.task;
+    let commits: Vec<String> = t
+        .commits
+        .iter()
+        .flatten()
+        .map(|c| esc(&c[..c.len().min(10)]))
+        .collect();
+    let _ = write!(
+        out,
+        "<tr class=\"{cls}\" data-task=\"{id}\"><td>{id}</td><td>{title}</td><td>{st:?}</td><td>{agent}</td>\
+         <td>{deps}</td><td><code>{commits}</code></td><td>{wt}</td><td><a class=\"difflink\" \
+         href=\"diff?task={id}\">diff</a>{waiting}</td></tr>",
+        cls = status_class(t.status),
+        id = esc(&t.id),
+        title = esc(&t.title),
+        st = t.status,
+        agent = esc(row.agent.as_deref().unwrap_or("")),
+        deps = esc(&t.dependencies.join(", ")),
+        commits = commits.join(" "),
+        wt = row
+            .worktree
+            .as_ref()
+            .map(|w| esc(&w.display().to_string()))
+            .unwrap_or_default(),
+        waiting = if row.comments_waiting > 0 {
+            format!(" · {} comment(s) waiting", row.comments_waiting)
+        } else {
+            String::new()
+        }
+    );
+    out
 }
 
 /// The budget: tokens and cost used, each of its allowance when one is set, and one bar for

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use axum::response::{Html, IntoResponse, Response};
 
-use crate::pages::esc;
+use crate::html::esc;
 
 /// Directories never looked into.
 const SKIP: &[&str] = &["node_modules", "target", ".git", ".meta"];

@@ -10,8 +10,8 @@ use metash_orchestrator::git::diff;
 use metash_orchestrator::review;
 use serde::Deserialize;
 
+use crate::app::{csrf_refused, failure, App};
 use crate::diffview::{self, Layout};
-use crate::server::{csrf_refused, failure, App};
 
 #[derive(Deserialize)]
 pub(crate) struct DiffQuery {

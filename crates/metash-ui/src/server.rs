@@ -13,47 +13,19 @@ use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
-use metash_policy::{ledger, Redactor};
-use metash_store::Store;
+use metash_policy::ledger;
 use serde::Deserialize;
 
+use crate::app::{csrf_refused, failure, App};
 use crate::guard::{harden, Guard};
 use crate::{live, model, pages};
-
-/// What every handler shares.
-#[derive(Clone)]
-pub struct App {
-    pub root: PathBuf,
-    pub store: Store,
-    pub guard: Arc<Guard>,
-    pub redactor: Arc<Redactor>,
-    /// How long one live stream lasts.
-    pub stream_lasts: std::time::Duration,
-    /// Where this project's routes are: `""`, or `/p/NAME` when the server serves many.
-    pub base: String,
-    /// Who saved each artifact, indexed from the log as it grows.
-    pub owners: Arc<std::sync::Mutex<crate::artifacts::Owners>>,
-}
-
-impl App {
-    pub(crate) fn page(&self) -> pages::Page<'_> {
-        pages::Page {
-            base: &self.base,
-            csrf: &self.guard.csrf,
-        }
-    }
-
-    /// A redirect to `to` (relative to the project: `""` is its run view).
-    pub(crate) fn redirect(&self, to: &str) -> Response {
-        Redirect::to(&format!("{}/{to}", self.base)).into_response()
-    }
-}
 
 /// One project's routes (the guard is put in front by [`single`] or [`many`]).
 pub fn project_routes(app: App) -> Router {
     Router::new()
         .route("/", get(run_view))
         .route("/ledger", get(ledger_view))
+        .route("/sessions", get(crate::sessions::sessions_view))
         .route("/ledger/export", get(ledger_export))
         .route("/events", get(events))
         .route("/checkpoint", post(answer_checkpoint))
@@ -121,11 +93,6 @@ async fn guarded(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> R
     };
     harden(&mut res);
     res
-}
-
-/// A failure as a page with its status (the message names the file or the reason).
-pub(crate) fn failure(status: StatusCode, e: impl std::fmt::Display) -> Response {
-    (status, Html(pages::message("metash ui", &e.to_string()))).into_response()
 }
 
 /// How much of the log's recent past a fresh run page streams into its cards.
@@ -238,16 +205,6 @@ async fn events(State(app): State<App>, headers: HeaderMap, Query(q): Query<Afte
         app.stream_lasts,
     )
     .into_response()
-}
-
-/// The forms' CSRF field (checked here: the guard has not read the body).
-pub(crate) fn csrf_refused(app: &App, csrf: &str) -> Option<Response> {
-    (!app.guard.csrf_ok(csrf)).then(|| {
-        failure(
-            StatusCode::FORBIDDEN,
-            "a form without this page's CSRF token",
-        )
-    })
 }
 
 #[derive(Deserialize)]

@@ -19,6 +19,9 @@ use crate::error::{HostError, Result};
 use crate::host::Host;
 use crate::spawner::{SpawnRequest, WorkspaceAccess};
 
+/// Runs the registered agent `req` names: checks where it runs and what it may do, builds its
+/// spec, then starts it, sends it the message and lets it flush its state. A refusal the caller
+/// should see as the agent's answer is `Ok(Ran::error(..))`; a refused native run is an error.
 pub(crate) fn run(
     host: &Host,
     registry: &metash_policy::Registry,
@@ -40,8 +43,7 @@ pub(crate) fn run(
             Err(e) => return Ok(Ran::error(format!("`{}` was not started: {e}", agent.id))),
         };
     // Native execution is opt-in per agent.
-    let allow_native = agent.manifest.sandbox == SandboxKind::Native;
-    if allow_native {
+    if agent.manifest.sandbox == SandboxKind::Native {
         if let Some(refused) = native_refused(&gate, agent) {
             return Err(refused);
         }
@@ -55,74 +57,111 @@ pub(crate) fn run(
         Ok(r) => r,
         Err(e) => return Ok(Ran::error(format!("`{}` was not started: {e}", agent.id))),
     };
-    let grants = Grants::decide(host, &gate, agent, &workspace)?.access(host, req, &workspace);
-    let mut spec = AgentSpec::new(
-        agent.id.clone(),
-        agent.manifest.clone(),
-        agent.entry_path.clone(),
-        workspace,
-    );
-    grants.apply(&mut spec);
-    // The agent's own directory, when the entry is inside it (the runtime checks the rest).
-    spec.package = agent
-        .manifest_path
-        .parent()
-        .filter(|dir| agent.entry_path.starts_with(dir))
-        .map(Path::to_path_buf);
-    spec.allow_native = allow_native;
-    spec.fuel = host.config().host.wasm_fuel;
-    spec.write_quota = host.config().host.agent_write_quota();
-    // metash's own state is never in an agent's view, and `.git` never writable, whatever it
-    // was granted.
-    spec.hidden = host.hidden_dirs();
-    spec.protected = host.protected_dirs();
-    spec.gate = Gate(Some(gate.clone()));
-    spec.timeout = timeout;
-    spec.config = json!({
-        "system_prompt": req.system_prompt,
-        "resume_data": resume,
-        "task_id": req.task_id,
-        "options": req.options,
-    });
-    // OAuth handles for the agent's live `oauth:` grants: a base URL on a credential proxy
-    // (reachable on its port only: Landlock for native agents, the socket check for WASM
-    // components), never the token. Served until this spawn ends.
-    let _handles = match crate::oauth::start(host, &agent.id, &agent.declared) {
-        Ok(Some(h)) => {
-            spec.env.extend(h.env());
-            spec.connect_ports.push(h.port());
-            Some(h)
-        }
-        Ok(None) => None,
-        Err(e) => return Ok(Ran::error(format!("`{}` was not started: {e}", agent.id))),
-    };
-    let mut running = host.runtime()?.register(spec)?;
-    if let Err(e) = running.start() {
-        return Ok(Ran::error(format!("`{}` could not start: {e}", agent.id)));
-    }
-    let mut heard = Heard::default();
-    let outcome = invoke(
+    let spawn = Spawn {
         host,
-        &gate,
-        &mut running,
-        &agent.id,
-        &req.user_message,
-        &refs,
-        &mut heard,
-    );
-    if running.state() != metash_runtime::LifecycleState::Terminated {
-        // A WASM agent with the `shutdown` hook runs once more to flush its state: its writes
-        // count like any other.
-        let replier = running.replier();
-        let _ = running.shutdown_with(&mut |event: &AgentEvent| {
-            if let AgentEvent::StateUpdate { key, value, scope } = event {
-                state_update(host, &replier, &agent.id, key, value, scope.as_deref());
-            }
+        gate: &gate,
+        agent,
+        req,
+    };
+    let spec = spawn.spec(workspace, timeout, resume)?;
+    spawn.launch(spec, &refs)
+}
+
+/// One spawn of a registered agent, once its workspace and context are settled.
+struct Spawn<'a> {
+    host: &'a Host,
+    gate: &'a Arc<PolicyGate>,
+    agent: &'a metash_policy::Agent,
+    req: &'a SpawnRequest,
+}
+
+impl Spawn<'_> {
+    /// What the runtime is given: the agent's grants (asked now if need be), its limits, what
+    /// it never sees, and its configuration.
+    fn spec(
+        &self,
+        workspace: std::path::PathBuf,
+        timeout: Duration,
+        resume: Option<&ResumeData>,
+    ) -> Result<AgentSpec> {
+        let (host, agent, req) = (self.host, self.agent, self.req);
+        let grants =
+            Grants::decide(host, self.gate, agent, &workspace)?.access(host, req, &workspace);
+        let mut spec = AgentSpec::new(
+            agent.id.clone(),
+            agent.manifest.clone(),
+            agent.entry_path.clone(),
+            workspace,
+        );
+        grants.apply(&mut spec);
+        // The agent's own directory, when the entry is inside it (the runtime checks the rest).
+        spec.package = agent
+            .manifest_path
+            .parent()
+            .filter(|dir| agent.entry_path.starts_with(dir))
+            .map(Path::to_path_buf);
+        spec.allow_native = agent.manifest.sandbox == SandboxKind::Native;
+        spec.fuel = host.config().host.wasm_fuel;
+        spec.write_quota = host.config().host.agent_write_quota();
+        // metash's own state is never in an agent's view, and `.git` never writable, whatever it
+        // was granted.
+        spec.hidden = host.hidden_dirs();
+        spec.protected = host.protected_dirs();
+        spec.gate = Gate(Some(self.gate.clone()));
+        spec.timeout = timeout;
+        spec.config = json!({
+            "system_prompt": req.system_prompt,
+            "resume_data": resume,
+            "task_id": req.task_id,
+            "options": req.options,
         });
+        Ok(spec)
     }
-    let outcome = outcome?;
-    heard.stderr = outcome.stderr;
-    Ok(answer(&agent.id, outcome.status, heard))
+
+    /// Starts the agent from `spec`, sends it the message with its context `refs`, and lets it
+    /// flush its state before it ends.
+    fn launch(&self, mut spec: AgentSpec, refs: &[String]) -> Result<Ran> {
+        let (host, agent) = (self.host, self.agent);
+        // OAuth handles for the agent's live `oauth:` grants: a base URL on a credential proxy
+        // (reachable on its port only: Landlock for native agents, the socket check for WASM
+        // components), never the token. Served until this spawn ends.
+        let _handles = match crate::oauth::start(host, &agent.id, &agent.declared) {
+            Ok(Some(h)) => {
+                spec.env.extend(h.env());
+                spec.connect_ports.push(h.port());
+                Some(h)
+            }
+            Ok(None) => None,
+            Err(e) => return Ok(Ran::error(format!("`{}` was not started: {e}", agent.id))),
+        };
+        let mut running = host.runtime()?.register(spec)?;
+        if let Err(e) = running.start() {
+            return Ok(Ran::error(format!("`{}` could not start: {e}", agent.id)));
+        }
+        let mut heard = Heard::default();
+        let outcome = invoke(
+            host,
+            self.gate,
+            &mut running,
+            &agent.id,
+            &self.req.user_message,
+            refs,
+            &mut heard,
+        );
+        if running.state() != metash_runtime::LifecycleState::Terminated {
+            // A WASM agent with the `shutdown` hook runs once more to flush its state: its
+            // writes count like any other.
+            let replier = running.replier();
+            let _ = running.shutdown_with(&mut |event: &AgentEvent| {
+                if let AgentEvent::StateUpdate { key, value, scope } = event {
+                    state_update(host, &replier, &agent.id, key, value, scope.as_deref());
+                }
+            });
+        }
+        let outcome = outcome?;
+        heard.stderr = outcome.stderr;
+        Ok(answer(&agent.id, outcome.status, heard))
+    }
 }
 
 /// `native` must be allowed (asked if need be) before a native agent runs; the refusal if not

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 
 use super::{log, Client, Db, Statement};
 use crate::error::{Result, StoreError};
-use crate::log::NewEvent;
+use crate::log::codec::NewEvent;
 
 /// The protocol's prepared statements (one round trip each).
 pub(crate) struct Statements {
@@ -323,7 +323,7 @@ pub fn complete(
         [&task, &outcome.state(), result, &(outcome == Outcome::Done)];
     match held.get::<_, Option<i64>>(1) {
         Some(seq) => {
-            let tail = crate::log::Tail {
+            let tail = crate::log::codec::Tail {
                 seq: u64::try_from(seq).unwrap_or(0),
                 hash: held.get(2),
             };

@@ -7,7 +7,7 @@ use metash_protocol::LogRecord;
 
 use super::{Client, Db, Statement, Transaction};
 use crate::error::{Result, StoreError};
-use crate::log::{decode, encode_batch, Chain, NewEvent, Tail, GENESIS_HASH};
+use crate::log::codec::{decode, encode_batch, Chain, NewEvent, Tail, GENESIS_HASH};
 
 /// The log's prepared statements.
 pub(crate) struct Statements {

@@ -19,7 +19,8 @@ use serde_json::Value;
 use super::{log, Db, Transaction};
 use crate::envelope;
 use crate::error::{Result, StoreError};
-use crate::log::{NewEvent, Tail, GENESIS_HASH};
+use crate::log::codec::{decode, NewEvent, Tail, GENESIS_HASH};
+use crate::log::ServerLog;
 
 /// SQLSTATE `lock_not_available`: `lock_timeout` ran out.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
@@ -444,7 +445,7 @@ impl PgStore {
                 rows.iter()
                     .map(|r| {
                         let line: &str = r.get(1);
-                        crate::log::decode(line.as_bytes()).map_err(|e| StoreError::BrokenLog {
+                        decode(line.as_bytes()).map_err(|e| StoreError::BrokenLog {
                             path: self.place(),
                             seq: u64::try_from(r.get::<_, i64>(0)).unwrap_or(0),
                             reason: format!("{e:?}"),
@@ -462,6 +463,25 @@ impl PgStore {
                 }
             }
         }
+    }
+}
+
+/// The file log's view of this store's log ([`crate::log::EventLog`] on a server).
+impl ServerLog for PgStore {
+    fn place(&self) -> PathBuf {
+        PgStore::place(self)
+    }
+
+    fn tail(&self) -> Result<Tail> {
+        PgStore::tail(self)
+    }
+
+    fn read_after(&self, after: u64, max: usize) -> Result<Vec<LogRecord>> {
+        PgStore::read_after(self, after, max)
+    }
+
+    fn scan_back(&self, visit: &mut dyn FnMut(LogRecord) -> bool) -> Result<()> {
+        PgStore::scan_back(self, visit)
     }
 }
 

@@ -70,7 +70,7 @@ fn filter(args: FilterArgs) -> Result<Filter> {
         capability: args
             .capability
             .as_deref()
-            .map(super::policy::parse_cap)
+            .map(super::capability::parse_cap)
             .transpose()?,
         since: args
             .since

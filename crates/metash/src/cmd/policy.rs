@@ -10,14 +10,14 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use metash_policy::manifest::Diagnostic;
 use metash_policy::{
-    migrate, Agent, AgentDirs, Authorization, Capability, CapabilityRequest, ConsentPrompter,
-    Decision, NonInteractive, Policy, PolicyError, PolicyFile, Registry, Sensitive, Source,
-    TerminalPrompter,
+    migrate, Agent, AgentDirs, Authorization, CapabilityRequest, ConsentPrompter, Decision,
+    NonInteractive, Policy, PolicyError, PolicyFile, Registry, Sensitive, Source, TerminalPrompter,
 };
 use metash_protocol::sanitize_line;
 use metash_store::Store;
 use serde_json::{json, Value};
 
+use super::capability::parse_cap;
 use super::Ctx;
 
 #[derive(Debug, Subcommand)]
@@ -108,6 +108,12 @@ pub enum ConsentCmd {
         sensitive: bool,
     },
     /// Revokes a capability (and every narrower grant it covers); effective at once everywhere.
+    ///
+    /// A running agent is told at once (`consent_revoke`), and its next use is refused: a
+    /// consent request or a network connection gets an `error` `consent_revoked`; a `memory`
+    /// read or write (state_get, state_update) answers `state_denied`; a file grant is withdrawn
+    /// from the agent's view before it is told (unreadable, or read-only for `files.write`). A
+    /// withdrawal that failed makes this command fail (exit 1).
     Revoke {
         /// The agent's id.
         agent: String,
@@ -464,16 +470,6 @@ fn migrate_cmd(ctx: &Ctx, path: Option<PathBuf>, check: bool, json: bool) -> Res
     })
 }
 
-pub(super) fn parse_cap(s: &str) -> Result<Capability> {
-    s.parse::<Capability>().map_err(|reason| {
-        PolicyError::InvalidCapability {
-            capability: s.to_string(),
-            reason,
-        }
-        .into()
-    })
-}
-
 /// `metash consent list`: live grants (with `--all` expired and revoked ones too).
 fn consent_list(ctx: &Ctx, agent: Option<&str>, all: bool) -> Result<ExitCode> {
     let json = ctx.json;
@@ -606,7 +602,9 @@ fn revoke(ctx: &Ctx, agent: &str, capability: &str) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "revoked `{capability}` for {agent} ({} live grant(s) ended; its next use is refused with consent_revoked)",
+        "revoked `{capability}` for {agent} ({} live grant(s) ended; its next use is refused: \
+         consent_revoked for a request or connection, state_denied for `memory`, a file grant \
+         withdrawn)",
         revoked.len()
     );
     match outcome {
