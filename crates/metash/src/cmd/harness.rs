@@ -26,7 +26,7 @@ pub enum HarnessCommand {
         command: HarnessSub,
     },
     /// Opens an interactive invocation spec (JSON, from `metash harness invocation --interactive`)
-    /// in a new tmux window.
+    /// in a new tmux window, recorded as a session (`metash sessions`).
     Attach {
         /// The spec file, or `-` for standard input.
         #[arg(long, default_value = "-")]
@@ -310,7 +310,8 @@ fn common(c: &CommonArgs, workspace: &Path) -> anyhow::Result<Common> {
     })
 }
 
-/// A refusal with its stable code, as JSON on stdout, and exit code 2.
+/// A refusal with its stable code, as JSON on stdout, and exit code 7 (`Exit::Refused`: refused
+/// before anything ran, docs/cli.md "Exit codes").
 fn refused(err: &HarnessError) -> anyhow::Result<ExitCode> {
     let doc = serde_json::json!({"error": {"code": err.code(), "message": err.to_string()}});
     println!("{}", serde_json::to_string_pretty(&doc)?);
@@ -470,7 +471,14 @@ fn attach(
         Some(role) => sandboxed_spec(spec, role, &ctx.workspace)?,
         None => spec,
     };
-    let target = metash_harness::tmux::attach(&spec, window_name)?;
+    let tmux = metash_harness::tmux::Tmux::from_env();
+    let env: Vec<(String, String)> = spec.env.clone().into_iter().collect();
+    let window = tmux.open_window(&spec.argv, &spec.cwd, &env, window_name)?;
+    let target = window.target.clone();
+    // Recorded as a CP session too (`metash sessions`), as far as the project can be opened.
+    if let Err(e) = super::session::record_attached(ctx, &spec, role, &tmux, &window) {
+        eprintln!("metash: warning: the session was not recorded: {e:#}");
+    }
     println!("{target}");
     if std::env::var_os("TMUX").is_none() {
         eprintln!("metash: opened in tmux {target}; run `tmux attach -t metash` to see it");

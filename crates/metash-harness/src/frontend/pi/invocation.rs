@@ -59,12 +59,11 @@ pub(crate) fn argv(
     programs: &Programs,
     _warnings: &mut Vec<String>,
 ) -> Result<Vec<String>> {
-    let mut a = vec![
-        programs.argv0(Program::Pi),
-        "-p".into(),
-        "--mode".into(),
-        "json".into(),
-    ];
+    let mut a = vec![programs.argv0(Program::Pi)];
+    // Interactive: pi's own terminal UI (a control plane hosts it on a pty).
+    if req.interaction_mode != metash_protocol::InteractionMode::Interactive {
+        a.extend(["-p".into(), "--mode".into(), "json".into()]);
+    }
     if let Some(ep) = &req.options.endpoint {
         a.extend(["--provider".to_string(), ep.name().to_string()]);
     }
