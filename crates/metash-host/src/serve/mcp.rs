@@ -7,12 +7,26 @@
 //!
 //! The host's calls block (a spawn can take minutes), so each runs on its own OS thread, outside
 //! the async runtime, which keeps serving other requests meanwhile.
+//!
+//! Two protocol eras on the same stdio server, chosen by how the client opens (MCP 2026-07-28,
+//! basic/versioning, "a dual-era server selects its behavior from how the client opens"): an
+//! `initialize` request starts a 2025-11-25 (or older) session; a request whose `_meta` carries
+//! `io.modelcontextprotocol/protocolVersion` (after an optional `server/discover`) is served
+//! statelessly as 2026-07-28. rmcp does the framing, the discover answer and the version checks;
+//! this module bounds the versions it may claim and names the server in each modern result.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
+use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
-use rmcp::{tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
+use rmcp::model::{
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
+    Implementation, ListToolsResult, MetaObject, PaginatedRequestParams, ProtocolVersion,
+    ResultType, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::Value;
 
 use super::params::{
@@ -21,6 +35,15 @@ use super::params::{
 };
 use super::service::{CallError, Service};
 use crate::{Host, Spawner};
+
+/// The newest MCP revision `metash mcp` speaks. Pinned rather than rmcp's "every version I know",
+/// so that a newer rmcp adding a revision does not make metash advertise (in `server/discover`)
+/// or accept a revision nobody tested it against (tests/mcp_revisions.rs).
+pub const NEWEST_REVISION: ProtocolVersion = ProtocolVersion::V_2026_07_28;
+
+/// The `_meta` key a 2026-07-28 server names itself under in each result (spec, changelog item 2:
+/// "servers SHOULD identify themselves in each result's `_meta`").
+const SERVER_INFO_META_KEY: &str = "io.modelcontextprotocol/serverInfo";
 
 /// Why the MCP server stopped abnormally.
 #[derive(Debug, thiserror::Error)]
@@ -154,14 +177,80 @@ impl McpServer {
     }
 }
 
+/// Whether this request is served statelessly (2026-07-28 and later): its own `_meta` names a
+/// revision without the `initialize` handshake. A 2025-11-25 session's requests carry none.
+fn is_modern(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .meta
+        .protocol_version()
+        .is_some_and(|version| !version.has_initialize())
+}
+
+/// The server's name and version, as `initialize` and `server/discover` report it.
+fn implementation() -> Implementation {
+    Implementation::new("metash", env!("CARGO_PKG_VERSION"))
+}
+
+/// Adds `io.modelcontextprotocol/serverInfo` to a result's `_meta`.
+fn name_the_server(meta: &mut Option<MetaObject>) {
+    if let Ok(value) = serde_json::to_value(implementation()) {
+        meta.get_or_insert_default()
+            .insert(SERVER_INFO_META_KEY.to_owned(), value);
+    }
+}
+
 #[tool_handler]
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("metash", env!("CARGO_PKG_VERSION")))
+            .with_server_info(implementation())
             .with_instructions(
                 "metash host: spawn sub-agents under limits, update and read the session state, \
                  log progress for the user.",
             )
+    }
+
+    /// Every known revision up to [`NEWEST_REVISION`]: what `server/discover` lists as
+    /// `supportedVersions`, what `initialize` may agree to, and what a per-request version is
+    /// checked against (an unlisted one gets `UnsupportedProtocolVersionError`, -32022).
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(ProtocolVersion::known_up_to(&NEWEST_REVISION))
+    }
+
+    /// The tool list; on 2026-07-28 with the required cache hints (`ttlMs` 0: clients revalidate,
+    /// `cacheScope` public: the list is the same for every caller) and the server's name.
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let modern = is_modern(&context);
+        let mut result = ListToolsResult {
+            result_type: Some(ResultType::COMPLETE),
+            tools: Self::tool_router().list_all(),
+            meta: None,
+            next_cursor: None,
+            ttl_ms: modern.then_some(0),
+            cache_scope: modern.then_some(CacheScope::Public),
+        };
+        if modern {
+            name_the_server(&mut result.meta);
+        }
+        Ok(result)
+    }
+
+    /// A tool call through the router; a 2026-07-28 result also names the server.
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let modern = is_modern(&context);
+        let context = ToolCallContext::new(self, request, context);
+        let mut response = Self::tool_router().call(context).await?;
+        if let (true, CallToolResponse::Complete(result)) = (modern, &mut response) {
+            name_the_server(&mut result.meta);
+        }
+        Ok(response)
     }
 }

@@ -23,7 +23,7 @@ const KEY: &str = "sk-ant-real-cli-sandbox-key-0123456789";
 const SECRET: &str = "the-outside-secret-4711";
 
 /// Everything one probe run needs: the files and servers the sandbox must keep the CLI from.
-struct Outside {
+pub(super) struct Outside {
     _dir: tempfile::TempDir,
     root: PathBuf,
     secret_file: PathBuf,
@@ -36,7 +36,7 @@ struct Outside {
 }
 
 impl Outside {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().canonicalize().expect("canonical");
         let secret_file = root.join("secret.txt");
@@ -84,7 +84,7 @@ impl Outside {
     }
 
     /// (name, shell command, whether it must succeed). Run in the project root.
-    fn probes(&self, project: &Path) -> Vec<(&'static str, String, bool)> {
+    pub(super) fn probes(&self, project: &Path) -> Vec<(&'static str, String, bool)> {
         let parent_file = project
             .parent()
             .map(|p| p.join(format!("metash-parent-{}.txt", std::process::id())))
@@ -186,7 +186,11 @@ fn pi_works_in_its_workspace_and_every_escape_is_denied() {
 }
 
 /// The sandbox was reported, each probe ran once, work succeeded and every escape failed.
-fn check_probes(p: &Project, outside: &Outside, probes: &[(&'static str, String, bool)]) {
+pub(super) fn check_probes(
+    p: &Project,
+    outside: &Outside,
+    probes: &[(&'static str, String, bool)],
+) {
     let started = p.log_data("agent_started");
     let report = started
         .iter()

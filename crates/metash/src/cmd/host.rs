@@ -28,6 +28,10 @@ pub struct HostArgs {
     /// Never ask at the terminal: answer from the policy file and `--yes-to`, deny the rest.
     #[arg(long)]
     pub non_interactive: bool,
+    /// With --non-interactive: a question no rule answers waits this many seconds for any
+    /// client to answer it (how `metash acp` hands its runs' questions to the editor).
+    #[arg(long, hide = true, value_name = "SECONDS")]
+    pub consent_wait: Option<u64>,
 }
 
 impl HostArgs {
@@ -44,10 +48,12 @@ impl HostArgs {
         let default_policy = ctx.workspace.join(".meta/policy.toml");
         let options = HostOptions {
             terminal: Terminal::Stderr,
-            consent: if self.interactive() {
-                ConsentMode::Interactive
-            } else {
-                ConsentMode::NonInteractive
+            consent: match (self.interactive(), self.consent_wait) {
+                (true, _) => ConsentMode::Interactive,
+                (false, Some(s)) => ConsentMode::Clients(std::time::Duration::from_secs(
+                    s.min(metash_host::config::MAX_CONSENT_WAIT_S as u64),
+                )),
+                (false, None) => ConsentMode::NonInteractive,
             },
             policy_file: self
                 .policy

@@ -1,0 +1,57 @@
+//! `metash acp`: metash as an ACP agent over stdio, for editors (Zed, JetBrains, Neovim...,
+//! issue 34 item 2, docs/acp.md "metash as an editor's agent"). An editor session is a metash
+//! session in its `cwd`; a prompt in `run` mode runs `metash run` there (plan → execute →
+//! verify) and streams its plan, progress, spawns, merges and the verifier's findings as
+//! `session/update`s; checkpoints and consent questions become `session/request_permission`s.
+//!
+//! - [`server`]: the JSON-RPC connection (stdin/stdout), sessions and dispatch;
+//! - [`conn`]: what those share: the editor's end of the connection, a session, its cancel;
+//! - [`prompt`]: one prompt turn: the run as a child process, its checkpoints, cancel;
+//! - [`follow`]: the project's store followed while the run goes, as `session/update`s.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Subcommand;
+
+use super::Ctx;
+
+mod conn;
+mod follow;
+mod prompt;
+mod server;
+
+#[derive(Debug, Subcommand)]
+pub enum AcpCommand {
+    /// Serve the Agent Client Protocol on stdin/stdout for an editor: each session is a metash
+    /// project (its `cwd`), each prompt a `metash run` whose plan, progress, spawns and merges
+    /// stream to the editor, whose checkpoints and consent questions the editor answers.
+    Acp {
+        /// Allow this capability without asking, in every run (repeatable), e.g. `--yes-to
+        /// files.write`; other questions go to the editor when the project waits for answers
+        /// (`[host] consent_wait_seconds`), else they are denied.
+        #[arg(long = "yes-to", value_name = "CAPABILITY")]
+        yes_to: Vec<String>,
+        /// A consent policy file for every run (see docs/policy.md); default: each project's
+        /// `.meta/policy.toml` when present.
+        #[arg(long)]
+        policy: Option<PathBuf>,
+    },
+}
+
+pub fn run(cmd: AcpCommand, _ctx: &Ctx) -> Result<ExitCode> {
+    let AcpCommand::Acp { yes_to, policy } = cmd;
+    let exe = std::env::current_exe()?;
+    let mut run_args = Vec::new();
+    for c in yes_to {
+        run_args.extend(["--yes-to".to_string(), c]);
+    }
+    if let Some(p) = policy {
+        // Each run works in its own project: the path must not depend on where that is.
+        let p = std::path::absolute(&p)?;
+        run_args.extend(["--policy".to_string(), p.display().to_string()]);
+    }
+    server::serve(conn::Config { exe, run_args })?;
+    Ok(ExitCode::SUCCESS)
+}
