@@ -15,6 +15,8 @@ use reqwest::Url;
 use serde_json::json;
 
 use super::headers::{add_credential, add_grant_headers, request_headers, response_headers};
+use super::record::{Delivery, Pending};
+use super::replay::Cassette;
 use super::route::{has_dot_segment, is_loopback, route_for, Resolved};
 use super::secret::CredentialSource;
 use super::tap::{OutBody, TappedBody, UsageTap};
@@ -31,6 +33,12 @@ pub(crate) struct Shared {
     pub agent: Option<String>,
     pub client: reqwest::Client,
     pub tap: Option<Arc<dyn UsageTap>>,
+    /// Where each exchange goes when it ends, to be masked and recorded (`record.rs`).
+    pub recorder: Option<Delivery>,
+    /// Strings masked in recordings besides the grant's (the agent's placeholder).
+    pub redact: Vec<String>,
+    /// Answer from this recording instead of the upstream (`replay.rs`).
+    pub replay: Option<Arc<Cassette>>,
     /// The proxy's own port: an absolute-form request must name it.
     pub port: u16,
     pub exchanges: AtomicU64,
@@ -45,12 +53,17 @@ pub(crate) async fn handle(
         Ok(v) => v,
         Err(reason) => return Ok(shared.refuse(&req, StatusCode::FORBIDDEN, &reason)),
     };
+    if let Some(cassette) = &shared.replay {
+        let answer = super::replay::answer(cassette, &shared.redact, req).await;
+        return Ok(answer.unwrap_or_else(|(status, why)| error_response(status, &why)));
+    }
     let grant = match shared.source.grant(&route.id).await {
         Ok(g) => g,
         Err(e) => return Ok(shared.refuse(&req, StatusCode::SERVICE_UNAVAILABLE, &e.to_string())),
     };
     let (parts, body) = req.into_parts();
     let mut headers = request_headers(parts.headers, route);
+    let mut record = shared.record(route, &grant, (&parts.method, &parts.uri), &headers);
     let added = add_credential(&mut headers, route, &grant.secret)
         .and_then(|()| add_grant_headers(&mut headers, &grant.headers));
     drop(grant);
@@ -67,7 +80,7 @@ pub(crate) async fn handle(
         .client
         .request(parts.method, url)
         .headers(headers)
-        .body(reqwest::Body::wrap(body))
+        .body(Pending::body(record.as_ref(), body))
         .send();
     // A withdrawal while waiting for the upstream's head cuts the exchange too.
     let sent = match &mut cut {
@@ -92,6 +105,10 @@ pub(crate) async fn handle(
         shared.source.rejected(&route.id);
     }
     let exchange = shared.exchanges.fetch_add(1, Ordering::Relaxed);
+    let headers = response_headers(head.headers);
+    if let Some(r) = &mut record {
+        r.head(exchange, head.status.as_u16(), &headers);
+    }
     let tapped = TappedBody::new(
         body,
         shared.tap.clone(),
@@ -99,10 +116,11 @@ pub(crate) async fn handle(
         Arc::from(route.id.as_str()),
         head.status.as_u16(),
         cut,
+        record,
     );
     let mut out = Response::new(OutBody::Stream(tapped));
     *out.status_mut() = head.status;
-    *out.headers_mut() = response_headers(head.headers);
+    *out.headers_mut() = headers;
     Ok(out)
 }
 
@@ -143,6 +161,24 @@ fn admit<'s>(shared: &'s Shared, req: &Request<Incoming>) -> Result<(&'s Resolve
 }
 
 impl Shared {
+    /// A recording of this exchange, when the host records (`record.rs`).
+    fn record(
+        &self,
+        route: &Resolved,
+        grant: &super::secret::Grant,
+        request: (&Method, &http::Uri),
+        headers: &http::HeaderMap,
+    ) -> Option<Pending> {
+        Pending::begin(
+            self.recorder.as_ref(),
+            &self.redact,
+            (&route.id, &route.header),
+            grant,
+            request,
+            headers,
+        )
+    }
+
     /// Logs the refusal (never a header: the request's own auth is the agent's placeholder,
     /// and the real credential was never added) and answers with a short JSON error.
     fn refuse(

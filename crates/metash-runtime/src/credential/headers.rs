@@ -4,21 +4,8 @@
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use zeroize::Zeroizing;
 
-use super::route::Resolved;
+use super::route::{is_reserved, Resolved, HOP_BY_HOP};
 use super::secret::Secret;
-
-/// Headers that describe one connection, not the message: never forwarded either way.
-const HOP_BY_HOP: [HeaderName; 9] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-];
 
 /// Whatever the agent sends as auth is dropped, whichever route it asked for.
 const AGENT_AUTH: [HeaderName; 3] = [
@@ -26,11 +13,6 @@ const AGENT_AUTH: [HeaderName; 3] = [
     HeaderName::from_static("x-api-key"),
     header::PROXY_AUTHORIZATION,
 ];
-
-/// A header a route may not use for its credential (it would be stripped or mean something else).
-pub(crate) fn is_reserved(name: &HeaderName) -> bool {
-    HOP_BY_HOP.contains(name) || *name == header::HOST || *name == header::CONTENT_LENGTH
-}
 
 /// Removes the hop-by-hop headers, including those the `Connection` header names.
 fn strip_hop_by_hop(headers: &mut HeaderMap) {

@@ -3,7 +3,8 @@
 //! a base URL on this proxy (`http://127.0.0.1:PORT/prefix`); the proxy drops whatever auth the
 //! agent sent, asks the host's [`CredentialSource`] for the route's secret, adds it in the route's
 //! style and forwards to the route's upstream (TLS with the system roots for `https`, plain HTTP only
-//! to loopback). The response streams back as it arrives (SSE), through an optional [`UsageTap`].
+//! to loopback). The response streams back as it arrives (SSE), through an optional [`UsageTap`];
+//! each exchange can also be handed, redacted, to the host's [`Recorder`] (its tapes, issue 36).
 //! Anything else (another host in absolute form, `CONNECT`, a path under no route, a non-loopback
 //! `Host`) is refused with 403 and logged as `sandbox_denied` (`what: "credential_proxy"`). No
 //! secret is ever in the agent's environment, files or arguments, nor in any event.
@@ -39,10 +40,13 @@
 
 mod handle;
 mod headers;
+pub mod record;
+pub mod replay;
 mod route;
 mod secret;
 mod serve;
 pub mod signin;
+mod stream_end;
 mod tap;
 
 use std::fmt;
@@ -54,9 +58,12 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+pub use record::{Chunk, Exchange, Recorder};
+pub use replay::{Cassette, Divergence, Recorded};
 pub use route::{AuthStyle, Mount, Route};
 pub use secret::{CredentialSource, Grant, GrantFuture, Secret, SourceError, StaticSource};
-pub use tap::{StreamEnd, TapEvent, UsageTap};
+pub use stream_end::StreamEnd;
+pub use tap::{TapEvent, UsageTap};
 
 use crate::sink::EventSink;
 
@@ -97,6 +104,14 @@ pub struct ProxyConfig {
     pub read_timeout: Duration,
     /// Sees every forwarded response body as it streams.
     pub tap: Option<Arc<dyn UsageTap>>,
+    /// Receives every forwarded exchange once it ends, redacted (`record.rs`): the host's tape.
+    pub recorder: Option<Arc<dyn Recorder>>,
+    /// Strings masked in recordings besides the credential the proxy adds: what the agent was
+    /// given in its place (the placeholder), and anything else the host knows to be secret.
+    pub redact: Vec<String>,
+    /// Replay: answer every request from this recorded turn, in order, and reach no upstream
+    /// (`replay.rs`). The first request that differs stops the replay.
+    pub replay: Option<Arc<Cassette>>,
 }
 
 impl ProxyConfig {
@@ -112,6 +127,9 @@ impl ProxyConfig {
             connect_timeout: Duration::from_secs(30),
             read_timeout: Duration::from_secs(300),
             tap: None,
+            recorder: None,
+            redact: Vec::new(),
+            replay: None,
         }
     }
 }
@@ -124,6 +142,8 @@ impl fmt::Debug for ProxyConfig {
             .field("max_connections", &self.max_connections)
             .field("max_header_bytes", &self.max_header_bytes)
             .field("tap", &self.tap.is_some())
+            .field("recorder", &self.recorder.is_some())
+            .field("replay", &self.replay.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -135,6 +155,8 @@ pub struct CredentialProxy {
     mounts: Vec<(String, Option<String>)>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
+    /// Masks and delivers recordings; joined after `thread`, once every exchange has ended.
+    recording: Option<JoinHandle<()>>,
 }
 
 impl CredentialProxy {
@@ -149,6 +171,13 @@ impl CredentialProxy {
         sink: Arc<dyn EventSink>,
     ) -> Result<Self, CredentialError> {
         let routes = route::resolve(&config.routes)?;
+        let (delivery, recording) = match config.recorder.clone() {
+            Some(r) => {
+                let (d, t) = record::deliver_to(r).map_err(CredentialError::Runtime)?;
+                (Some(d), Some(t))
+            }
+            None => (None, None),
+        };
         let client = upstream_client(&config)?;
         let listener = TcpListener::bind(("127.0.0.1", 0)).map_err(CredentialError::Bind)?;
         let addr = listener.local_addr().map_err(CredentialError::Bind)?;
@@ -175,6 +204,9 @@ impl CredentialProxy {
             agent: config.agent.clone(),
             client,
             tap: config.tap.clone(),
+            recorder: delivery,
+            redact: config.redact.clone(),
+            replay: config.replay.clone(),
             port: addr.port(),
             exchanges: AtomicU64::new(0),
         });
@@ -197,6 +229,7 @@ impl CredentialProxy {
             mounts,
             stop: Some(stop),
             thread: Some(thread),
+            recording,
         })
     }
 
@@ -233,6 +266,10 @@ impl Drop for CredentialProxy {
         }
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
+        }
+        // The runtime is gone with every exchange and its sender: the recorder has all of them.
+        if let Some(recording) = self.recording.take() {
+            let _ = recording.join();
         }
     }
 }

@@ -3,10 +3,29 @@
 
 use std::net::IpAddr;
 
-use http::HeaderName;
+use http::header::{self, HeaderName};
 use reqwest::Url;
 
 use super::CredentialError;
+
+/// Headers that describe one connection, not the message: never forwarded either way
+/// ([`super::headers`] strips them), so never a route's credential header either.
+pub(crate) const HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+/// A header a route may not use for its credential (it would be stripped or mean something else).
+pub(crate) fn is_reserved(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(name) || *name == header::HOST || *name == header::CONTENT_LENGTH
+}
 
 /// How the credential is presented to the upstream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,7 +138,7 @@ pub(crate) fn resolve(routes: &[Route]) -> Result<Vec<Resolved>, CredentialError
             AuthStyle::Bearer => (http::header::AUTHORIZATION, true),
             AuthStyle::Header(name) => {
                 let h = HeaderName::try_from(name.as_str()).map_err(|_| bad("bad header name"))?;
-                if super::headers::is_reserved(&h) {
+                if is_reserved(&h) {
                     return Err(bad("auth header is hop-by-hop or Host"));
                 }
                 (h, false)

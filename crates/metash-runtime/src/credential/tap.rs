@@ -1,6 +1,7 @@
 //! The usage hook: every response body passes through [`TappedBody`], which shows each chunk to
 //! the host's [`UsageTap`] as it is forwarded (the host parses SSE usage events from it for budget
-//! enforcement). The tap sees bytes, never request headers, so it never sees the secret.
+//! enforcement). The tap sees bytes, never request headers, so it never sees the secret. The
+//! same body feeds the exchange's recording, when the host records (`record.rs`).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -9,18 +10,8 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
-/// How a forwarded response stream ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamEnd {
-    /// The upstream finished the body.
-    Complete,
-    /// The upstream connection failed mid-body (the agent sees a truncated response).
-    UpstreamError,
-    /// The agent closed its connection (or the proxy stopped) before the body ended.
-    ClientGone,
-    /// The route's credential was withdrawn (a grant revoked) mid-body: the proxy cut it.
-    Withdrawn,
-}
+use super::record::Pending;
+use super::stream_end::StreamEnd;
 
 /// What the tap is shown, per exchange (one forwarded request).
 #[derive(Debug)]
@@ -67,6 +58,9 @@ pub(crate) struct TappedBody {
     ended: bool,
     /// Ready when the route's credential is withdrawn: the body is cut there.
     cut: Option<Cut>,
+    /// The exchange's recording, handed to the recorder when the body ends (boxed: most
+    /// exchanges of a proxy that records nothing carry none).
+    record: Option<Box<Pending>>,
 }
 
 /// Resolves when a withdrawal signal turns `true`.
@@ -93,6 +87,7 @@ impl TappedBody {
         route: Arc<str>,
         status: u16,
         cut: Option<Cut>,
+        record: Option<Pending>,
     ) -> Self {
         if let Some(t) = &tap {
             t.event(TapEvent::Response {
@@ -108,6 +103,7 @@ impl TappedBody {
             route,
             ended: false,
             cut,
+            record: record.map(Box::new),
         }
     }
 
@@ -122,6 +118,9 @@ impl TappedBody {
                 route: &self.route,
                 end,
             });
+        }
+        if let Some(record) = self.record.take() {
+            (*record).finish(end);
         }
     }
 }
@@ -153,6 +152,9 @@ impl TappedBody {
                         bytes,
                     });
                 }
+                if let (Some(r), Some(bytes)) = (&mut self.record, frame.data_ref()) {
+                    r.chunk(bytes);
+                }
             }
             Poll::Ready(Some(Err(_))) => self.end(StreamEnd::UpstreamError),
             Poll::Ready(None) => self.end(StreamEnd::Complete),
@@ -171,10 +173,12 @@ impl Drop for TappedBody {
     }
 }
 
-/// What the server side sends back: the proxy's own short answers, or an upstream stream.
+/// What the server side sends back: the proxy's own short answers, an upstream stream, or a
+/// recorded answer replayed chunk by chunk.
 pub(crate) enum OutBody {
     Full(Option<Bytes>),
     Stream(TappedBody),
+    Chunks(std::collections::VecDeque<Bytes>),
 }
 
 impl Body for OutBody {
@@ -188,6 +192,7 @@ impl Body for OutBody {
         match self.get_mut() {
             OutBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             OutBody::Stream(s) => s.poll_tapped(cx),
+            OutBody::Chunks(c) => Poll::Ready(c.pop_front().map(|b| Ok(Frame::data(b)))),
         }
     }
 
@@ -195,6 +200,7 @@ impl Body for OutBody {
         match self {
             OutBody::Full(b) => b.is_none(),
             OutBody::Stream(s) => s.inner.is_end_stream(),
+            OutBody::Chunks(c) => c.is_empty(),
         }
     }
 
@@ -203,6 +209,7 @@ impl Body for OutBody {
             OutBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             OutBody::Full(None) => SizeHint::with_exact(0),
             OutBody::Stream(s) => s.inner.size_hint(),
+            OutBody::Chunks(c) => SizeHint::with_exact(c.iter().map(|b| b.len() as u64).sum()),
         }
     }
 }

@@ -90,6 +90,30 @@ pub(super) fn print_gc(report: &metash_store::GcReport, json: bool) -> Result<()
     Ok(())
 }
 
+/// `metash gc`'s report: the artifacts' as [`print_gc`] prints it, then the tapes' (in JSON,
+/// under `tapes`).
+pub(super) fn print_gc_with_tapes(
+    report: &metash_store::GcReport,
+    tapes: &metash_store::GcReport,
+    json: bool,
+) -> Result<()> {
+    if json {
+        let mut v = serde_json::to_value(report)?;
+        v["tapes"] = serde_json::to_value(tapes)?;
+        println!("{v}");
+        return Ok(());
+    }
+    print_gc(report, false)?;
+    println!(
+        "removed {} tapes ({} bytes); kept {} ({} bytes)",
+        tapes.removed.len(),
+        tapes.removed_bytes,
+        tapes.kept,
+        tapes.kept_bytes
+    );
+    Ok(())
+}
+
 fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)

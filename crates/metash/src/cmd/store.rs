@@ -44,7 +44,7 @@ pub enum StoreCommand {
         #[command(subcommand)]
         cmd: super::artifacts::ArtifactsCmd,
     },
-    /// Apply the artifact retention policy.
+    /// Apply the artifact retention policy, and `[record]`'s to tapes.
     Gc {
         /// Remove artifacts older than this many days (`inf`: none by age).
         #[arg(long, default_value_t = 30.0, value_parser = days)]
@@ -170,7 +170,9 @@ pub fn run(cmd: StoreCommand, ctx: &Ctx) -> Result<ExitCode> {
                 max_total_bytes: max_total_mib.saturating_mul(1 << 20),
             };
             let report = store.artifacts().gc(policy, SystemTime::now())?;
-            super::artifacts::print_gc(&report, json)?;
+            // Tapes under `[record]`'s retention (docs/replay.md).
+            let tapes = super::tape::gc(ctx, &store)?;
+            super::artifacts::print_gc_with_tapes(&report, &tapes, json)?;
             Ok(ExitCode::SUCCESS)
         }
         StoreCommand::Schema { name, list } => schema(name, list),
