@@ -11,6 +11,7 @@
 //!
 //! Errors carry stable wire codes ([`HarnessError::code`]).
 
+pub mod acp;
 pub mod api;
 pub mod attachments;
 pub mod confine;
@@ -19,6 +20,7 @@ pub mod events;
 pub mod frontend;
 pub mod fsutil;
 pub mod invocation;
+pub mod observe;
 pub mod programs;
 pub mod quote;
 pub mod request;

@@ -10,7 +10,7 @@
 //! wasm_fuel = 2000000000   # optional: deterministic work bound per WASM invocation
 //! kv_max_keys = 1000       # per agent KV namespace and the scratchpad (the defaults)
 //! kv_max_bytes = 1048576
-//! agent_disk = "2g"        # native agents, per spawn: bytes and files added under what they
+//! agent_disk = "2g"        # native and WASM agents, per spawn: bytes and files added under what they
 //! agent_files = 100000     #   may write (the defaults); past either the spawn is stopped
 //! max_log_bytes_per_agent = "256m"   # per agent and run: past it, its chatter is not logged
 //! consent_max_pending = 3  # per agent: questions waiting for an answer at once
@@ -39,6 +39,17 @@
 //!                                      # the key when its variable is set, else a sign-in found
 //! network = ["github.com", "*.npmjs.org"]   # CLI frontends: reachable besides the model
 //!
+//! [roles.acp-coder]        # any ACP agent, run in the sandbox like a CLI (docs/acp.md)
+//! frontend = "acp"
+//! command = ["claude-code-acp"]        # its argv
+//! provider = "anthropic"               # whose key and base URL it gets (or "openai")
+//! env = { MAX_THINKING_TOKENS = "0" }  # added to its cleared environment
+//!
+//! [record]               # model turns recorded at the credential proxy (docs/replay.md)
+//! enabled = true
+//! keep_days = 30
+//! max_bytes = "1g"
+//!
 //! [prices."my-finetune"]   # USD per million tokens; overrides the built-in table (pricing.rs)
 //! input_per_mtok = 3.0
 //! output_per_mtok = 15.0
@@ -53,7 +64,10 @@ use serde::Deserialize;
 use crate::error::{HostError, Result};
 
 mod access;
+pub mod acp;
+mod record;
 pub use access::{no_sign_in, Access};
+pub use record::RecordSection;
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -113,7 +127,7 @@ impl HostSection {
             .unwrap_or_default()
     }
 
-    /// Native agents' write quota per spawn (`agent_disk`, `agent_files`; defaults where unset).
+    /// The write quota per spawn of native and WASM agents (`agent_disk`, `agent_files`).
     pub fn agent_write_quota(&self) -> metash_runtime::limits::WriteQuota {
         metash_runtime::limits::WriteQuota::new(self.agent_disk.clone(), self.agent_files)
     }
@@ -181,6 +195,9 @@ pub struct Budget {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Role {
+    /// A harness frontend's wire name, or `acp` (then the wire frontend of `provider`, see
+    /// [`acp`]).
+    #[serde(deserialize_with = "acp::frontend")]
     pub frontend: HarnessFrontend,
     #[serde(default)]
     pub model_fast: Option<String>,
@@ -225,6 +242,19 @@ pub struct Role {
     /// its variable is set, else the user's subscription sign-in when one is found.
     #[serde(default)]
     pub auth: Option<RoleAuth>,
+    /// `frontend = "acp"`: the ACP agent's command line, run in the sandbox (docs/acp.md).
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// `frontend = "acp"`: variables added to the agent's (cleared) environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// `frontend = "acp"`: whose model API the agent calls (default `anthropic`): the key, the
+    /// base-URL variable and the credential proxy it gets.
+    #[serde(default)]
+    pub provider: Option<metash_protocol::ProviderDomain>,
+    /// The role was written `frontend = "acp"` (set by [`HostConfig::parse`]).
+    #[serde(skip)]
+    pub acp: bool,
 }
 
 /// How a CLI role reaches its model. Either way the CLI holds only a placeholder and metash's
@@ -289,6 +319,8 @@ pub struct HostConfig {
     /// `[prices."MODEL"]`: what usage costs, on top of the built-in table.
     pub prices: crate::pricing::PriceTable,
     pub artifacts: ArtifactsSection,
+    /// `[record]`: model turns recorded at the credential proxy, and their retention.
+    pub record: RecordSection,
 }
 
 /// The config.toml format this build reads (`schema_version`; a file without one is read as 1,
@@ -369,7 +401,7 @@ impl HostConfig {
     }
 
     pub fn parse(text: &str, path: &Path) -> Result<Self> {
-        let parsed: HostFile = toml::from_str(text).map_err(|e| {
+        let mut parsed: HostFile = toml::from_str(text).map_err(|e| {
             let line = e
                 .span()
                 .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1)
@@ -377,6 +409,8 @@ impl HostConfig {
             HostError::Config(format!("{}:{line}: {}", path.display(), e.message()))
         })?;
         check_version(parsed.schema_version, text, path)?;
+        acp::mark(text, &mut parsed.roles)
+            .map_err(|m| HostError::Config(format!("{}: {m}", path.display())))?;
         parsed.check(path)?;
         Ok(Self {
             host: parsed.host,
@@ -384,6 +418,7 @@ impl HostConfig {
             roles: parsed.roles,
             prices: crate::pricing::PriceTable::new(parsed.prices),
             artifacts: parsed.artifacts,
+            record: parsed.record,
         })
     }
 }
@@ -402,6 +437,8 @@ struct HostFile {
     prices: BTreeMap<String, crate::pricing::Price>,
     #[serde(default)]
     artifacts: ArtifactsSection,
+    #[serde(default)]
+    record: RecordSection,
     #[serde(flatten)]
     _others: toml::Table,
 }
@@ -415,6 +452,9 @@ impl HostFile {
             if let Err(why) = price.check() {
                 return bad(format!("[prices.\"{model}\"]: {why}"));
             }
+        }
+        if let Err(why) = self.record.check() {
+            return bad(why);
         }
         if let Some(d) = self
             .artifacts
@@ -463,9 +503,7 @@ impl HostFile {
                     role.frontend.as_str()
                 ));
             }
-            if role.permissions == Permissions::Ask
-                && !metash_harness::frontend::info(role.frontend).permission_prompt
-            {
+            if role.permissions == Permissions::Ask && !role.can_ask() {
                 return bad(format!(
                     "[roles.{name}] permissions = \"ask\" needs a Claude Code frontend \
                      (agent-sdk or claude-code); {} has no permission-prompt hook, use \

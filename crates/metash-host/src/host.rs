@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use crate::bus::Bus;
 use crate::checkpoint;
-use crate::config::{HostConfig, Role};
+use crate::config::HostConfig;
 use crate::error::{HostError, Result};
 use crate::journal::Journal;
 use crate::progress::{self, Terminal};
@@ -30,6 +30,9 @@ pub enum ConsentMode {
     /// denied, never waited for.
     #[default]
     NonInteractive,
+    /// As [`Self::NonInteractive`], but a question no rule answers waits this long for any
+    /// client (an editor through `metash acp`), whatever `[host] consent_wait_seconds` says.
+    Clients(std::time::Duration),
 }
 
 /// How the host talks to people.
@@ -99,6 +102,8 @@ pub struct Host {
     tokio: OnceLock<tokio::runtime::Runtime>,
     /// The agents this host is running now (suspend and resume reach them directly).
     running: Arc<crate::control::Running>,
+    /// Set by `metash replay`: every CLI role's proxy answers from this recorded turn.
+    replay: OnceLock<Arc<metash_runtime::credential::Cassette>>,
 }
 
 impl std::fmt::Debug for Host {
@@ -140,7 +145,20 @@ impl Host {
             redactor: OnceLock::new(),
             tokio: OnceLock::new(),
             running: Arc::new(crate::control::Running::default()),
+            replay: OnceLock::new(),
         })
+    }
+
+    /// Makes this host's CLI-role spawns answer from `cassette` instead of the model
+    /// (docs/replay.md): the credential proxy asks for no credential and opens no connection,
+    /// and the turn is not recorded again. Once per host; `false` if one was set already.
+    pub fn replay_from(&self, cassette: Arc<metash_runtime::credential::Cassette>) -> bool {
+        self.replay.set(cassette).is_ok()
+    }
+
+    /// The recorded turn this host replays, if any.
+    pub fn replaying(&self) -> Option<&Arc<metash_runtime::credential::Cassette>> {
+        self.replay.get()
     }
 
     pub fn config(&self) -> &HostConfig {
@@ -181,10 +199,13 @@ impl Host {
                 std::io::BufReader::new(std::io::stdin()),
                 std::io::stderr(),
             )),
-            ConsentMode::NonInteractive => {
+            ConsentMode::NonInteractive | ConsentMode::Clients(_) => {
                 let rules =
                     NonInteractive::new(self.policy_file.clone(), self.options.yes_to.clone());
-                let wait = self.config.host.consent_wait();
+                let wait = match self.options.consent {
+                    ConsentMode::Clients(wait) => wait,
+                    _ => self.config.host.consent_wait(),
+                };
                 if wait.is_zero() {
                     Box::new(rules)
                 } else {
@@ -227,34 +248,6 @@ impl Host {
             name: name.to_string(),
             hint,
         })
-    }
-
-    /// Refuses a model-backed role whose key variable or program is missing, before anything is
-    /// spent.
-    ///
-    /// # Errors
-    /// [`HostError::Config`] naming the missing variable or program.
-    pub fn preflight_role(&self, name: &str, role: &Role) -> Result<()> {
-        crate::spawn::key_proxy::preflight(self, name, role)?;
-        if let Some(p) = metash_harness::frontend::info(role.frontend).program {
-            if self.harness()?.programs.get(p).is_none() {
-                return Err(HostError::Config(format!(
-                    "role `{name}` ({}) needs the `{}` program, which is not installed \
-                     (bash scripts/setup installs it into .tools/)",
-                    role.frontend.as_str(),
-                    p.name()
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// Checks every configured role (for `metash run` to stop before spending anything).
-    pub fn preflight(&self) -> Result<()> {
-        for (name, role) in &self.config.roles {
-            self.preflight_role(name, role)?;
-        }
-        Ok(())
     }
 
     /// The user's config directory (agents of the user, the vault), when known.

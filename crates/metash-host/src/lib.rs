@@ -10,8 +10,10 @@ pub mod control;
 mod error;
 pub mod gitdirs;
 mod host;
+pub mod interactive;
 mod journal;
 pub mod oauth;
+mod preflight;
 pub mod pricing;
 pub mod progress;
 #[cfg(unix)]
@@ -19,6 +21,7 @@ mod race;
 pub mod redaction;
 pub mod sandbox;
 pub mod serve;
+pub mod session_liveness;
 mod spawn;
 mod spawner;
 
@@ -26,5 +29,7 @@ pub use error::{HostError, Result};
 pub use host::{ConsentMode, Host, HostOptions};
 pub use journal::JOURNAL_DOC;
 pub use progress::Terminal;
+pub use spawn::tape::cassette as tape_cassette;
+pub use spawn::tape::{cassette_with as tape_cassette_with, Pins as ReplayPins};
 pub use spawn::DEFAULT_TIMEOUT;
 pub use spawner::{SpawnRequest, Spawner, WorkspaceAccess};

@@ -164,6 +164,12 @@ log_kinds! {
     /// The repository's executable git configuration (`.meta/git-trust.json`): `{action:
     /// recorded|refused|accepted, file, changes: [{kind, file, key, old, new}], by}`.
     GitTrust => "git_trust",
+    /// An interactive CLI session the control plane runs (`metash session`, `metash attach`):
+    /// `{id, event: start|attach|detach|exit|resume|end|observed, status, ...}` (docs/harness.md).
+    CpSession => "cp_session",
+    /// A turn's model exchanges were recorded (`.meta/tapes/<id>.json`, docs/replay.md): `{id,
+    /// agent, task, attempt, exchanges, bytes}`.
+    Tape => "tape",
 }
 
 impl std::fmt::Display for LogKind {

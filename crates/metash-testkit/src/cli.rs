@@ -24,9 +24,14 @@ impl Cli {
         }
     }
 
-    /// The `.tools` directory when this CLI is installed there (by scripts/setup).
+    /// The `.tools` directory when this CLI is installed there (by scripts/setup), or the
+    /// directory `METASH_TEST_CLI_TOOLS` names: `scripts/test-newest-clis` installs the newest
+    /// releases there, laid out the same way, so the same tests run against both.
     pub fn tools(self) -> Option<std::path::PathBuf> {
-        let tools = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools");
+        let tools = match std::env::var_os("METASH_TEST_CLI_TOOLS") {
+            Some(dir) => std::path::PathBuf::from(dir),
+            None => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools"),
+        };
         let marker = match self {
             Cli::Claude => "node_modules/@anthropic-ai/claude-code/bin/claude.exe",
             Cli::Codex => "node_modules/@openai/codex/bin/codex.js",

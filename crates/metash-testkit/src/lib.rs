@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod acp;
 pub mod anthropic;
 pub mod cli;
 pub mod greetings;

@@ -1,3 +1,5 @@
+mod acp_client;
+mod acp_load;
 mod api_clients;
 mod fake_cli;
 mod invocation;

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use metash_harness::{Endpoint, KeyHeader, SignInOptions};
 use metash_runtime::credential::signin::{SignIn, SignInKind};
 use metash_runtime::credential::{
-    AuthStyle, CredentialProxy, CredentialSource, Mount, ProxyConfig, Route, Secret, StaticSource,
-    UsageTap,
+    AuthStyle, CredentialProxy, CredentialSource, Mount, ProxyConfig, Recorder, Route, Secret,
+    StaticSource, UsageTap,
 };
 
 use crate::config::{Access, Role};
@@ -53,14 +53,48 @@ pub fn start(
     role: &Role,
     tap: Option<Arc<dyn UsageTap>>,
 ) -> Result<Option<Started>> {
+    start_recorded(
+        host,
+        agent,
+        role,
+        Hooks {
+            tap,
+            recorder: None,
+        },
+    )
+}
+
+/// What the proxy reports to besides the log: the turn's usage meter and its tape.
+#[derive(Default)]
+pub struct Hooks {
+    pub tap: Option<Arc<dyn UsageTap>>,
+    /// Receives every exchange, redacted (the placeholder too): the turn's tape (docs/replay.md).
+    pub recorder: Option<Arc<dyn Recorder>>,
+}
+
+/// [`start`], with the turn's tape recorder too.
+///
+/// # Errors
+/// As [`start`].
+pub fn start_recorded(
+    host: &Host,
+    agent: &str,
+    role: &Role,
+    hooks: Hooks,
+) -> Result<Option<Started>> {
     let env = |k: &str| host.env_var(k);
     let access = role
         .access(&env)
         .map_err(|e| HostError::Config(format!("role `{agent}`: {e}")))?;
     match access {
+        // Nothing passes a proxy, so nothing was recorded and a replay would reach the network.
+        Access::None if host.replaying().is_some() => Err(HostError::Config(format!(
+            "role `{agent}` has no model credential, so its turns pass no credential proxy and \
+             cannot be replayed"
+        ))),
         Access::None => Ok(None),
-        Access::Key(var) => start_key(host, agent, role, tap, var),
-        Access::SignIn(s) => start_sign_in(host, agent, role, tap, &s).map(Some),
+        Access::Key(var) => start_key(host, agent, role, hooks, var),
+        Access::SignIn(s) => start_sign_in(host, agent, role, hooks, &s).map(Some),
     }
 }
 
@@ -70,12 +104,13 @@ pub fn start(
 /// # Errors
 /// [`HostError::Config`] naming the variable, or how to sign in.
 pub fn preflight(host: &Host, name: &str, role: &Role) -> Result<()> {
-    let frontend = role.frontend.as_str();
+    let frontend = role.frontend_name();
     let access = role
         .access(&|k: &str| host.env_var(k))
         .map_err(|e| HostError::Config(format!("role `{name}` ({frontend}): {e}")))?;
     if let Access::Key(var) = access {
-        if host.env_var(&var).is_none_or(|v| v.is_empty()) {
+        // A replay answers from the tape: no key is needed.
+        if host.replaying().is_none() && host.env_var(&var).is_none_or(|v| v.is_empty()) {
             let or = match role.sign_in_cli() {
                 Some(cli) if role.auth.is_none() => format!(
                     " (or sign the CLI in instead: {})",
@@ -113,11 +148,14 @@ fn serve(
     agent: &str,
     route: Route,
     source: Arc<dyn CredentialSource>,
-    tap: Option<Arc<dyn UsageTap>>,
+    hooks: Hooks,
 ) -> Result<(CredentialProxy, String)> {
     let mut config = ProxyConfig::new(vec![route]);
     config.agent = Some(agent.to_string());
-    config.tap = tap;
+    config.tap = hooks.tap;
+    config.recorder = hooks.recorder;
+    config.replay = host.replaying().cloned();
+    config.redact = vec![PLACEHOLDER.to_string()];
     let proxy = CredentialProxy::start(config, source, host.event_sink())
         .map_err(|e| HostError::Config(format!("role `{agent}`: {e}")))?;
     let base_url = proxy
@@ -130,10 +168,15 @@ fn start_key(
     host: &Host,
     agent: &str,
     role: &Role,
-    tap: Option<Arc<dyn UsageTap>>,
+    hooks: Hooks,
     var: String,
 ) -> Result<Option<Started>> {
-    let Some(key) = host.env_var(&var).filter(|k| !k.is_empty()) else {
+    // A replay asks for no credential: the proxy answers from the tape and holds a placeholder.
+    let key = match host.replaying() {
+        Some(_) => Some(PLACEHOLDER.to_string()),
+        None => host.env_var(&var).filter(|k| !k.is_empty()),
+    };
+    let Some(key) = key else {
         return Ok(None);
     };
     let info = metash_harness::frontend::info(role.frontend);
@@ -148,7 +191,7 @@ fn start_key(
         auth,
     };
     let source = StaticSource::new().with(ROUTE, Secret::new(key));
-    let (proxy, base_url) = serve(host, agent, route, Arc::new(source), tap)?;
+    let (proxy, base_url) = serve(host, agent, route, Arc::new(source), hooks)?;
     // Where the CLI looks for its key: Claude Code reads only its own variable; Codex and pi read
     // the variable their provider config names.
     let cli_var = info
@@ -179,7 +222,7 @@ fn start_sign_in(
     host: &Host,
     agent: &str,
     role: &Role,
-    tap: Option<Arc<dyn UsageTap>>,
+    hooks: Hooks,
     sign_in: &SignIn,
 ) -> Result<Started> {
     let info = metash_harness::frontend::info(role.frontend);
@@ -199,7 +242,7 @@ fn start_sign_in(
         upstream: upstream(host, role, env_base, sign_in.default_upstream()),
         auth: sign_in.auth_style(),
     };
-    let (proxy, base_url) = serve(host, agent, route, Arc::new(source), tap)?;
+    let (proxy, base_url) = serve(host, agent, route, Arc::new(source), hooks)?;
     let options = SignInOptions {
         placeholder: PLACEHOLDER.to_string(),
         plan: if codex { sign_in.plan.clone() } else { None },

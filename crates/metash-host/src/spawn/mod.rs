@@ -1,6 +1,8 @@
 //! `spawn_agent`: resolve the name, check the budget, hand over any checkpoint answer, run the agent
 //! (runtime or harness), persist a checkpoint before returning it, charge the budget.
 
+mod acp;
+mod acp_fs;
 mod agent;
 mod artifact;
 pub(crate) mod confine;
@@ -9,8 +11,9 @@ mod gate;
 pub(crate) mod key_proxy;
 mod model;
 pub(crate) mod permission;
+pub(crate) mod tape;
 mod tool_events;
-mod usage_tap;
+pub(crate) mod usage_tap;
 mod watch;
 
 use std::time::{Duration, Instant};
@@ -90,6 +93,7 @@ impl Spawner for Host {
         ))?;
         let ran = match &target {
             Target::Agent(registry) => agent::run(self, registry, req, timeout, resume.as_ref()),
+            Target::Role(role) if role.acp => acp::run(self, role, req, timeout, resume.as_ref()),
             Target::Role(role) => model::run(self, role, req, timeout, resume.as_ref()),
         };
         let ran = match ran {

@@ -77,8 +77,9 @@ pub(crate) fn run(
     let mut turn = s.turn_request(spawn_dir.path(), resume)?;
     let cancel = CancellationToken::new();
     let charge = s.charge(&turn, &cancel)?;
+    let tape = super::tape::TurnTape::new(host, req, role);
     let mut running = Running {
-        key_proxy: s.key(&mut turn, &charge)?,
+        key_proxy: s.key(&mut turn, &charge, tape.as_ref())?,
         permission_server: None,
         write_hit: Default::default(),
     };
@@ -113,6 +114,7 @@ pub(crate) fn run(
     });
     let hit = running.write_hit.get();
     drop(running);
+    super::tape::save(tape, host);
     let ran = match response {
         Ok(r) => outcome(&r.result, &charge, &partial, s.max_tokens()),
         Err(e) => Ok(Ran::error(format!("{}: {e}", e.code().as_str()))),
@@ -123,7 +125,7 @@ pub(crate) fn run(
 /// A turn stopped at its disk or file quota ends as an error saying so, and the spawn's
 /// directory (its HOME and TMPDIR) is kept for inspection, as its worktree is. Otherwise the
 /// spawn's directory is removed.
-fn over_write_quota(
+pub(super) fn over_write_quota(
     ran: Result<Ran>,
     hit: Option<metash_runtime::limits::QuotaHit>,
     agent: &str,
@@ -203,13 +205,17 @@ impl RoleSpawn<'_> {
         &self,
         turn: &mut RunTurnNonInteractiveRequest,
         charge: &Charge,
+        tape: Option<&super::tape::TurnTape>,
     ) -> Result<Option<super::key_proxy::Started>> {
         let (host, role) = (self.host, self.role);
         if role.runs_cli() {
             let charge = charge.clone();
             let tap = super::usage_tap::WireUsage::new(move |u| charge.observe(u));
-            let proxy =
-                super::key_proxy::start(host, &self.req.agent_name, role, Some(Arc::new(tap)))?;
+            let hooks = super::key_proxy::Hooks {
+                tap: Some(Arc::new(tap)),
+                recorder: tape.map(super::tape::TurnTape::recorder),
+            };
+            let proxy = super::key_proxy::start_recorded(host, &self.req.agent_name, role, hooks)?;
             if let Some(started) = &proxy {
                 turn.options.endpoint = Some(started.endpoint.clone());
                 turn.options.sign_in = started.sign_in.clone();
@@ -325,7 +331,7 @@ fn event_sink<'a>(
 
 /// The spawn's answer from the turn's result: a stop by the meter, a cut-off answer, a timeout,
 /// an error, or success (possibly a checkpoint).
-fn outcome(
+pub(super) fn outcome(
     result: &RunResult,
     charge: &Charge,
     partial: &Mutex<String>,
@@ -387,14 +393,14 @@ fn outcome(
 /// The turn's meter, shared by the harness's events and the credential proxy's usage tap:
 /// charged as usage streams, the turn stops at the first report past a limit.
 #[derive(Clone)]
-struct Charge {
-    meter: Arc<Mutex<TurnMeter>>,
-    stopped: Arc<Mutex<Option<Stop>>>,
-    cancel: CancellationToken,
+pub(super) struct Charge {
+    pub(super) meter: Arc<Mutex<TurnMeter>>,
+    pub(super) stopped: Arc<Mutex<Option<Stop>>>,
+    pub(super) cancel: CancellationToken,
 }
 
 impl Charge {
-    fn observe(&self, usage: &metash_protocol::Usage) {
+    pub(super) fn observe(&self, usage: &metash_protocol::Usage) {
         let stop = self.meter.lock().ok().and_then(|mut m| m.observe(usage));
         if let Some(stop) = stop {
             if let Ok(mut s) = self.stopped.lock() {
@@ -411,7 +417,7 @@ fn absolute(p: &Path) -> PathBuf {
 
 /// The user's answer to the last checkpoint travels with the message, marked so the model knows
 /// what it is.
-fn prompt_with_resume(message: &str, resume: Option<&ResumeData>) -> String {
+pub(super) fn prompt_with_resume(message: &str, resume: Option<&ResumeData>) -> String {
     match resume {
         Some(r) => format!(
             "{message}\n\n[resume_data] {}",

@@ -29,7 +29,7 @@ pub fn summarize(event: &HarnessEvent) -> Option<(LogKind, Value)> {
     }
 }
 
-fn clip(s: &str) -> String {
+pub(super) fn clip(s: &str) -> String {
     match s.char_indices().nth(SUMMARY_CHARS) {
         Some((cut, _)) => format!("{}…", &s[..cut]),
         None => s.to_string(),

@@ -13,8 +13,7 @@
 //! refused; the log's `consent_revoke_sent` says what was withdrawn.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -88,9 +87,10 @@ impl Reach {
     }
 }
 
-/// Watches one agent's grants and control requests while it runs; stops when dropped.
+/// Watches one agent's grants and control requests while it runs; stops when dropped, at once:
+/// the poll waits on a channel that dropping closes, so a spawn's end never waits out a poll.
 pub(crate) struct RunWatch {
-    stop: Arc<AtomicBool>,
+    stop: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -104,8 +104,7 @@ impl RunWatch {
         reach: Option<Reach>,
         running: Arc<Running>,
     ) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopped = Arc::clone(&stop);
+        let (stop, stopped) = mpsc::channel::<()>();
         let agent = agent.to_string();
         let thread = std::thread::Builder::new()
             .name("metash-run-watch".into())
@@ -113,8 +112,7 @@ impl RunWatch {
                 let mut before = Seen::read(&store, &agent).unwrap_or_default();
                 // Only requests made after the agent started are for it.
                 let mut obeyed = store.log().tail().map(|t| t.seq).unwrap_or(u64::MAX);
-                while !stopped.load(Ordering::SeqCst) {
-                    std::thread::sleep(POLL);
+                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(POLL) {
                     if let Some(seq) = obey(&store, &agent, &running, obeyed) {
                         obeyed = seq;
                     }
@@ -137,7 +135,10 @@ impl RunWatch {
                 }
             })
             .ok();
-        Self { stop, thread }
+        Self {
+            stop: Some(stop),
+            thread,
+        }
     }
 }
 
@@ -159,7 +160,8 @@ fn obey(store: &Store, agent: &str, running: &Running, obeyed: u64) -> Option<u6
 
 impl Drop for RunWatch {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
+        // Closing the channel ends the watcher's wait at once.
+        drop(self.stop.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

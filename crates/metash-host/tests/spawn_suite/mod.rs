@@ -1,3 +1,5 @@
+mod acp_escape;
+mod acp_role;
 mod artifact_race;
 mod cache_forgery;
 mod checkpoints;
@@ -22,5 +24,7 @@ mod quota;
 mod revocation;
 mod subscription;
 mod suspend;
+mod tape_cli;
 mod wasm_agent;
+mod wasm_quota;
 mod wasm_shutdown;

@@ -5,9 +5,11 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
+mod acp;
 mod artifacts;
 mod asks;
 mod auth;
+mod capability;
 mod context;
 mod control;
 mod git;
@@ -18,9 +20,14 @@ mod migrate;
 pub(crate) mod onboard;
 mod orchestrator;
 mod policy;
+mod replay;
 mod revoked;
 mod serve;
+mod session;
+mod session_env;
+mod session_run;
 mod store;
+mod tape;
 #[cfg(target_os = "linux")]
 mod worker;
 
@@ -36,6 +43,8 @@ pub struct Ctx {
 pub enum Command {
     #[command(flatten)]
     Store(store::StoreCommand),
+    #[command(flatten)]
+    Acp(acp::AcpCommand),
     #[command(flatten)]
     Context(context::ContextCommand),
     #[command(flatten)]
@@ -54,6 +63,12 @@ pub enum Command {
     Onboard(onboard::OnboardCommand),
     #[command(flatten)]
     Auth(auth::AuthCommand),
+    #[command(flatten)]
+    Session(session::SessionCommand),
+    #[command(flatten)]
+    Tape(tape::TapeCommand),
+    #[command(flatten)]
+    Replay(replay::ReplayCommand),
     #[cfg(target_os = "linux")]
     #[command(flatten)]
     Worker(worker::WorkerCommand),
@@ -62,6 +77,7 @@ pub enum Command {
 pub fn run(command: Command, ctx: &Ctx) -> anyhow::Result<ExitCode> {
     match command {
         Command::Store(c) => store::run(c, ctx),
+        Command::Acp(c) => acp::run(c, ctx),
         Command::Context(c) => context::run(c, ctx),
         Command::Harness(c) => harness::run(c, ctx),
         Command::Policy(c) => policy::run(c, ctx),
@@ -71,6 +87,9 @@ pub fn run(command: Command, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         Command::Host(c) => host::run(c, ctx),
         Command::Onboard(c) => onboard::run(c, ctx),
         Command::Auth(c) => auth::run(c, ctx),
+        Command::Session(c) => session::run(c, ctx),
+        Command::Tape(c) => tape::run(c, ctx),
+        Command::Replay(c) => replay::run(c, ctx),
         #[cfg(target_os = "linux")]
         Command::Worker(c) => worker::run(c, ctx),
     }
