@@ -18,6 +18,10 @@
 
 use std::path::Path;
 
+mod resolve;
+
+pub use resolve::{keep_both, resolve_conflicts, resolve_request};
+
 use metash_protocol::CheckpointReason;
 use serde_json::{json, Value};
 
@@ -160,6 +164,9 @@ fn read(ws: &Path, name: &str) -> String {
 
 /// The executor, working in `workspace` (its task's worktree).
 pub fn executor(prompt: &str, resume: Option<&Value>, workspace: &Path) -> Reply {
+    if let Some(files) = request(prompt).as_ref().and_then(resolve_request) {
+        return resolve_conflicts(workspace, &files);
+    }
     Task::read(prompt, resume).map_or_else(|refusal| refusal, |t| t.execute(workspace))
 }
 

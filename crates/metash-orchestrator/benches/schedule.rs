@@ -6,6 +6,10 @@
 //!    task.
 //! 2. Makespan of N independent sleeping tasks with `--jobs N` versus the longest task (target:
 //!    <= 1.1x the longest plus spawn overhead).
+//! 3. The merge queue (issue 33): landing N independent, non-conflicting tasks through the queue
+//!    (each brought up to date with the project in its worktree, re-verified, then merged) versus
+//!    a bare `git merge --no-ff` of the same commits, one after another, in a clone of the same
+//!    run (target: <= 1.5x).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashSet;
@@ -48,6 +52,7 @@ fn dag(n: usize) -> Vec<PlannedTask> {
                 phase: None,
                 expects_change: None,
                 labels: Vec::new(),
+                paths: vec![],
             }
         })
         .collect()
@@ -120,12 +125,19 @@ fn run(dir: &Path, agents: &Agents, jobs: usize) -> Duration {
     let host = Host::open(dir, HostOptions::silent()).unwrap();
     let mut orch = Orchestrator::new(&host, agents).unwrap();
     let t = Instant::now();
-    orch.run(&RunOptions {
-        jobs: Some(jobs),
-        ..RunOptions::default()
-    })
-    .unwrap();
-    t.elapsed()
+    let outcome = orch
+        .run(&RunOptions {
+            jobs: Some(jobs),
+            ..RunOptions::default()
+        })
+        .unwrap();
+    let took = t.elapsed();
+    // A run that stopped early would time less work.
+    assert!(
+        matches!(outcome, metash_orchestrator::RunOutcome::Complete { .. }),
+        "{outcome:?}"
+    );
+    took
 }
 
 /// Start and end of the executing phase, from the log.
@@ -158,6 +170,118 @@ fn executing_span(dir: &Path) -> Duration {
         .map(ts)
         .unwrap();
     Duration::from_micros((end - start) as u64)
+}
+
+/// When a `state_update` key starting with `prefix` (or one of a multi-key update's) was set to
+/// something not null, in microseconds, in log order.
+fn key_times(dir: &Path, prefix: &str) -> Vec<i64> {
+    let store = metash_store::Store::open(dir).unwrap();
+    let mut out = Vec::new();
+    for r in store.log().read_all().unwrap() {
+        if r.kind != "state_update" {
+            continue;
+        }
+        let ts = chrono::DateTime::parse_from_rfc3339(&r.ts)
+            .unwrap()
+            .timestamp_micros();
+        let hit = |u: &serde_json::Value| {
+            u["key"].as_str().is_some_and(|k| k.starts_with(prefix)) && !u["value"].is_null()
+        };
+        if hit(&r.data)
+            || r.data["updates"]
+                .as_array()
+                .is_some_and(|us| us.iter().any(hit))
+        {
+            out.push(ts);
+        }
+    }
+    out
+}
+
+/// 3. The merge queue against bare `git merge`: `(queue per task, git merge per task)`.
+fn queue_vs_bare_merge(n: usize) -> (Duration, Duration) {
+    let ids: Vec<String> = (0..n).map(|i| format!("q{i}")).collect();
+    let plan = json!({"tasks": ids.iter().map(|id| json!({"id": id, "title": id, "dependencies": []})).collect::<Vec<_>>()}).to_string();
+    let agents = Agents {
+        plan,
+        sleep: |_| Duration::ZERO,
+    };
+    let dir = project();
+    run(dir.path(), &agents, n);
+    // From the queue's first entry to the last task's merge.
+    let start = key_times(dir.path(), "variables.metash.queue.")[0];
+    let end = *key_times(dir.path(), "variables.metash.merged.")
+        .last()
+        .unwrap();
+    let queue = Duration::from_micros((end - start) as u64) / n as u32;
+    // The same commits merged by hand into a clone at the run's first commit.
+    let state = metash_store::Store::open(dir.path())
+        .unwrap()
+        .state()
+        .unwrap();
+    let clone = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        let ok = Command::new("git")
+            .arg("-C")
+            .arg(clone.path())
+            .args(["-c", "user.name=b", "-c", "user.email=b@localhost"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(ok.status.success(), "{args:?}");
+    };
+    let src = dir.path().display().to_string();
+    git(&["clone", "-q", &src, "."]);
+    let first = Command::new("git")
+        .args(["-C", &src, "rev-list", "--max-parents=0", "HEAD"])
+        .output()
+        .unwrap();
+    git(&[
+        "checkout",
+        "-q",
+        "-B",
+        "bare",
+        String::from_utf8_lossy(&first.stdout).trim(),
+    ]);
+    let t = Instant::now();
+    for id in &ids {
+        let commit = state.task(id).unwrap().commits.clone().unwrap()[0].clone();
+        git(&[
+            "merge",
+            "-q",
+            "--no-ff",
+            "-m",
+            &format!("merge {id}"),
+            &commit,
+        ]);
+    }
+    (queue, t.elapsed() / n as u32)
+}
+
+/// Issue 33: the merge queue's share of the full loop's `n` tasks in `dir` (from its first
+/// entry to the last task's merge).
+fn report_queue_share(dir: &Path, n: usize) {
+    let queued = key_times(dir, "variables.metash.queue.");
+    let merged = key_times(dir, "variables.metash.merged.");
+    if let (Some(first), Some(last)) = (queued.first(), merged.last()) {
+        println!(
+            "  of which the merge queue (update, re-verify, land): {:.2} ms per task",
+            (last - first) as f64 / 1e3 / n as f64
+        );
+    }
+}
+
+/// 3. The merge queue vs bare `git merge` of the same, non-conflicting work.
+fn report_queue() {
+    let (queue, bare) = queue_vs_bare_merge(8);
+    println!(
+        "merge queue, 8 independent non-conflicting tasks: {:.2} ms per task to land (update in \
+         the worktree, re-verify, merge, bookkeeping) vs bare `git merge --no-ff` {:.2} ms per \
+         task = {:.3}x (target <= 1.5x)",
+        queue.as_secs_f64() * 1e3,
+        bare.as_secs_f64() * 1e3,
+        queue.as_secs_f64() / bare.as_secs_f64().max(1e-9)
+    );
 }
 
 fn main() {
@@ -193,6 +317,7 @@ fn main() {
         per.as_secs_f64() * 1e3,
         per.as_secs_f64() * 1000.0
     );
+    report_queue_share(dir.path(), n);
     // Issue 30: the trust checks (git trust before each git operation, the tree check before
     // each merge, the recorded-branch checks), timed where they run in this same loop.
     let without = total.saturating_sub(checks);
@@ -202,6 +327,8 @@ fn main() {
         checks.as_secs_f64() * 1e3 / n as f64,
         total.as_secs_f64() / without.as_secs_f64().max(1e-9)
     );
+
+    report_queue();
 
     // 2. Makespan: N independent sleeping tasks, --jobs N, versus the longest.
     for (count, longest_ms) in [(4usize, 1000u64), (8, 1000)] {

@@ -18,6 +18,8 @@
 //! | `resumeFor` | `{role, task}` whose checkpoint was answered: spawned first, alone, so the host's `resume_data` reaches it |
 //! | `halt` | why the session is halted: `{reason, phase, failed[], message}` |
 //! | `contextSeen` | the sha256 of the context the planner last planned with (context_note.rs) |
+//! | `queue.<id>` | where a verified task is in the merge queue (queue.rs): `{state, head, main, attempts, files, with, why}` |
+//! | `paths.<id>` | the paths the planner said the task touches: tasks whose paths overlap never run at once |
 //!
 //! A `null` entry means absent (key paths cannot delete).
 
@@ -56,6 +58,73 @@ pub struct Book {
     /// The sha256 of the context the planner last planned with: a different one now means the
     /// owner changed it since (`metash context edit`), and the planner is told how.
     pub context_seen: Option<String>,
+    /// Where each verified task is in the merge queue (queue.rs).
+    pub queue: BTreeMap<String, Option<QueueEntry>>,
+    /// The paths the planner said each task touches (only tasks that said).
+    pub paths: BTreeMap<String, Vec<String>>,
+}
+
+/// A task's place in the merge queue: what the main checkout's branch was when the task's
+/// branch was brought up to date with it, and where the task's branch was before (what a killed
+/// update or a failed resolution is reset to).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueEntry {
+    pub state: QueueState,
+    /// The task's recorded tip before the update.
+    #[serde(default)]
+    pub head: String,
+    /// The project's `HEAD` the update brings in.
+    #[serde(default)]
+    pub main: String,
+    /// Failed resolutions of this conflict so far.
+    #[serde(default)]
+    pub attempts: u32,
+    /// The files the update conflicts in.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
+    /// The landed tasks whose changes it conflicts with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub with: Vec<String>,
+    /// Why the last resolution failed (for the next resolution turn and the report).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub why: Vec<String>,
+}
+
+/// The merge queue's states, in the order a task goes through them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueState {
+    /// Verified, behind other tasks in the queue.
+    Waiting,
+    /// Its branch is being brought up to date with the project's `HEAD` in its worktree.
+    Updating,
+    /// The update conflicted: the executor is resolving it in the worktree.
+    Resolving,
+    /// The update (or the resolution) changed the task's tree: the verifier checks it again.
+    Reverifying,
+    /// The executor's resolutions failed `max_resolve_attempts` times: a person is asked to
+    /// resolve in the task's worktree.
+    WaitingOnPerson,
+    /// Merged into the project.
+    Landed,
+    /// A state this version does not name.
+    #[serde(other)]
+    Unknown,
+}
+
+impl QueueState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueState::Waiting => "waiting",
+            QueueState::Updating => "updating",
+            QueueState::Resolving => "resolving",
+            QueueState::Reverifying => "re-verifying",
+            QueueState::WaitingOnPerson => "waiting on a person",
+            QueueState::Landed => "landed",
+            QueueState::Unknown => "unknown",
+        }
+    }
 }
 
 /// What metash recorded of a task's branch: where it made it and every commit it put it at
@@ -249,6 +318,16 @@ impl Book {
         self.merged.get(id).and_then(Option::as_deref)
     }
 
+    /// Where the task is in the merge queue, if it entered it.
+    pub fn queued(&self, id: &str) -> Option<&QueueEntry> {
+        self.queue.get(id).and_then(Option::as_ref)
+    }
+
+    /// The paths the planner said the task touches (empty: it did not say).
+    pub fn paths_of(&self, id: &str) -> Vec<String> {
+        self.paths.get(id).cloned().unwrap_or_default()
+    }
+
     /// What metash recorded of the task's branch, if it made one.
     pub fn branch(&self, id: &str) -> Option<&BranchRecord> {
         self.branches.get(id).and_then(Option::as_ref)
@@ -280,10 +359,12 @@ pub enum Entry {
     Labels,
     Branches,
     ContextSeen,
+    Queue,
+    Paths,
 }
 
 impl Entry {
-    pub const ALL: [Entry; 19] = [
+    pub const ALL: [Entry; 21] = [
         Entry::Phases,
         Entry::NoChange,
         Entry::Running,
@@ -303,6 +384,8 @@ impl Entry {
         Entry::Labels,
         Entry::Branches,
         Entry::ContextSeen,
+        Entry::Queue,
+        Entry::Paths,
     ];
 
     /// The key under `variables.metash`.
@@ -327,6 +410,8 @@ impl Entry {
             Entry::Labels => "labels",
             Entry::Branches => "branches",
             Entry::ContextSeen => "contextSeen",
+            Entry::Queue => "queue",
+            Entry::Paths => "paths",
         }
     }
 }

@@ -14,6 +14,9 @@
 //! jobs = 1                   # parallel tasks (`metash run --jobs` overrides)
 //! timeout_seconds = 600      # per spawn; absent: the host's default
 //! model_hint = "smart"       # for model-backed roles
+//! update = "merge"           # merge queue: bring a task's branch up to date by "merge" or "rebase"
+//! reverify_after_update = true  # the verifier checks a task again when the update changed it
+//! max_resolve_attempts = 2   # executor resolutions of one conflict before a person is asked
 //! ```
 
 use std::path::Path;
@@ -36,6 +39,25 @@ pub struct OrchestratorConfig {
     pub timeout_seconds: Option<f64>,
     pub model_hint: Option<ModelHint>,
     pub max_tokens: Option<u64>,
+    /// How the merge queue brings a verified task's branch up to date with the project.
+    pub update: UpdateMode,
+    /// The verifier checks a task again when bringing it up to date changed its tree.
+    pub reverify_after_update: bool,
+    /// Failed executor resolutions of one conflict before a person is asked.
+    pub max_resolve_attempts: u32,
+}
+
+/// How the merge queue brings a task's branch up to date with the project's `HEAD`, in the
+/// task's worktree.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpdateMode {
+    /// A merge commit of `HEAD` into the task's branch (its commits keep their ids).
+    #[default]
+    Merge,
+    /// The task's own commits replayed on `HEAD` (a conflict falls back to a merge, which the
+    /// executor resolves).
+    Rebase,
 }
 
 impl Default for OrchestratorConfig {
@@ -51,6 +73,9 @@ impl Default for OrchestratorConfig {
             timeout_seconds: None,
             model_hint: None,
             max_tokens: None,
+            update: UpdateMode::Merge,
+            reverify_after_update: true,
+            max_resolve_attempts: 2,
         }
     }
 }
@@ -112,6 +137,7 @@ impl OrchestratorConfig {
         if config.max_gap_retries == 0
             || config.max_plan_attempts == 0
             || config.max_task_attempts == 0
+            || config.max_resolve_attempts == 0
         {
             return Err(bad(
                 "[orchestrator]: the max_* limits must be at least 1".into()

@@ -462,6 +462,7 @@ impl<'a> Orchestrator<'a> {
                         phase: book.phase_of(&t.id, state.current_phase),
                         expects_change: !book.expects_no_change(&t.id),
                         labels: book.labels_of(&t.id),
+                        paths: book.paths_of(&t.id),
                     })
                     .collect()
             })

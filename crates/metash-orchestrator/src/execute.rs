@@ -30,7 +30,6 @@ use crate::engine::{Orchestrator, RunOutcome, Step};
 use crate::error::{OrchestratorError, Result};
 use crate::planning::clip;
 use crate::prompts::{Focus, Role};
-use crate::recorded::Ready;
 use crate::reply::{apply_files, extract_json};
 use crate::schedule::Scheduler;
 
@@ -54,6 +53,14 @@ impl Ended {
     fn is_clear(&self) -> bool {
         self.stop.is_none() && self.error.is_none()
     }
+}
+
+/// A task's worktree ready for its executor: at `head`, the attempt recorded as running
+/// (`recorded.rs` makes it).
+pub(crate) struct Ready {
+    pub wt: std::path::PathBuf,
+    pub head: String,
+    pub begun: Begun,
 }
 
 /// An attempt recorded as running: the state it started from, its number, and what the

@@ -1,8 +1,8 @@
-//! Merging a phase's verified task branches into the project's checked-out branch, in dependency
-//! order, each as a `--no-ff` merge commit. Idempotent: a branch already contained in `HEAD` (merged
-//! by a run that died before recording it, or by a person resolving a conflict) is recorded, not
-//! merged again. A conflict is a `human_action` checkpoint: the merge is left in progress for the
-//! person, who commits it and answers `done` (or `abort`).
+//! Landing a phase's verified task branches in the project's checked-out branch, through the merge
+//! queue (queue.rs), in dependency order, each as a `--no-ff` merge commit. Idempotent: a branch
+//! already contained in `HEAD` (merged by a run that died before recording it) is recorded, not
+//! merged again. The queue lands only a tip that holds `HEAD`, so landing never conflicts; local
+//! changes of a person's in the way are a `human_action` checkpoint.
 //!
 //! What is merged is the task's last recorded commit, by its id, and only while the task's branch
 //! points there (`recorded.rs`); its tree is checked first (`git::guard`): nothing under `.meta/`
@@ -11,17 +11,19 @@
 
 use std::path::Path;
 
-use metash_protocol::{LogLevel, SessionState};
-use serde_json::json;
+use metash_protocol::SessionState;
 
 use crate::book::{self, Book, Entry, Halt, HaltReason, ResumeFor};
 use crate::engine::{branch_of, worktree_of, Orchestrator, Step};
 use crate::error::Result;
 use crate::git::{guard, Merge};
 use crate::plan::{self, TaskNode};
+use crate::queue::Queued;
 use crate::recorded::Untrusted;
 
 impl Orchestrator<'_> {
+    /// The phase's verified tasks go through the merge queue (queue.rs) in dependency order;
+    /// when all have landed, the phase completes.
     pub(crate) fn merge_phase(&self, phase: u32) -> Result<Step> {
         let root = self.workspace();
         let state = self.store().state()?;
@@ -30,28 +32,24 @@ impl Orchestrator<'_> {
             return Ok(step);
         }
         let nodes = Self::nodes(&state);
-        for id in plan::topo_order(&nodes) {
-            let Some(node) = nodes.iter().find(|n| n.id == id) else {
-                continue;
-            };
-            if node.phase > phase || book.merged_at(&id).is_some() {
-                continue;
-            }
-            if let Some(step) = self.merge_task(&root, node, &state, &book)? {
+        let queue: Vec<&TaskNode> = plan::topo_order(&nodes)
+            .into_iter()
+            .filter_map(|id| nodes.iter().find(|n| n.id == id))
+            .filter(|n| n.phase <= phase && book.merged_at(&n.id).is_none())
+            .collect();
+        let ids: Vec<&str> = queue.iter().map(|n| n.id.as_str()).collect();
+        self.enqueue(&ids, &book)?;
+        for node in queue {
+            if let Queued::Stop(step) = self.queue_task(&root, node)? {
                 return Ok(step);
             }
-            let head = self.git.head(&root)?;
-            self.update(vec![
-                book::set_for(Entry::Merged, &id, json!(head)),
-                book::set(Entry::ResumeFor, book::null()),
-            ])?;
-            self.progress(&format!("task {id}: merged"), LogLevel::Info);
         }
         self.remove_merged(&root, phase)?;
         self.complete_phase(phase)
     }
 
-    /// A merge a person was asked to finish: still in progress (ask again, or abort it on
+    /// A merge into the checkout a person was asked to finish (by a version of metash before the
+    /// merge queue, which left conflicts there): still in progress (ask again, or abort it on
     /// `abort`), or abandoned with `abort`. `None`: go on merging.
     fn merge_in_progress(
         &self,
@@ -105,7 +103,7 @@ impl Orchestrator<'_> {
     /// in HEAD: nothing of it is outside HEAD. A commit already contained in HEAD merges as
     /// "Already up to date", making no commit: merging is idempotent. `Some`: a person must act
     /// first (local changes, a conflict), or the session halts (a refused branch or tree).
-    fn merge_task(
+    pub(crate) fn merge_task(
         &self,
         root: &Path,
         node: &TaskNode,
@@ -151,14 +149,22 @@ impl Orchestrator<'_> {
         }
         let msg = format!("metash: merge task {id}: {}", node.title);
         if let Merge::Conflict { files } = self.git.merge(root, &rev, &msg)? {
-            return ask(format!(
-                "Merging task {id} ({}) conflicts in {}. Resolve the conflicts in {}, commit the \
-                 merge, then run `metash run --answer done` (or `--answer abort` to give up and \
-                 halt).",
-                node.title,
-                files.join(", "),
-                root.display()
-            ));
+            // The queue lands only tips that hold `HEAD`, so this cannot conflict; if it does
+            // anyway, the checkout is put back at once: it is never left mid-merge.
+            self.git.run(root, &["merge", "--abort"])?;
+            return self
+                .halt(Halt {
+                    reason: HaltReason::MergeAborted,
+                    phase: state.current_phase,
+                    failed: vec![],
+                    message: format!(
+                        "landing task {id} in {} conflicted in {} although it holds HEAD; the \
+                         merge was aborted",
+                        root.display(),
+                        files.join(", ")
+                    ),
+                })
+                .map(Some);
         }
         Ok(None)
     }

@@ -1,9 +1,12 @@
 //! The planner's reply and the rules a plan must follow before it becomes state.
 //!
 //! A reply is `{"tasks": [{"id", "title", "dependencies", "phase"?, "expects_change"?,
-//! "labels"?}], "done"?: bool}` (a bare array of tasks is accepted too). `labels` name what a
+//! "labels"?, "paths"?}], "done"?: bool}` (a bare array of tasks is accepted too). `labels` name what a
 //! worker must offer to run the task (`metash worker --labels`), kept in
-//! `variables.metash.labels.<id>`. **Phases** live beside the plan: `phase` defaults to the phase being
+//! `variables.metash.labels.<id>`. `paths` (optional) name the files or directories the task
+//! expects to touch, kept in `variables.metash.paths.<id>`: tasks whose paths overlap are not run
+//! at the same time (the scheduler holds the later one back), so fewer of them conflict in the
+//! merge queue. **Phases** live beside the plan: `phase` defaults to the phase being
 //! planned and may name a later one (planning ahead); the session's `Task` type has no phase field,
 //! so the orchestrator keeps each task's phase in `variables.metash.phases.<id>`. A task may depend
 //! on tasks of its own or an earlier phase, never on a later one.
@@ -34,6 +37,10 @@ pub struct PlannedTask {
     /// What a worker must offer to run it (`metash worker --labels`), e.g. `gpu`.
     #[serde(default)]
     pub labels: Vec<String>,
+    /// The files or directories the task expects to touch (relative to the project): tasks
+    /// whose paths overlap never run at the same time, so they conflict less.
+    #[serde(default)]
+    pub paths: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -53,6 +60,38 @@ pub struct TaskNode {
     pub expects_change: bool,
     /// What a worker must offer to run it.
     pub labels: Vec<String>,
+    /// What it expects to touch (empty: it did not say): see [`paths_overlap`].
+    pub paths: Vec<String>,
+}
+
+/// Whether two tasks' `paths` overlap: one names a path the other names, or a directory holding
+/// it. A task that named no path overlaps nothing.
+pub fn paths_overlap(a: &[String], b: &[String]) -> bool {
+    let within =
+        |x: &str, y: &str| x == y || (x.starts_with(y) && x.as_bytes().get(y.len()) == Some(&b'/'));
+    a.iter().any(|x| {
+        let x = x.trim_end_matches('/');
+        b.iter().any(|y| {
+            let y = y.trim_end_matches('/');
+            within(x, y) || within(y, x)
+        })
+    })
+}
+
+/// A task's `paths` are relative paths inside the project, without `..`.
+fn check_paths(t: &PlannedTask) -> Result<(), String> {
+    match t.paths.iter().find(|p| {
+        p.trim().is_empty()
+            || p.starts_with('/')
+            || p.len() > 4096
+            || p.split('/').any(|c| c == "..")
+    }) {
+        Some(bad) => Err(format!(
+            "task `{}` has path `{bad}`: paths are relative to the project, without `..`",
+            t.id
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Parses the planner's `data`.
@@ -116,6 +155,7 @@ pub fn validate(
                 t.id
             ));
         }
+        check_paths(t)?;
         if !ids.insert(t.id.as_str()) {
             return Err(format!("duplicate task id `{}`", t.id));
         }
@@ -133,6 +173,11 @@ pub fn validate(
             phase: p,
             expects_change: t.expects_change.unwrap_or(true),
             labels: t.labels.clone(),
+            paths: t
+                .paths
+                .iter()
+                .map(|p| p.trim_start_matches("./").to_string())
+                .collect(),
         });
     }
     let by_id: HashMap<&str, &TaskNode> = all.iter().map(|t| (t.id.as_str(), t)).collect();

@@ -181,6 +181,9 @@ impl Orchestrator<'_> {
             if !n.labels.is_empty() {
                 book_updates.push(book::set_for(Entry::Labels, &n.id, json!(n.labels)));
             }
+            if !n.paths.is_empty() {
+                book_updates.push(book::set_for(Entry::Paths, &n.id, json!(n.paths)));
+            }
         }
         let mut updates = vec![(
             "plan".to_string(),

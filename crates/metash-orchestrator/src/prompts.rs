@@ -6,7 +6,9 @@
 //! The user message ends with a fenced JSON block, the **request**, holding the same facts for
 //! agents that parse rather than read (the example agents do):
 //! `{"metash_request": 1, "role", "phase", "plan": [...], "task"?, "findings"?, "last_error"?,
-//! "decisions", "rejection"?, "summary"?}`.
+//! "decisions", "rejection"?, "summary"?, "resolve"?}`; `resolve` (`{"files", "with", "attempt",
+//! "max_attempts", "findings"}`) asks the executor to resolve a merge-queue conflict in its
+//! worktree instead of doing the task (resolve.rs).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -64,6 +66,53 @@ pub struct Focus<'a> {
     pub summary: Option<&'a str>,
     /// Why the executor's previous attempt failed.
     pub last_error: Option<&'a str>,
+    /// The executor is asked to resolve a conflict of the merge queue (resolve.rs).
+    pub resolve: Option<&'a Conflict<'a>>,
+}
+
+/// A conflict the merge queue hands to the task's executor: bringing its branch up to date with
+/// the project conflicts in `files`, with the landed work of the tasks `with`.
+#[derive(Debug, Clone, Default)]
+pub struct Conflict<'a> {
+    pub files: &'a [String],
+    pub with: &'a [String],
+    /// This resolution's number, from 1.
+    pub attempt: u32,
+    pub max_attempts: u32,
+    /// Why the previous resolution failed.
+    pub why: &'a [String],
+}
+
+/// The resolution request: what conflicts, with whom, and what the executor must leave.
+fn write_conflict(out: &mut String, c: &Conflict<'_>) {
+    let with = if c.with.is_empty() {
+        "changes made in the project".to_string()
+    } else {
+        format!("the work of task(s) {}", c.with.join(", "))
+    };
+    let _ = writeln!(
+        out,
+        "## Resolve a merge conflict
+
+Your task is verified and waits to land. Bringing its \
+         branch up to date with the project's current branch conflicts with {with}, in: {}.\n\n\
+         The merge is in progress in your working directory: each of these files holds git's \
+         conflict markers (`<<<<<<<` your task's side, `=======`, `>>>>>>>` the project's side), \
+         and both versions are readable (`git show :2:FILE` is yours, `git show :3:FILE` the \
+         project's). Edit the files so that they keep both sides' intent and hold no marker. Do \
+         not commit and do not abort the merge: metash commits it, and the verifier checks the \
+         result. This is resolution {} of {}.\n",
+        c.files.join(", "),
+        c.attempt,
+        c.max_attempts
+    );
+    if !c.why.is_empty() {
+        let _ = writeln!(out, "The previous resolution failed:\n");
+        for w in c.why {
+            let _ = writeln!(out, "- {w}");
+        }
+        out.push('\n');
+    }
 }
 
 /// The plan as a checklist: status mark, id, title, phase and dependencies.
@@ -125,6 +174,9 @@ pub fn user_message(
     let mut out = String::new();
     let doing = match (role, task) {
         (Role::Planner, _) => "Planning".to_string(),
+        (Role::Executor, Some(t)) if focus.resolve.is_some() => {
+            format!("Resolving a merge conflict of Task {}: {}", t.id, t.title)
+        }
         (Role::Executor, Some(t)) => format!("Executing Task {}: {}", t.id, t.title),
         (Role::Verifier, Some(t)) => format!("Verifying Task {}: {}", t.id, t.title),
         (_, None) => state_word(state).to_string(),
@@ -155,6 +207,9 @@ pub fn user_message(
     }
     if role == Role::Executor {
         write_retry(&mut out, focus);
+        if let Some(c) = focus.resolve {
+            write_conflict(&mut out, c);
+        }
     }
     let request = request_json(role, state, book, focus);
     let _ = write!(
@@ -210,6 +265,13 @@ fn request_json(role: Role, state: &SessionState, book: &Book, focus: &Focus<'_>
         }
         if let Some(e) = focus.last_error {
             map.insert("last_error".into(), json!(e));
+        }
+        if let Some(c) = focus.resolve {
+            map.insert(
+                "resolve".into(),
+                json!({"files": c.files, "with": c.with, "attempt": c.attempt,
+                       "max_attempts": c.max_attempts, "findings": c.why}),
+            );
         }
     }
     v

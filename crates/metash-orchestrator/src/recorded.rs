@@ -20,7 +20,7 @@
 //! Merging uses the last recorded commit by its id, after checking that the branch still points
 //! there (`merge.rs`), so a ref moved after that check changes nothing.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use metash_protocol::{LogLevel, SessionState};
 use serde_json::json;
@@ -28,7 +28,7 @@ use serde_json::json;
 use crate::book::{self, Book, BranchRecord, Entry, FailedTask, Halt, HaltReason, ResumeFor};
 use crate::engine::{branch_of, worktree_of, Orchestrator, RunOutcome, Step};
 use crate::error::{OrchestratorError, Result};
-use crate::execute::Begun;
+use crate::execute::Ready;
 use crate::git::Merge;
 
 /// Why metash will not use a task's branch (the whole message, for the halt report).
@@ -40,13 +40,6 @@ pub(crate) struct Opened {
     /// Made now, on a new branch at `record.base`.
     pub fresh: bool,
     pub record: BranchRecord,
-}
-
-/// A task's worktree ready for its executor: at `head`, the attempt recorded as running.
-pub(crate) struct Ready {
-    pub wt: PathBuf,
-    pub head: String,
-    pub begun: Begun,
 }
 
 type Checked<T> = Result<std::result::Result<T, Untrusted>>;

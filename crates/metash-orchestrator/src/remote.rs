@@ -17,8 +17,7 @@ use serde_json::{json, Value};
 
 use crate::engine::{branch_of, Orchestrator};
 use crate::error::{OrchestratorError, Result};
-use crate::execute::{Attempt, Begun};
-use crate::recorded::Ready;
+use crate::execute::{Attempt, Begun, Ready};
 
 /// How often the coordinator looks at a queued task.
 const POLL: Duration = Duration::from_millis(100);

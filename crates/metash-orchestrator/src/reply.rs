@@ -54,7 +54,7 @@ fn last_fence(text: &str) -> Option<&str> {
 /// cannot write themselves (plain API model roles). A path must be relative, stay inside the
 /// worktree, and name no `.git` or `.meta` in any component and any spelling a file system reads
 /// as one (`.META`, `.met\u{200c}a`: `git::guard::reserved_in`).
-pub(crate) fn apply_files(wt: &Path, data: &str) -> Result<(), String> {
+pub fn apply_files(wt: &Path, data: &str) -> Result<(), String> {
     let Ok(Value::Object(map)) = extract_json(data) else {
         return Ok(());
     };

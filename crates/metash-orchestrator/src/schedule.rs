@@ -1,10 +1,11 @@
 //! Which task runs next: a ready queue over the phase's unfinished tasks, in plan order, releasing a
-//! task when the last of its dependencies completes. Pure bookkeeping (no I/O), so it is unit-tested
+//! task when the last of its dependencies completes. A ready task whose `paths` overlap a running
+//! task's waits until that one is done (fewer conflicts in the merge queue). Pure bookkeeping (no I/O), so it is unit-tested
 //! and benchmarked on its own.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use crate::plan::TaskNode;
+use crate::plan::{paths_overlap, TaskNode};
 
 #[derive(Debug, Default)]
 pub struct Scheduler {
@@ -16,6 +17,8 @@ pub struct Scheduler {
     running: HashSet<usize>,
     finished: usize,
     index: HashMap<String, usize>,
+    /// What each task said it touches (index into `order`).
+    paths: Vec<Vec<String>>,
 }
 
 impl Scheduler {
@@ -57,6 +60,7 @@ impl Scheduler {
             running: HashSet::new(),
             finished: 0,
             index,
+            paths: to_run.iter().map(|t| t.paths.clone()).collect(),
         }
     }
 
@@ -71,9 +75,17 @@ impl Scheduler {
         None
     }
 
-    /// The next ready task, marked running.
+    /// The next ready task whose paths overlap no running task's, marked running.
     pub fn next_ready(&mut self) -> Option<String> {
-        let i = self.ready.pop_first()?;
+        let clear = |i: &usize| {
+            self.paths[*i].is_empty()
+                || self
+                    .running
+                    .iter()
+                    .all(|j| !paths_overlap(&self.paths[*i], &self.paths[*j]))
+        };
+        let i = *self.ready.iter().find(|i| clear(i))?;
+        self.ready.remove(&i);
         self.running.insert(i);
         Some(self.order[i].clone())
     }
@@ -146,6 +158,7 @@ mod tests {
             phase: 1,
             expects_change: true,
             labels: vec![],
+            paths: vec![],
         }
     }
 
@@ -173,6 +186,23 @@ mod tests {
         assert_eq!(s.next_ready().as_deref(), Some("d"));
         s.complete("d");
         assert!(s.all_done());
+    }
+
+    #[test]
+    fn overlapping_paths_never_run_at_once() {
+        let mut tasks = [node("a", &[]), node("b", &[]), node("c", &[])];
+        tasks[0].paths = vec!["src/".into()];
+        tasks[1].paths = vec!["src/lib.rs".into()];
+        tasks[2].paths = vec!["docs".into(), "srcx".into()];
+        let refs: Vec<&TaskNode> = tasks.iter().collect();
+        let mut s = Scheduler::new(&refs, &HashSet::new());
+        assert_eq!(s.next_ready().as_deref(), Some("a"));
+        // b touches a file under a's directory: it waits; c does not overlap.
+        assert_eq!(s.next_ready().as_deref(), Some("c"));
+        assert!(s.next_ready().is_none());
+        assert!(s.has_ready());
+        s.complete("a");
+        assert_eq!(s.next_ready().as_deref(), Some("b"));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use metash_store::Store;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::book::{Book, Halt};
+use crate::book::{Book, Halt, QueueEntry, QueueState};
 use crate::config::OrchestratorConfig;
 use crate::error::Result;
 
@@ -54,6 +54,49 @@ pub struct TaskRow {
     pub findings: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// Where the task is in the merge queue (waiting, updating, resolving, re-verifying,
+    /// waiting on a person, landed), with the conflict it resolves.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueEntry>,
+}
+
+impl TaskRow {
+    /// The task's state in a word or two, for a table: running, its place in the merge queue,
+    /// merged, verified, or with findings.
+    pub fn state_word(&self) -> String {
+        let queued = self.queue.as_ref().map(|q| q.state);
+        if self.running {
+            "running".into()
+        } else if let Some(q) = queued.filter(|q| *q != QueueState::Landed && !self.merged) {
+            format!("queue: {}", q.as_str())
+        } else if self.merged {
+            "verified, landed".into()
+        } else if self.verified {
+            "verified".into()
+        } else if !self.findings.is_empty() {
+            "findings".into()
+        } else {
+            "-".into()
+        }
+    }
+
+    /// The conflict the task's executor (or a person) is resolving, as a line.
+    pub fn conflict_line(&self) -> Option<String> {
+        let q = self.queue.as_ref()?;
+        if !matches!(q.state, QueueState::Resolving | QueueState::WaitingOnPerson) {
+            return None;
+        }
+        let with = if q.with.is_empty() {
+            String::new()
+        } else {
+            format!(" with {}", q.with.join(", "))
+        };
+        Some(format!(
+            "conflict in {}{with}; {} failed resolution(s)",
+            q.files.join(", "),
+            q.attempts
+        ))
+    }
 }
 
 /// The report for the project of `store`.
@@ -64,6 +107,7 @@ pub fn report(store: &Store) -> Result<StatusReport> {
     let state = store.state()?;
     let book = Book::of(&state);
     let config = OrchestratorConfig::load(store.workspace()).unwrap_or_default();
+    let live = crate::settle::live_step(store.meta_dir());
     let tasks = state
         .tasks()
         .iter()
@@ -80,6 +124,16 @@ pub fn report(store: &Store) -> Result<StatusReport> {
             attempts: book.attempts.get(&t.id).copied().unwrap_or(0),
             findings: book.findings(&t.id).to_vec(),
             last_error: book.last_error(&t.id).map(str::to_string),
+            queue: book.queued(&t.id).cloned(),
+        })
+        .map(|mut row: TaskRow| {
+            // The step a live run is at (updating, re-verifying, landing) shows over the record.
+            if let (Some(step), Some(q)) = (&live, row.queue.as_mut()) {
+                if step.task == row.id && !row.merged {
+                    q.state = step.state;
+                }
+            }
+            row
         })
         .collect();
     let budget = match store.read_doc("budget") {
@@ -108,4 +162,58 @@ pub fn report(store: &Store) -> Result<StatusReport> {
                 .ok()
         }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn row(queue: Option<serde_json::Value>, merged: bool) -> TaskRow {
+        TaskRow {
+            id: "y".into(),
+            title: "Y".into(),
+            phase: 1,
+            status: TaskStatus::Complete,
+            dependencies: vec![],
+            commits: vec![],
+            verified: true,
+            merged,
+            running: false,
+            attempts: 0,
+            findings: vec![],
+            last_error: None,
+            queue: queue.map(|q| serde_json::from_value(q).unwrap()),
+        }
+    }
+
+    /// Each queue state is shown until the task lands; a conflict gets its own line.
+    #[test]
+    fn the_queue_state_and_its_conflict_are_shown() {
+        for (state, word) in [
+            ("waiting", "queue: waiting"),
+            ("updating", "queue: updating"),
+            ("resolving", "queue: resolving"),
+            ("reverifying", "queue: re-verifying"),
+            ("waiting_on_person", "queue: waiting on a person"),
+        ] {
+            let r = row(Some(serde_json::json!({"state": state})), false);
+            assert_eq!(r.state_word(), word);
+        }
+        let landed = row(Some(serde_json::json!({"state": "landed"})), true);
+        assert_eq!(landed.state_word(), "verified, landed");
+        assert_eq!(landed.conflict_line(), None);
+        let r = row(
+            Some(
+                serde_json::json!({"state": "resolving", "files": ["a.txt"], "with": ["x"],
+                                    "attempts": 1}),
+            ),
+            false,
+        );
+        assert_eq!(
+            r.conflict_line().as_deref(),
+            Some("conflict in a.txt with x; 1 failed resolution(s)")
+        );
+        assert_eq!(row(None, false).state_word(), "verified");
+    }
 }

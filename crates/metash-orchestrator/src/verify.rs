@@ -60,7 +60,8 @@ pub fn parse_verdict(data: &str) -> std::result::Result<Verdict, String> {
     Ok(Verdict { pass, findings })
 }
 
-enum Checked {
+/// How one task's verification ended.
+pub(crate) enum Checked {
     Pass,
     Fail,
     Checkpoint(PendingCheckpoint),
@@ -99,7 +100,12 @@ impl Orchestrator<'_> {
         let nodes = Self::nodes(state);
         let todo: Vec<String> = crate::plan::topo_order(&nodes)
             .into_iter()
+            // A task the merge queue re-verifies is the queue's to check (queue.rs).
             .filter(|id| book.phase_of(id, phase) <= phase && !book.is_verified(id))
+            .filter(|id| {
+                book.queued(id)
+                    .is_none_or(|q| q.state != crate::book::QueueState::Reverifying)
+            })
             .collect();
         // The verifier whose checkpoint was answered goes first (and alone).
         let first = book
@@ -190,7 +196,7 @@ impl Orchestrator<'_> {
     }
 
     /// A failed verification is a gap: back to executing, or a halt at `max_gap_retries`.
-    fn after_failure(&self, phase: u32) -> Result<Step> {
+    pub(crate) fn after_failure(&self, phase: u32) -> Result<Step> {
         let state = self.store().state()?;
         let book = Book::of(&state);
         if state.gap_count < self.config.max_gap_retries {
@@ -349,19 +355,38 @@ impl Orchestrator<'_> {
         }))
     }
 
-    fn check(&self, id: &str) -> Result<Checked> {
+    /// The verifier's verdict on task `id`, recorded: a pass marks it verified, a failure is a gap
+    /// (the findings go to the executor's next attempt).
+    pub(crate) fn check(&self, id: &str) -> Result<Checked> {
         let state = self.store().state()?;
         let book = Book::of(&state);
-        // An executor that changed nothing did not do the task, whatever it says, unless the
-        // planner said the task expects no change: it fails without asking the verifier.
+        let (verdict, review) = match self.verdict_of(id, &state, &book)? {
+            Ok(v) => v,
+            Err(checkpoint) => return Ok(checkpoint),
+        };
+        if verdict.pass {
+            self.record_pass(id)?;
+            return Ok(Checked::Pass);
+        }
+        self.record_gap(id, &state, verdict, &review)
+    }
+
+    /// What task `id` gets: a person's waiting review comments reject it as a verifier would; an
+    /// executor that changed nothing did not do the task (unless the planner said it expects no
+    /// change); else the verifier's verdict, to which comments made while it worked are added (a
+    /// pass does not hide them). With the comments it holds, or the checkpoint the verifier raised.
+    pub(crate) fn verdict_of(
+        &self,
+        id: &str,
+        state: &SessionState,
+        book: &Book,
+    ) -> Result<std::result::Result<(Verdict, Vec<crate::review::Comment>), Checked>> {
         let commits = state
             .task(id)
             .and_then(|t| t.commits.clone())
             .unwrap_or_default();
-        // A person who asked for changes on the task's diff rejects it as a verifier would: the
-        // comments are its findings (marked delivered once they are recorded).
         let review = crate::review::waiting(self.store(), id)?;
-        let verdict = if !review.is_empty() {
+        let mut verdict = if !review.is_empty() {
             Verdict {
                 pass: false,
                 findings: review
@@ -375,14 +400,12 @@ impl Orchestrator<'_> {
                 findings: vec![NO_CHANGE.to_string()],
             }
         } else {
-            match self.ask_verifier(id, &book)? {
+            match self.ask_verifier(id, book)? {
                 Ok(v) => v,
-                Err(checkpoint) => return Ok(checkpoint),
+                Err(checkpoint) => return Ok(Err(checkpoint)),
             }
         };
-        // And what a person said while the verifier worked: a pass does not hide it.
         let review = crate::review::waiting(self.store(), id)?;
-        let mut verdict = verdict;
         for c in &review {
             let f = c.as_finding();
             verdict.pass = false;
@@ -390,15 +413,29 @@ impl Orchestrator<'_> {
                 verdict.findings.push(f);
             }
         }
-        if verdict.pass {
-            self.update(vec![
-                book::set_for(Entry::Verified, id, json!(true)),
-                book::set_for(Entry::Findings, id, book::null()),
-                book::set(Entry::ResumeFor, book::null()),
-            ])?;
-            self.progress(&format!("task {id}: verified"), LogLevel::Info);
-            return Ok(Checked::Pass);
-        }
+        Ok(Ok((verdict, review)))
+    }
+
+    /// Task `id` passed verification.
+    pub(crate) fn record_pass(&self, id: &str) -> Result<()> {
+        self.update(vec![
+            book::set_for(Entry::Verified, id, json!(true)),
+            book::set_for(Entry::Findings, id, book::null()),
+            book::set(Entry::ResumeFor, book::null()),
+        ])?;
+        self.progress(&format!("task {id}: verified"), LogLevel::Info);
+        Ok(())
+    }
+
+    /// Task `id` failed verification: a gap. It goes back to the executor with the findings
+    /// (and the person's comments among them, marked delivered once recorded).
+    pub(crate) fn record_gap(
+        &self,
+        id: &str,
+        state: &SessionState,
+        verdict: Verdict,
+        review: &[crate::review::Comment],
+    ) -> Result<Checked> {
         let findings = if verdict.findings.is_empty() {
             vec!["the verifier rejected the task without findings".to_string()]
         } else {
@@ -423,7 +460,7 @@ impl Orchestrator<'_> {
         self.progress(
             &format!(
                 "task {id} ({}): verification failed (gapCount {gap}): {}",
-                title_of(&state, id),
+                title_of(state, id),
                 findings.join("; ")
             ),
             LogLevel::Warn,

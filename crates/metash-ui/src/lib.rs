@@ -8,20 +8,25 @@
 //! - [`pages`]: server-rendered HTML, everything escaped, no inline script; [`dag`]: the plan as
 //!   an SVG graph;
 //! - [`live`]: the log as Server-Sent Events, resumable by `Last-Event-ID`;
-//! - [`server`]: the routes.
+//! - [`server`]: the routes; [`app`]: what their handlers share, below them all.
 
+pub mod app;
 pub mod artifacts;
 pub mod dag;
 pub mod diffview;
 pub mod error;
 pub mod guard;
+pub mod html;
 pub mod live;
 pub mod model;
 pub mod notify;
+pub mod owners;
 pub mod pages;
 pub mod projects;
+pub mod queue;
 pub mod review;
 pub mod server;
+pub mod sessions;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -137,7 +142,7 @@ fn app_for(
     options: &UiOptions,
     addr: SocketAddr,
     watching: &Arc<std::sync::atomic::AtomicBool>,
-) -> Result<server::App> {
+) -> Result<app::App> {
     let store = metash_store::Store::open(root)?;
     // A config that does not parse still gets every token shape redacted.
     let config = metash_host::config::HostConfig::load(root).unwrap_or_default();
@@ -158,7 +163,7 @@ fn app_for(
             Arc::clone(watching),
         );
     }
-    Ok(server::App {
+    Ok(app::App {
         root: root.to_path_buf(),
         store,
         guard: Arc::clone(guard),

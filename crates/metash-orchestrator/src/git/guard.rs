@@ -308,10 +308,10 @@ impl Git {
 
     /// The repository of `dir` in-process: the one metash's git opens, else the project at `dir`
     /// as git would find it (a checkout whose `.git` is a file); `None` when libgit2 cannot.
-    fn guard_repo(&self, dir: &Path) -> Option<Repository> {
+    fn guard_repo(&self, dir: &Path) -> Option<super::Repo<'_>> {
         self.repo(dir).or_else(|| {
             (dir == self.root)
-                .then(|| Repository::open(dir).ok())
+                .then(|| Repository::open(dir).ok().map(super::Repo::from))
                 .flatten()
         })
     }
@@ -464,7 +464,8 @@ mod tests {
         let Ok(repo) = Repository::open(d) else {
             panic!("open")
         };
-        let Ok(Some(commit)) = super::super::libgit::commit_all(&repo, "work") else {
+        let keep = |w: Option<&Path>, p: &Path| kept_out(w, p).is_some();
+        let Ok(Some(commit)) = super::super::libgit::commit_all(&repo, "work", keep) else {
             panic!("a commit")
         };
         let Ok(tree) = repo.find_commit(commit).and_then(|c| c.tree()) else {

@@ -71,13 +71,16 @@ fn outside_meta(path: &Path) -> bool {
 }
 
 /// `git add -A -- . ':(exclude).meta'` then a commit if anything is staged; the new commit.
-pub(super) fn commit_all(repo: &Repository, message: &str) -> Result<Option<Oid>, git2::Error> {
+/// `kept_out(workdir, path)` says what is never added: not only `.meta`, but any `.git`/`.meta`
+/// look-alike, nested repository or link out (the caller passes `guard::kept_out`).
+pub(super) fn commit_all(
+    repo: &Repository,
+    message: &str,
+    kept_out: fn(Option<&Path>, &Path) -> bool,
+) -> Result<Option<Oid>, git2::Error> {
     let mut index = repo.index()?;
-    // Not only `.meta`: any `.git`/`.meta` look-alike, nested repository or link out (guard.rs).
     let workdir = repo.workdir().map(Path::to_path_buf);
-    let mut skip_meta = |path: &Path, _: &[u8]| {
-        i32::from(super::guard::kept_out(workdir.as_deref(), path).is_some())
-    };
+    let mut skip_meta = |path: &Path, _: &[u8]| i32::from(kept_out(workdir.as_deref(), path));
     index.add_all(["*"], IndexAddOption::DEFAULT, Some(&mut skip_meta))?;
     index.update_all(["*"], Some(&mut skip_meta))?;
     index.write()?;
@@ -290,6 +293,9 @@ pub(super) fn project_gitdir(root: &Path) -> Option<PathBuf> {
 /// is underway; removed when it ends (dropped), left by a run killed mid-merge.
 const MERGING: &str = "metash-merging";
 
+/// What the marker says once a run has cleared the cut-short merge's locks.
+const CLEARED: &str = "locks cleared";
+
 /// Present while an in-process merge into the project's own checkout runs.
 pub(super) struct MergeMarker(PathBuf);
 
@@ -332,13 +338,17 @@ fn merge_locks(gitdir: &Path) -> Vec<PathBuf> {
 /// takes: what an in-process operation killed mid-write leaves behind. A git process would have
 /// finished on its own; a thread cannot.
 /// Also says whether the marker was there (a merge into the checkout was cut short: its files may
-/// be half written).
+/// be half written). The marker stays until the next merge into the checkout, which first puts
+/// back what the cut-short one wrote (`Git::undo_interrupted_merge`) and then replaces and removes
+/// it: a run killed before that leaves the checkout as dirty as it found it, and the marker still
+/// says why. Its locks are cleared once (the marker then says [`CLEARED`]).
 pub(super) fn clear_stale_locks(gitdir: &Path, ours: &Path) -> (Vec<PathBuf>, bool) {
     let mut locks = Vec::new();
-    let interrupted = gitdir.join(MERGING).exists();
-    if interrupted {
+    let marker = gitdir.join(MERGING);
+    let interrupted = marker.exists();
+    if interrupted && !std::fs::read_to_string(&marker).is_ok_and(|t| t == CLEARED) {
         locks.extend(merge_locks(gitdir).into_iter().filter(|l| l.exists()));
-        let _ = std::fs::remove_file(gitdir.join(MERGING));
+        let _ = std::fs::write(&marker, CLEARED);
     }
     collect_locks(&gitdir.join("refs/heads/metash"), &mut locks);
     if let Ok(admins) = std::fs::read_dir(gitdir.join("worktrees")) {

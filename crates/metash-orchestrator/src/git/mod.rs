@@ -9,6 +9,8 @@
 pub mod diff;
 pub mod guard;
 mod libgit;
+mod queue;
+mod repo;
 pub mod trust;
 
 use std::path::{Path, PathBuf};
@@ -17,6 +19,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::error::{OrchestratorError, Result};
+use repo::{Repo, RootRepo};
 
 /// Paths of the project the orchestrator never commits: its own `.meta/`.
 const EXCLUDE_META: &str = ":(exclude).meta";
@@ -46,6 +49,8 @@ pub struct Git {
     /// The repository's executable configuration, checked before every git operation
     /// ([`trust`]).
     trust: trust::Guard,
+    /// The project's repository opened in-process, kept between operations ([`Repo`]).
+    root_repo: RootRepo,
     /// Filters: whether the configuration (global and the repository's) names a filter driver,
     /// and whether the repository asks for one. libgit2 runs none, so where both hold, work-tree
     /// reads and writes go through the git CLI (git-lfs).
@@ -79,6 +84,7 @@ impl Git {
             run_lock: AtomicI32::new(-1),
             merge_cut_short: std::sync::atomic::AtomicBool::new(false),
             trust: trust::Guard::new(root),
+            root_repo: RootRepo::default(),
             filters: OnceLock::new(),
         }
     }
@@ -234,13 +240,25 @@ impl Git {
             return None;
         }
         let want = dir.canonicalize().ok()?.join(".git");
-        let entries = std::fs::read_dir(self.root.join(".git").join("worktrees")).ok()?;
-        entries.flatten().map(|e| e.path()).find(|admin| {
+        let points_here = |admin: &Path| {
             std::fs::read_to_string(admin.join("gitdir")).is_ok_and(|g| {
                 let g = PathBuf::from(g.trim());
                 g == want || g.canonicalize().is_ok_and(|c| c == want)
             })
-        })
+        };
+        let worktrees = self.root.join(".git").join("worktrees");
+        // git names the admin directory after the worktree's own: looked at first (the loop asks
+        // this for every git operation in a task's worktree, and a project may have many).
+        if let Some(guess) = dir.file_name().map(|n| worktrees.join(n)) {
+            if points_here(&guess) {
+                return Some(guess);
+            }
+        }
+        let entries = std::fs::read_dir(&worktrees).ok()?;
+        entries
+            .flatten()
+            .map(|e| e.path())
+            .find(|admin| points_here(admin))
     }
 
     /// Runs git in `dir`; its trimmed stdout, or an error with its stderr.
@@ -261,17 +279,6 @@ impl Git {
         let mut full: Vec<&str> = self.identity().iter().map(String::as_str).collect();
         full.extend_from_slice(args);
         self.output(dir, &full)
-    }
-
-    /// The repository of `dir` opened in-process: the project's own `.git` for the root, the
-    /// admin directory for a task worktree; `None` for anything else (the CLI handles it).
-    fn repo(&self, dir: &Path) -> Option<git2::Repository> {
-        let gitdir = if dir == self.root {
-            libgit::project_gitdir(&self.root)?
-        } else {
-            self.admin_dir(dir)?
-        };
-        libgit::open(&gitdir).ok()
     }
 
     /// Whether `rev` resolves, and to what.
@@ -727,7 +734,7 @@ impl Git {
             self.in_process() && !(self.filters().configured && libgit::touches_attributes(r))
         });
         if let Some(repo) = in_process {
-            return libgit::commit_all(&repo, message)
+            return libgit::commit_all(&repo, message, |w, p| guard::kept_out(w, p).is_some())
                 .map(|o| o.map(|id| id.to_string()))
                 .map_err(libgit::failed(dir, "add -A && commit"));
         }

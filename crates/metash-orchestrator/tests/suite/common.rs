@@ -144,6 +144,9 @@ pub struct Sim {
     /// Every executor writes `shared.txt` (holding its task id) and every verdict passes: parallel
     /// tasks that conflict.
     pub same_file: bool,
+    /// Asked to resolve a merge-queue conflict, the executor says it did and changes nothing
+    /// (the markers stay): a resolution that fails. Otherwise it keeps both sides.
+    pub resolver_fails: bool,
     /// The first executor attempt at these tasks leaves a half-written file and times out.
     pub timeout_first: Vec<String>,
     /// The executor reports success on these tasks and changes nothing.
@@ -173,6 +176,7 @@ impl Sim {
             planner_script: Mutex::new(VecDeque::new()),
             verifier_fails: vec![],
             same_file: false,
+            resolver_fails: false,
             timeout_first: vec![],
             idle: vec![],
             verifier_passes: vec![],
@@ -183,6 +187,30 @@ impl Sim {
 
     pub fn spawned(&self) -> Vec<Spawned> {
         self.spawns.lock().unwrap().clone()
+    }
+}
+
+/// An example agent's reply as the host returns it.
+fn to_response(reply: Reply) -> AgentResponse {
+    match reply {
+        Reply::Output(s) => response(AgentStatus::Success, s),
+        Reply::Error(e) => response(AgentStatus::Error, e),
+        Reply::Checkpoint {
+            reason,
+            message,
+            options,
+            resume_id,
+        } => response(
+            AgentStatus::Checkpoint,
+            serde_json::to_string(&CheckpointSignal {
+                kind: Default::default(),
+                reason,
+                message,
+                options,
+                resume_id,
+            })
+            .unwrap(),
+        ),
     }
 }
 
@@ -205,7 +233,14 @@ impl Spawner for Sim {
             .workdir
             .clone()
             .unwrap_or_else(|| self.store.workspace().to_path_buf());
+        let resolving = metash_example_agents::request(&req.user_message)
+            .as_ref()
+            .and_then(metash_example_agents::resolve_request);
         let reply = match req.agent_name.as_str() {
+            "executor" if resolving.is_some() => match (&resolving, self.resolver_fails) {
+                (Some(files), false) => metash_example_agents::resolve_conflicts(&ws, files),
+                _ => Reply::Output("{\"summary\": \"resolved (not really)\"}".into()),
+            },
             "planner" => match self.planner_script.lock().unwrap().pop_front() {
                 Some(text) => Reply::Output(text),
                 None => metash_example_agents::planner(&req.user_message, resume.as_ref()),
@@ -253,26 +288,7 @@ impl Spawner for Sim {
             }
             other => Reply::Error(format!("no such agent {other}")),
         };
-        let out = match reply {
-            Reply::Output(s) => response(AgentStatus::Success, s),
-            Reply::Error(e) => response(AgentStatus::Error, e),
-            Reply::Checkpoint {
-                reason,
-                message,
-                options,
-                resume_id,
-            } => response(
-                AgentStatus::Checkpoint,
-                serde_json::to_string(&CheckpointSignal {
-                    kind: Default::default(),
-                    reason,
-                    message,
-                    options,
-                    resume_id,
-                })
-                .unwrap(),
-            ),
-        };
+        let out = to_response(reply);
         self.record(req, resume, start);
         Ok(out)
     }

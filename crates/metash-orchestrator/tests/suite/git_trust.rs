@@ -287,7 +287,7 @@ fn planted_before_a_conflicting_merge_nothing_runs() {
     p.decide("english");
     with_tracked_file(&p);
     let mut sim = Sim::new(&p);
-    // Both executors write shared.txt: the second merge into the project conflicts.
+    // Both executors write shared.txt: bringing the second up to date in its worktree conflicts.
     sim.same_file = true;
     sim.planner_script.lock().unwrap().push_back(
         r#"{"tasks": [{"id": "x", "title": "X"}, {"id": "y", "title": "Y"}]}"#.to_string(),
@@ -319,15 +319,21 @@ fn planted_before_a_conflicting_merge_nothing_runs() {
         "no merge was started"
     );
 
-    // Accepted: the merges run (the second conflicts, through the git CLI) with the filter,
-    // never the hook or the fsmonitor.
+    // Accepted: the merge queue's conflicting update (in the task's worktree, through the git
+    // CLI), the resolution's commit and the landings run with the filter, never the hook or the
+    // fsmonitor; the project's checkout never waits mid-merge.
     let review = trust::review(p.path()).unwrap().unwrap();
     trust::accept(p.path(), &review).unwrap();
     let outcome = run(&p, &hostile, &options).unwrap();
-    assert!(matches!(outcome, RunOutcome::Checkpoint(_)), "{outcome:?}");
     assert!(
-        p.path().join(".git/MERGE_HEAD").exists(),
-        "the conflicting merge waits"
+        matches!(outcome, RunOutcome::PhaseLimit { .. }),
+        "{outcome:?}"
+    );
+    assert!(!p.path().join(".git/MERGE_HEAD").exists());
+    let log = std::fs::read_to_string(p.path().join(".meta/events.jsonl")).unwrap();
+    assert!(
+        log.contains("conflicts in shared.txt") && log.contains("resolved the conflict"),
+        "the update conflicted and was resolved"
     );
     let ran = planted.ran();
     assert!(ran.contains("smudge") || ran.contains("clean"), "{ran:?}");

@@ -217,7 +217,9 @@ fn check_verifiers(tag: &str, outputs: &[String]) {
         .iter()
         .filter(|o| o.contains("VERIFIER-RAN"))
         .collect();
-    assert_eq!(probes.len(), 2, "{tag}: {outputs:#?}");
+    // Each task's verification, and the second task to land checked again after the merge queue
+    // brought it up to date with the first (its tree changed).
+    assert_eq!(probes.len(), 3, "{tag}: {outputs:#?}");
     for out in probes {
         assert!(out.contains("PROBES-DONE"), "{tag}: {out}");
         for probe in ["key", "shadow", "consent", "events", "other"] {

@@ -84,7 +84,17 @@ fn checkpoint_answer_then_two_phases_to_completion() {
         retry.user_message
     );
 
-    // The log tells the story: the status transitions and the gap.
+    log_tells_the_story(&p);
+    // Decisions are kept for later prompts.
+    assert_eq!(
+        state["variables"]["metash"]["decisions"][0]["answer"],
+        "french"
+    );
+}
+
+/// The log tells the story: the status transitions and the gap; worktrees and task branches are
+/// gone once merged.
+fn log_tells_the_story(p: &Project) {
     let updates = p.state_updates();
     let statuses_seen: Vec<String> = updates
         .iter()
@@ -95,13 +105,7 @@ fn checkpoint_answer_then_two_phases_to_completion() {
         assert!(statuses_seen.contains(&s.to_string()), "{statuses_seen:?}");
     }
     assert!(updates.iter().any(|(_, k, v)| k == "gapCount" && v == 1));
-    // Worktrees and task branches are gone once merged.
     assert!(git(p.path(), &["branch", "--list", "metash/*"]).is_empty());
-    // Decisions are kept for later prompts.
-    assert_eq!(
-        state["variables"]["metash"]["decisions"][0]["answer"],
-        "french"
-    );
 }
 
 #[test]

@@ -399,7 +399,8 @@ fn the_merge_guard_reads_trees_without_a_checkout() {
 }
 
 /// Executors `a` and `b` write `shared.txt` (they conflict), `c` (after both) writes `c.txt`;
-/// every verdict passes; the planner is the `Sim`'s script.
+/// asked to resolve a merge-queue conflict, an executor keeps both sides; every verdict passes;
+/// the planner is the `Sim`'s script.
 struct Conflicting {
     sim: Sim,
 }
@@ -412,6 +413,15 @@ impl Spawner for Conflicting {
             metadata: Default::default(),
         };
         let wt = req.workdir.clone().unwrap_or_default();
+        // A merge-queue conflict: resolved by keeping both sides.
+        let request = metash_example_agents::request(&req.user_message);
+        if let Some(files) = request
+            .as_ref()
+            .and_then(metash_example_agents::resolve_request)
+        {
+            metash_example_agents::resolve_conflicts(&wt, &files);
+            return Ok(reply(r#"{"summary": "kept both sides"}"#));
+        }
         match (req.agent_name.as_str(), req.task_id.as_deref()) {
             ("executor", Some("c")) => {
                 std::fs::write(wt.join("c.txt"), "c\n").expect("c.txt");
@@ -468,26 +478,21 @@ fn a_dependency_merge_a_person_resolved_is_recorded_and_used() {
         })
         .expect("run")
     };
-    // Then merging b into the project conflicts with a: resolved the same way.
-    let RunOutcome::Checkpoint(cp) = answer(&p) else {
-        panic!("merging b into the project conflicts");
-    };
-    assert!(
-        cp.signal.message.contains("task b"),
-        "{}",
-        cp.signal.message
-    );
-    resolve(p.path());
+    // Then b conflicts with a when the merge queue brings it up to date: its executor resolves
+    // that in b's worktree (before the queue, a person was asked in the project's checkout).
     let outcome = answer(&p);
     assert!(
         matches!(outcome, RunOutcome::Complete { .. }),
         "{outcome:?}"
     );
+    assert!(!p.path().join(".git/MERGE_HEAD").exists());
     let state = p.state();
     let tips = state["variables"]["metash"]["branches"]["c"]["tips"].clone();
     assert_eq!(tips[1], resolved.as_str(), "{tips}");
     assert_eq!(tips[2], commits_of(&state, "c")[0].as_str(), "{tips}");
     assert_eq!(p.file_at_head("c.txt"), "c");
-    assert_eq!(p.file_at_head("shared.txt"), "a+b");
+    let shared = p.file_at_head("shared.txt");
+    assert!(shared.lines().any(|l| l == "a+b"), "{shared}");
+    assert!(!shared.contains("<<<<<<<"), "{shared}");
     assert!(log_mentions(&p, "resolved a conflict"));
 }

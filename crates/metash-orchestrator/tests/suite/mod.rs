@@ -1,3 +1,4 @@
+mod acp_roles;
 mod cli_roles;
 mod common;
 mod consent_refused;
@@ -14,4 +15,6 @@ mod orphan_git;
 mod parallel;
 mod plans;
 mod provider;
+mod queue;
+mod queue_cli;
 mod wasm_example;

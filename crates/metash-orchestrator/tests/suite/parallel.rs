@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use chrono::DateTime;
-use metash_orchestrator::{Orchestrator, RunOptions, RunOutcome};
+use metash_orchestrator::{Orchestrator, RunOptions};
 
 use super::common::{git, phase_limit, Project, Sim};
 
@@ -75,8 +75,11 @@ fn independent_tasks_overlap_in_separate_worktrees_and_merge_cleanly() {
     assert!(git(p.path(), &["status", "--porcelain", "--untracked-files=no"]).is_empty());
 }
 
+/// Before the merge queue, the second of two tasks writing one file conflicted in the main
+/// checkout and a person was asked there. Now its executor resolves the conflict in the task's
+/// worktree and the run completes without a checkpoint; the checkout was never mid-merge.
 #[test]
-fn a_merge_conflict_is_a_checkpoint_for_a_person() {
+fn a_merge_conflict_goes_to_the_executor_not_the_main_checkout() {
     let p = Project::new("");
     p.decide("english");
     let mut sim = Sim::new(&p);
@@ -91,42 +94,53 @@ fn a_merge_conflict_is_a_checkpoint_for_a_person() {
         max_phases: Some(1),
         ..RunOptions::default()
     };
-    let RunOutcome::Checkpoint(cp) = orch.run(&opts).unwrap() else {
-        panic!("the second merge conflicts");
-    };
-    assert_eq!(cp.agent, "orchestrator");
-    assert_eq!(
-        cp.signal.reason,
-        metash_protocol::CheckpointReason::HumanAction
-    );
-    assert!(
-        cp.signal.message.contains("shared.txt"),
-        "{}",
-        cp.signal.message
-    );
-    assert_eq!(p.state()["pendingCheckpoint"]["agent"], "orchestrator");
-    // Not answered yet: the run stops at once.
-    assert!(matches!(
-        orch.run(&opts).unwrap(),
-        RunOutcome::Checkpoint(_)
-    ));
-    // A person resolves it and commits the merge.
-    std::fs::write(p.path().join("shared.txt"), "x and y\n").unwrap();
-    git(p.path(), &["add", "shared.txt"]);
-    git(p.path(), &["commit", "-q", "--no-edit"]);
-    let outcome = orch
-        .run(&RunOptions {
-            answer: Some("done".into()),
-            ..opts
-        })
-        .unwrap();
-    assert_eq!(outcome, phase_limit(1));
-    assert_eq!(p.file_at_head("shared.txt"), "x and y");
+    assert_eq!(orch.run(&opts).unwrap(), phase_limit(1));
+    assert_eq!(p.file_at_head("shared.txt"), "y\nx");
+    assert!(!p.path().join(".git/MERGE_HEAD").exists());
     let state = p.state();
     assert!(state["variables"]["metash"]["merged"]["x"].is_string());
     assert!(state["variables"]["metash"]["merged"]["y"].is_string());
+    assert!(state["pendingCheckpoint"].is_null());
+}
+
+/// Tasks whose `paths` overlap are not run at the same time, even with free slots; a task
+/// whose paths do not overlap runs beside them.
+#[test]
+fn tasks_whose_paths_overlap_do_not_run_at_once() {
+    let p = Project::new("");
+    p.decide("english");
+    let mut sim = Sim::new(&p);
+    sim.executor_sleep = Duration::from_millis(300);
+    sim.planner_script.lock().unwrap().push_back(
+        r#"{"tasks": [{"id": "hello", "title": "Hello", "paths": ["greetings/"]},
+                      {"id": "bye", "title": "Bye", "paths": ["greetings/bye.txt"]},
+                      {"id": "other", "title": "Other", "paths": ["other.txt"]}]}"#
+            .to_string(),
+    );
+    sim.verifier_passes = vec!["hello".into(), "bye".into(), "other".into()];
+    let host = p.host();
+    let mut orch = Orchestrator::new(&host, &sim).unwrap();
+    let outcome = orch
+        .run(&RunOptions {
+            jobs: Some(3),
+            max_phases: Some(1),
+            ..RunOptions::default()
+        })
+        .unwrap();
+    assert_eq!(outcome, phase_limit(1));
+    let (h0, h1) = intervals(&p, "hello");
+    let (b0, b1) = intervals(&p, "bye");
+    let (o0, o1) = intervals(&p, "other");
     assert!(
-        state["resumeData"].is_null(),
-        "no agent receives the orchestrator's own answer"
+        h1 <= b0 || b1 <= h0,
+        "hello {h0}..{h1} and bye {b0}..{b1} overlap"
+    );
+    assert!(
+        h0 < o1 && o0 < h1,
+        "other {o0}..{o1} ran beside hello {h0}..{h1}"
+    );
+    assert_eq!(
+        p.state()["variables"]["metash"]["paths"]["bye"],
+        serde_json::json!(["greetings/bye.txt"])
     );
 }

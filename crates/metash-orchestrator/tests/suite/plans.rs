@@ -13,6 +13,7 @@ fn t(id: &str, deps: &[&str]) -> PlannedTask {
         phase: None,
         expects_change: None,
         labels: vec![],
+        paths: vec![],
     }
 }
 
@@ -25,6 +26,32 @@ fn labels_are_kept_and_a_bad_one_is_named() {
     gpu.labels = vec!["no spaces".into()];
     let err = plan::validate(&[], &[gpu], 1).unwrap_err();
     assert!(err.contains("label `no spaces`"), "{err}");
+}
+
+/// `paths` are kept (a leading `./` dropped); one that leaves the project is named; overlap is
+/// by path or directory prefix, never by a name's prefix.
+#[test]
+fn paths_are_kept_checked_and_compared() {
+    let mut a = t("a", &[]);
+    a.paths = vec!["./src/db/".into(), "Cargo.toml".into()];
+    let ok = plan::validate(&[], &[a.clone()], 1).unwrap();
+    assert_eq!(
+        ok[0].paths,
+        vec!["src/db/".to_string(), "Cargo.toml".to_string()]
+    );
+    for bad in ["../etc", "/abs", "src/../../x", " "] {
+        a.paths = vec![bad.into()];
+        let err = plan::validate(&[], &[a.clone()], 1).unwrap_err();
+        assert!(err.contains("has path"), "{bad}: {err}");
+    }
+    let p = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert!(plan::paths_overlap(
+        &p(&["src/db/"]),
+        &p(&["src/db/schema.rs"])
+    ));
+    assert!(plan::paths_overlap(&p(&["a.txt"]), &p(&["b.txt", "a.txt"])));
+    assert!(!plan::paths_overlap(&p(&["src/db"]), &p(&["src/dbx.rs"])));
+    assert!(!plan::paths_overlap(&p(&[]), &p(&["a.txt"])));
 }
 
 #[test]
@@ -54,6 +81,7 @@ fn validation_names_the_broken_rule() {
         phase: 1,
         expects_change: true,
         labels: vec![],
+        paths: vec![],
     }];
     let clash = plan::validate(&existing, &[t("a", &[])], 2).unwrap_err();
     assert!(clash.contains("duplicate"), "{clash}");

@@ -258,17 +258,7 @@ fn table(r: &StatusReport) -> String {
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_string))
                 .unwrap_or_default();
-            let state = if t.running {
-                "running".to_string()
-            } else if t.merged {
-                "verified, merged".to_string()
-            } else if t.verified {
-                "verified".to_string()
-            } else if !t.findings.is_empty() {
-                "findings".to_string()
-            } else {
-                "-".to_string()
-            };
+            let state = t.state_word();
             out.push_str(&format!(
                 "{:<w$}  {:>5}  {:<8}  {:<18}  {:>7}  {}\n",
                 line(&t.id),
@@ -280,6 +270,9 @@ fn table(r: &StatusReport) -> String {
             ));
             for f in &t.findings {
                 out.push_str(&format!("{:<w$}  finding: {}\n", "", line(f)));
+            }
+            if let Some(c) = t.conflict_line() {
+                out.push_str(&format!("{:<w$}  {}\n", "", line(&c)));
             }
         }
     }
@@ -324,6 +317,7 @@ fn rollback(ctx: &Ctx, task: &str, yes: bool, json: bool) -> Result<ExitCode> {
         yes_to: Vec::new(),
         policy: None,
         non_interactive: true,
+        consent_wait: None,
     }
     .open(ctx)?;
     let orch = Orchestrator::new(&host, &host)?;
