@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use metash_harness::acp::wire::{agent, method, PlanEntryStatus, ToolKind, ToolStatus};
+use metash_orchestrator::book::Entry;
 use metash_policy::Answer;
 use metash_protocol::{LogKind, LogRecord, TaskStatus};
 use metash_store::Store;
@@ -168,6 +169,7 @@ impl Inner {
                 self.update(agent::tool_call_update(&id, done, Some(status)));
             }
             LogKind::ConsentPending => self.ask_consent(r),
+            LogKind::StateUpdate => self.findings_of(seen, &r.data),
             _ => {}
         }
     }
@@ -205,11 +207,41 @@ impl Inner {
                 ));
             }
             for f in &t.findings {
-                if seen.findings.insert((t.id.clone(), f.clone())) {
-                    let text = format!("verifier finding on task {}: {f}\n", t.id);
-                    self.update(agent::text_chunk(&text));
+                self.finding(seen, &t.id, f);
+            }
+        }
+    }
+
+    /// The verifier's findings as the orchestrator records them (its book's `findings.<task>`
+    /// in a state update): read from the log, so a retry that clears them before the next poll
+    /// of the status report cannot hide them.
+    fn findings_of(&self, seen: &mut Seen, data: &Value) {
+        let prefix = format!("{}.", metash_orchestrator::book::key(Entry::Findings));
+        let single = data.get("key").map(|k| (k, data.get("value")));
+        let many = data.get("updates").and_then(Value::as_array);
+        let pairs = single.into_iter().chain(
+            many.into_iter()
+                .flatten()
+                .filter_map(|u| u.get("key").map(|k| (k, u.get("value")))),
+        );
+        for (key, value) in pairs {
+            let Some(task) = key.as_str().and_then(|k| k.strip_prefix(&prefix)) else {
+                continue;
+            };
+            for f in value.and_then(Value::as_array).into_iter().flatten() {
+                if let Some(f) = f.as_str() {
+                    self.finding(seen, task, f);
                 }
             }
+        }
+    }
+
+    /// One finding, sent once.
+    fn finding(&self, seen: &mut Seen, task: &str, f: &str) {
+        if seen.findings.insert((task.to_string(), f.to_string())) {
+            self.update(agent::text_chunk(&format!(
+                "verifier finding on task {task}: {f}\n"
+            )));
         }
     }
 
