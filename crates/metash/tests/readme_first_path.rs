@@ -92,13 +92,17 @@ fn on_terminal(script: &str, cwd: &Path, env: &[(&str, String)]) -> (i32, String
     let seen = Arc::new(Mutex::new(Vec::new()));
     let mut reader = master.try_clone().unwrap();
     let sink = Arc::clone(&seen);
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ended = Arc::clone(&done);
+    // Reads until the script has ended: a read that fails (EIO while no process holds the
+    // terminal's other side for a moment) is tried again, so no output is lost to it.
     std::thread::spawn(move || {
         let mut buf = [0u8; 4096];
-        while let Ok(n) = reader.read(&mut buf) {
-            if n == 0 {
-                break;
+        while !ended.load(std::sync::atomic::Ordering::SeqCst) {
+            match reader.read(&mut buf) {
+                Ok(n) if n > 0 => sink.lock().unwrap().extend_from_slice(&buf[..n]),
+                _ => std::thread::sleep(Duration::from_millis(10)),
             }
-            sink.lock().unwrap().extend_from_slice(&buf[..n]);
         }
     });
     let mut writer = master;
@@ -116,6 +120,7 @@ fn on_terminal(script: &str, cwd: &Path, env: &[(&str, String)]) -> (i32, String
         std::thread::sleep(Duration::from_millis(50));
     };
     std::thread::sleep(Duration::from_millis(200));
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
     let _ = writer.as_raw_fd();
     let text = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
     (status.code().unwrap_or(-1), text)
