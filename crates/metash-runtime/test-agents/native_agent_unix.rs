@@ -79,14 +79,7 @@ fn unix_dgram<W: Write>(s: &mut Session<W>, path: &str) -> Result<(), String> {
 fn seqpacket_pair<W: Write>(s: &mut Session<W>, path: &str) -> Result<(), String> {
     let mut fds = [0; 2];
     // SAFETY: socketpair fills the two-element array.
-    let rc = unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    };
+    let rc = unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0, fds.as_mut_ptr()) };
     if rc != 0 {
         return fail(s, "seqpacket socketpair", std::io::Error::last_os_error());
     }

@@ -475,7 +475,9 @@ fn attach(
     let env: Vec<(String, String)> = spec.env.clone().into_iter().collect();
     let window = tmux.open_window(&spec.argv, &spec.cwd, &env, window_name)?;
     let target = window.target.clone();
-    // Recorded as a CP session too (`metash sessions`), as far as the project can be opened.
+    // Recorded as a CP session too (`metash sessions`, Unix only), as far as the project can
+    // be opened.
+    #[cfg(unix)]
     if let Err(e) = super::session::record_attached(ctx, &spec, role, &tmux, &window) {
         eprintln!("metash: warning: the session was not recorded: {e:#}");
     }

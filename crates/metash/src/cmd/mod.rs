@@ -23,8 +23,11 @@ mod policy;
 mod replay;
 mod revoked;
 mod serve;
+#[cfg(unix)]
 mod session;
+#[cfg(unix)]
 mod session_env;
+#[cfg(unix)]
 mod session_run;
 mod store;
 mod tape;
@@ -63,6 +66,7 @@ pub enum Command {
     Onboard(onboard::OnboardCommand),
     #[command(flatten)]
     Auth(auth::AuthCommand),
+    #[cfg(unix)]
     #[command(flatten)]
     Session(session::SessionCommand),
     #[command(flatten)]
@@ -87,6 +91,7 @@ pub fn run(command: Command, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         Command::Host(c) => host::run(c, ctx),
         Command::Onboard(c) => onboard::run(c, ctx),
         Command::Auth(c) => auth::run(c, ctx),
+        #[cfg(unix)]
         Command::Session(c) => session::run(c, ctx),
         Command::Tape(c) => tape::run(c, ctx),
         Command::Replay(c) => replay::run(c, ctx),

@@ -137,6 +137,7 @@ impl Cancel {
 }
 
 /// Ends the run's process group (the run and every agent it started that did not leave it).
+#[cfg(unix)]
 fn stop_group(pid: u32) {
     if let Ok(pid) = i32::try_from(pid) {
         // SAFETY: kill(2) on our own child's process group; no memory is involved.
@@ -144,4 +145,12 @@ fn stop_group(pid: u32) {
             libc::kill(-pid, libc::SIGTERM);
         }
     }
+}
+
+/// Windows has no process groups to signal: the run's process tree is ended by `taskkill /T`.
+#[cfg(not(unix))]
+fn stop_group(pid: u32) {
+    let _ = std::process::Command::new("taskkill")
+        .args(["/T", "/F", "/PID", &pid.to_string()])
+        .status();
 }
