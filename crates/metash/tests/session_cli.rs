@@ -333,8 +333,11 @@ fn first_run(place: &Place, server: &ModelServer, cli: Cli) -> Value {
     // environment or command line (and nor has the tmux server metash started).
     let id = s["id"].as_str().unwrap();
     let mut ours = processes_with(&home);
+    // This place's tmux server (its socket is this test's own; other tests' tmux clients hold
+    // their user's environment, as any terminal does, and are not the session's).
+    let sock = place.sock.display().to_string();
     ours.extend(processes_where(|_, cmd| {
-        cmd.contains(id) || cmd.starts_with("tmux")
+        cmd.contains(id) || (cmd.starts_with("tmux") && cmd.contains(&sock))
     }));
     assert!(
         ours.iter().any(|(_, cmd)| cmd.contains("session run")),
