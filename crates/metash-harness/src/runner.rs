@@ -53,7 +53,7 @@ pub async fn run_piped(
 }
 
 /// The last 8 KiB of what the child wrote to stderr (bounded while it runs).
-async fn stderr_tail(stderr: Option<tokio::process::ChildStderr>) -> String {
+pub(crate) async fn stderr_tail(stderr: Option<tokio::process::ChildStderr>) -> String {
     let mut buf = Vec::new();
     if let Some(mut s) = stderr {
         let mut chunk = [0u8; 8192];

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use metash_protocol::{HarnessContinuationRef, ProcessInvocationSpec};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -127,7 +127,7 @@ pub async fn run_turn(
     if let (Some(c), Some(pid)) = (turn.confiner, pid) {
         c.spawned(pid);
     }
-    let stderr = tokio::spawn(stderr_tail(child.stderr.take()));
+    let stderr = tokio::spawn(crate::runner::stderr_tail(child.stderr.take()));
     let (out, incoming) = pipes(child.stdin.take(), child.stdout.take());
     let mut conn = Conn::new(out, incoming, turn.host, on_event);
     // A key is only ever reused within its provider (seed 003).
@@ -574,25 +574,6 @@ fn spawn_error(spec: &ProcessInvocationSpec, e: std::io::Error) -> HarnessError 
     } else {
         HarnessError::io(format!("spawn {prog}"), e)
     }
-}
-
-/// The last 8 KiB of what the agent wrote to stderr.
-async fn stderr_tail(stderr: Option<tokio::process::ChildStderr>) -> String {
-    let mut buf = Vec::new();
-    if let Some(mut s) = stderr {
-        let mut chunk = [0u8; 8192];
-        while let Ok(n) = s.read(&mut chunk).await {
-            if n == 0 {
-                break;
-            }
-            buf.extend_from_slice(&chunk[..n]);
-            if buf.len() > 64 * 1024 {
-                buf.drain(..buf.len() - 8192);
-            }
-        }
-    }
-    let from = buf.len().saturating_sub(8192);
-    String::from_utf8_lossy(&buf[from..]).into_owned()
 }
 
 /// How the agent's tree is ended: asked, then forced.
