@@ -295,7 +295,7 @@ impl Host {
         let mut confinement = confiner
             .prepare(argv0, &workdir, &spec.env)
             .map_err(HostError::Other)?;
-        let relay = terminal_relay(&mut confinement)?;
+        let relay = crate::sandbox::interactive(&mut confinement)?;
         let program = confinement.report["program"]
             .as_str()
             .map_or_else(|| PathBuf::from(argv0), PathBuf::from);
@@ -364,26 +364,5 @@ impl Host {
             }
         }
         req
-    }
-}
-
-/// The CLI's own pty, relayed to the caller's terminal (stdin is one); `None` without a
-/// terminal.
-fn terminal_relay(
-    confinement: &mut metash_runtime::native::confine::Confinement,
-) -> Result<Option<Relay>> {
-    use std::io::IsTerminal;
-    if !std::io::stdin().is_terminal() {
-        return Ok(None);
-    }
-    #[cfg(target_os = "linux")]
-    return confinement
-        .relay_terminal()
-        .map(Some)
-        .map_err(|e| HostError::Other(e.to_string()));
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = confinement;
-        Ok(None)
     }
 }

@@ -66,8 +66,9 @@ fn relay_run(relay: Relay, _: &mut std::process::Child) -> std::io::Result<ExitS
     match relay {}
 }
 
-/// From a terminal (stdin is one): the program's own pty, relayed. Elsewhere no sandbox runs.
-fn interactive(
+/// From a terminal (stdin is one): the program's own pty, relayed (for `metash sandbox` and an
+/// interactive session's launcher). Elsewhere no sandbox runs.
+pub(crate) fn interactive(
     confinement: &mut metash_runtime::native::confine::Confinement,
 ) -> Result<Option<Relay>> {
     use std::io::IsTerminal;
