@@ -4,7 +4,9 @@
 //! same agent driven by a bare ACP client (metash's ACP client with no sandbox, no proxy, no
 //! host: the agent talks to the model directly), side by side in one run, against the same
 //! loopback model. Each turn runs one shell tool call and answers. Alternating runs, medians of
-//! N (METASH_BENCH_N, default 7). The bar: under metash / bare ≤ 1.05.
+//! N (METASH_BENCH_N, default 9) with their spread and the load. The bar: under metash /
+//! bare ≤ 1.05. Each metash turn is on a task of its own, so it opens a new ACP session as the
+//! bare client's does (docs/acp.md, "Continuity").
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -114,6 +116,7 @@ fn bare_turn(
         timeout: Some(Duration::from_secs(120)),
         cancel: &cancel,
         host: Arc::new(Bare),
+        keep_session: true,
     };
     let t = Instant::now();
     let out = rt.block_on(acp::run_turn(turn, &mut |_| {})).unwrap();
@@ -164,11 +167,13 @@ fn project(agent: AcpAgent, bin: &Path, base: &str) -> (tempfile::TempDir, Host)
     (dir, host)
 }
 
-/// One turn of the role under metash.
-fn metash_turn(host: &Host, dir: &Path) -> Duration {
+/// One turn of the role under metash, on a task of its own (`task`): a new ACP session, as the
+/// bare client's, not the continuation of the last one (docs/acp.md, "Continuity").
+fn metash_turn(host: &Host, dir: &Path, task: &str) -> Duration {
     let _ = std::fs::remove_file(dir.join("bench.txt"));
     let mut req = SpawnRequest::new("coder", "You are a bench.", "Bench turn.");
     req.options.timeout_seconds = Some(120.0);
+    req.task_id = Some(task.to_string());
     let t = Instant::now();
     let r = host.spawn_agent(&req).unwrap();
     let wall = t.elapsed();
@@ -177,60 +182,123 @@ fn metash_turn(host: &Host, dir: &Path) -> Duration {
     wall
 }
 
+/// Removes the spawn directories metash kept for the bench's tasks (docs/acp.md, "Continuity":
+/// each named by a record under `.meta/acp/`).
+fn remove_kept(project: &Path) {
+    let mut dirs = vec![project.join(".meta/acp")];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if let Ok(b) = std::fs::read(&p) {
+                let rec: serde_json::Value = serde_json::from_slice(&b).unwrap_or_default();
+                if let Some(kept) = rec["spawn_dir"].as_str() {
+                    let _ = std::fs::remove_dir_all(kept);
+                }
+            }
+        }
+    }
+}
+
+/// `n` alternating rounds of `agent` (bare, sandbox only, metash): each side's walls.
+fn measure(
+    rt: &tokio::runtime::Runtime,
+    agent: AcpAgent,
+    bin: &Path,
+    n: usize,
+    quick: bool,
+) -> [Vec<Duration>; 3] {
+    let cli = agent.wire();
+    let server = ModelServer::start(move |c| {
+        let body = c.text();
+        if !body.contains("Bench turn.") {
+            return cli.text("ok");
+        }
+        match cli.results(&body) {
+            0 => cli.shell(0, &body, "echo bench > bench.txt && cat bench.txt"),
+            _ => cli.text("done"),
+        }
+    });
+    let (dir, host) = project(agent, bin, &server.base);
+    if !quick {
+        // Warm-up: page cache, node's compile cache.
+        bare_turn(rt, agent, bin, &server.base, false);
+        bare_turn(rt, agent, bin, &server.base, true);
+        metash_turn(&host, dir.path(), "warm");
+    }
+    let mut walls: [Vec<Duration>; 3] = Default::default();
+    for i in 0..n {
+        walls[0].push(bare_turn(rt, agent, bin, &server.base, false));
+        walls[1].push(bare_turn(rt, agent, bin, &server.base, true));
+        walls[2].push(metash_turn(&host, dir.path(), &format!("t{i}")));
+    }
+    remove_kept(dir.path());
+    walls
+}
+
+/// The machine's load averages, as `uptime` gives them.
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
 fn main() {
     // Under `cargo test --all-targets` (no `--bench`): one round, as a smoke test of the setup.
     let quick = !std::env::args().any(|a| a == "--bench");
     let n: usize = std::env::var("METASH_BENCH_N")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(if quick { 1 } else { 7 });
+        .unwrap_or(if quick { 1 } else { 9 });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
-    println!("ACP agent turn (one shell tool call, then the answer), median of {n}:");
+    println!("ACP agent turn (one shell tool call, then the answer), median [min-max] of {n}:");
     println!(
-        "{:<16} {:>10} {:>12} {:>10} {:>8}",
-        "agent", "bare", "sandbox only", "metash", "ratio"
+        "{:<16} {:>18} {:>18} {:>18} {:>8} {:>8}",
+        "agent", "bare", "sandbox only", "metash", "ratio", "paired"
     );
+    // METASH_BENCH_AGENT=codex-acp (or claude-code-acp): that agent only.
+    let only = std::env::var("METASH_BENCH_AGENT").ok();
     for agent in AcpAgent::ALL {
+        if only.as_deref().is_some_and(|o| o != agent.name()) {
+            continue;
+        }
         let Some(bin) = agent.bin() else {
             println!("{:<16} not installed (run scripts/setup)", agent.name());
             continue;
         };
-        let cli = agent.wire();
-        let server = ModelServer::start(move |c| {
-            let body = c.text();
-            if !body.contains("Bench turn.") {
-                return cli.text("ok");
-            }
-            match cli.results(&body) {
-                0 => cli.shell(0, &body, "echo bench > bench.txt && cat bench.txt"),
-                _ => cli.text("done"),
-            }
-        });
-        let (dir, host) = project(agent, &bin, &server.base);
-        if !quick {
-            // Warm-up: page cache, node's compile cache.
-            bare_turn(&rt, agent, &bin, &server.base, false);
-            bare_turn(&rt, agent, &bin, &server.base, true);
-            metash_turn(&host, dir.path());
-        }
-        let (mut bare, mut boxed, mut under) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..n {
-            bare.push(bare_turn(&rt, agent, &bin, &server.base, false));
-            boxed.push(bare_turn(&rt, agent, &bin, &server.base, true));
-            under.push(metash_turn(&host, dir.path()));
-        }
-        let (b, x, s) = (median(bare), median(boxed), median(under));
+        let before = load();
+        let walls = measure(&rt, agent, &bin, n, quick);
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let col = |xs: &Vec<Duration>| {
+            let (lo, hi) = (xs.iter().min().unwrap(), xs.iter().max().unwrap());
+            format!(
+                "{:.0} [{:.0}-{:.0}]",
+                ms(median(xs.clone())),
+                ms(*lo),
+                ms(*hi)
+            )
+        };
+        // Each round's metash turn against the bare turn just before it (same load), then the
+        // median of those: steadier than the ratio of the medians on a busy machine.
+        let mut paired: Vec<f64> = walls[2]
+            .iter()
+            .zip(&walls[0])
+            .map(|(m, b)| m.as_secs_f64() / b.as_secs_f64())
+            .collect();
+        paired.sort_by(f64::total_cmp);
         println!(
-            "{:<16} {:>8.0}ms {:>10.0}ms {:>8.0}ms {:>7.3}x",
+            "{:<16} {:>18} {:>18} {:>18} {:>7.3}x {:>7.3}x   (load {before} -> {})",
             agent.name(),
-            ms(b),
-            ms(x),
-            ms(s),
-            s.as_secs_f64() / b.as_secs_f64()
+            col(&walls[0]),
+            col(&walls[1]),
+            col(&walls[2]),
+            median(walls[2].clone()).as_secs_f64() / median(walls[0].clone()).as_secs_f64(),
+            paired[paired.len() / 2],
+            load()
         );
     }
 }

@@ -31,6 +31,7 @@ pub mod schedule;
 pub mod settle;
 pub mod status;
 mod trust_gate;
+pub mod turn;
 mod verify;
 /// Linux: a task's processes die with their worker (`PR_SET_PDEATHSIG`).
 #[cfg(target_os = "linux")]

@@ -15,6 +15,19 @@
 //!   up and completes it.
 //! - `a_halted_run_ends_the_prompt_with_refusal`: every consent question denied: the executor's
 //!   tasks fail until the run halts; the prompt ends `refusal` with the halt's reason as text.
+//! - `turn_mode_prompts_land_as_tasks` (tests/support/acp_turn_client.mjs): `turn` is offered with
+//!   `run` and is the default, `session/set_mode` switches and refuses an unknown mode; two prompts
+//!   in one session each become a task (`turn-1`, `turn-2`) that the executor writes, the verifier
+//!   passes and the merge queue lands: each file committed on the project's branch, `end_turn`, no
+//!   planner spawned.
+//! - `turn_mode_cancel_leaves_the_checkout_clean`: `session/cancel` as the turn's executor starts:
+//!   `cancelled`, nothing committed, the task withdrawn (no branch, no worktree), and the next
+//!   prompt in the session lands.
+//! - `a_turn_that_cannot_land_is_refused_and_withdrawn`: every consent question denied: the run
+//!   halts, the prompt ends `refusal`, and the task is out of the plan with its branch.
+//! - `a_turn_first_answers_the_checkpoint_that_waits`: a `run`-mode prompt leaves the planner's
+//!   checkpoint for later; a `turn`-mode prompt asks it again, the answer lands what it held up
+//!   (phase 1, the verifier's finding on `bye` streamed), then the prompt's own task lands.
 //!
 //! Skipped with the reason when Node, the SDK or the WASM target is missing; under CI that fails.
 
@@ -119,7 +132,18 @@ fn example_project(dir: &Path) -> PathBuf {
 
 /// Runs the SDK's client script; its summary.
 fn client(tools: &Path, scenario: &str, ws: &Path, not_project: Option<&Path>) -> Value {
-    let script = repo().join("crates/metash/tests/support/acp_client.mjs");
+    client_script("acp_client.mjs", tools, scenario, ws, not_project)
+}
+
+/// Runs `script` (in tests/support) with the SDK; its summary.
+fn client_script(
+    script: &str,
+    tools: &Path,
+    scenario: &str,
+    ws: &Path,
+    not_project: Option<&Path>,
+) -> Value {
+    let script = repo().join("crates/metash/tests/support").join(script);
     let mut cmd = Command::new("node");
     cmd.arg(script).arg(tools).arg(BIN).arg(scenario).arg(ws);
     if let Some(p) = not_project {
@@ -176,7 +200,7 @@ fn an_editor_runs_the_example_project() {
         .as_str()
         .unwrap()
         .contains("not a metash project"));
-    assert_eq!(s["modes"]["currentModeId"], "run", "{s}");
+    assert_eq!(s["modes"]["currentModeId"], "turn", "{s}");
 
     let plans = s["plans"].as_array().unwrap();
     let statuses = |p: &Value| -> Vec<String> {
@@ -300,4 +324,219 @@ fn a_halted_run_ends_the_prompt_with_refusal() {
     let texts = strings(&s, "texts").concat();
     assert!(texts.contains("The run halted (task_failed)"), "{texts}");
     assert_eq!(git(&ws, &["rev-list", "--count", "HEAD"]).trim(), "1");
+}
+
+/// The prompts of tests/support/acp_turn_client.mjs, in order.
+const PROMPTS: [&str; 2] = [
+    "Write a note that greets the reader.",
+    "Add a second note, a farewell.",
+];
+
+fn turn_client(tools: &Path, scenario: &str, ws: &Path) -> Value {
+    client_script("acp_turn_client.mjs", tools, scenario, ws, None)
+}
+
+/// The file a turn's task wrote (the example executor writes `tasks/<id>.txt` with the task's
+/// title, which is the prompt), as committed on the project's branch.
+fn committed(ws: &Path, id: &str) -> String {
+    git(ws, &["show", &format!("HEAD:tasks/{id}.txt")])
+        .trim()
+        .to_string()
+}
+
+fn titled<'a>(s: &'a Value, prefix: &str) -> Vec<&'a Value> {
+    s["toolCalls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["title"].as_str().unwrap().starts_with(prefix))
+        .collect()
+}
+
+/// The tasks `metash status` lists.
+fn task_ids(ws: &Path) -> Vec<String> {
+    let out = run(Command::new(BIN)
+        .arg("-C")
+        .arg(ws)
+        .args(["--json", "status"]));
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    v["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn turn_mode_prompts_land_as_tasks() {
+    let tools = match prerequisites() {
+        Ok(t) => t,
+        Err(why) => return metash_testkit::skip("metash acp turn mode with the ACP SDK", &why),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ws = example_project(dir.path());
+    let s = turn_client(&tools, "turns", &ws);
+
+    assert_eq!(s["modes"]["currentModeId"], "turn", "{s}");
+    let offered: Vec<&str> = s["modes"]["availableModes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(offered, ["turn", "run"], "{s}");
+    assert_eq!(strings(&s, "setModes"), ["run", "turn"], "{s}");
+    assert_eq!(s["badModeError"]["code"], -32602, "{s}");
+
+    assert_eq!(strings(&s, "stopReasons"), ["end_turn", "end_turn"], "{s}");
+    let checkouts = s["checkouts"].as_array().unwrap();
+    for (i, c) in checkouts.iter().enumerate() {
+        let files = strings(c, "files");
+        for id in (1..=i + 1).map(|n| format!("tasks/turn-{n}.txt")) {
+            assert!(files.contains(&id.as_str()), "{id} after prompt {i}: {c}");
+        }
+        assert_eq!(c["tracked"], "", "{c}");
+        assert_eq!(c["merging"], false, "{c}");
+    }
+    assert!(
+        checkouts[1]["commits"].as_u64() > checkouts[0]["commits"].as_u64(),
+        "{s}"
+    );
+    assert_eq!(committed(&ws, "turn-1"), PROMPTS[0]);
+    assert_eq!(committed(&ws, "turn-2"), PROMPTS[1]);
+
+    // Each ran through the task path: executor, verifier (completed), merge; no planner.
+    for id in ["turn-1", "turn-2"] {
+        assert_eq!(titled(&s, &format!("executor: task {id}")).len(), 1, "{s}");
+        let verifier = titled(&s, &format!("verifier: task {id}"));
+        assert_eq!(verifier.len(), 1, "{s}");
+        let call = verifier[0]["toolCallId"].clone();
+        assert!(
+            s["toolUpdates"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|u| u["toolCallId"] == call && u["status"] == "completed"),
+            "the verifier's call completed: {s}"
+        );
+        assert_eq!(titled(&s, &format!("merge task {id} ")).len(), 1, "{s}");
+    }
+    assert!(titled(&s, "planner").is_empty(), "{s}");
+    let texts = strings(&s, "texts").concat();
+    assert!(texts.contains("Task turn-1 landed"), "{texts}");
+    assert!(texts.contains("Task turn-2 landed"), "{texts}");
+    let last = s["plans"].as_array().unwrap().last().unwrap().to_string();
+    assert!(last.contains("turn-2: Add a second note"), "{last}");
+    assert_committed_turns(&ws);
+}
+
+/// Nothing uncommitted in the checkout, and no task branch or worktree left.
+fn assert_committed_turns(ws: &Path) {
+    assert_eq!(
+        git(ws, &["status", "--porcelain", "--untracked-files=no"]),
+        ""
+    );
+    assert_eq!(git(ws, &["branch", "--list", "metash/task/*"]), "");
+    let worktrees = git(ws, &["worktree", "list", "--porcelain"]);
+    assert_eq!(
+        worktrees
+            .lines()
+            .filter(|l| l.starts_with("worktree "))
+            .count(),
+        1,
+        "{worktrees}"
+    );
+}
+
+#[test]
+fn turn_mode_cancel_leaves_the_checkout_clean() {
+    let tools = match prerequisites() {
+        Ok(t) => t,
+        Err(why) => return metash_testkit::skip("metash acp turn cancel with the ACP SDK", &why),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ws = example_project(dir.path());
+    let s = turn_client(&tools, "cancel", &ws);
+
+    assert_eq!(strings(&s, "stopReasons"), ["cancelled", "end_turn"], "{s}");
+    // The executor had started when the cancel came.
+    assert!(!titled(&s, "executor: task turn-1").is_empty(), "{s}");
+    let after = &s["checkouts"][0];
+    assert_eq!(after["commits"], 1, "{after}");
+    assert_eq!(after["tracked"], "", "{after}");
+    assert_eq!(after["merging"], false, "{after}");
+    assert_eq!(after["branches"], serde_json::json!([]), "{after}");
+    assert_eq!(after["worktrees"], 1, "{after}");
+    let texts = strings(&s, "texts").concat();
+    assert!(texts.contains("Task turn-1 was withdrawn"), "{texts}");
+    // The next prompt in the session lands (as turn-1 again: the cancelled one is gone).
+    assert_eq!(committed(&ws, "turn-1"), PROMPTS[1]);
+    assert_eq!(task_ids(&ws), ["turn-1"]);
+    assert_committed_turns(&ws);
+}
+
+#[test]
+fn a_turn_that_cannot_land_is_refused_and_withdrawn() {
+    let tools = match prerequisites() {
+        Ok(t) => t,
+        Err(why) => return metash_testkit::skip("metash acp turn refusal with the ACP SDK", &why),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ws = example_project(dir.path());
+    let s = turn_client(&tools, "refuse", &ws);
+
+    assert_eq!(strings(&s, "stopReasons"), ["refusal"], "{s}");
+    let perms = s["permissions"].as_array().unwrap();
+    assert!(!perms.is_empty(), "{s}");
+    assert!(perms.iter().all(|p| p["chosen"] == "deny"), "{s}");
+    let texts = strings(&s, "texts").concat();
+    assert!(texts.contains("The run halted ("), "{texts}");
+    assert!(texts.contains("Task turn-1 was withdrawn"), "{texts}");
+    let after = &s["checkouts"][0];
+    assert_eq!(after["commits"], 1, "{after}");
+    assert_eq!(after["branches"], serde_json::json!([]), "{after}");
+    assert_eq!(after["worktrees"], 1, "{after}");
+    assert!(task_ids(&ws).is_empty());
+}
+
+#[test]
+fn a_turn_first_answers_the_checkpoint_that_waits() {
+    let tools = match prerequisites() {
+        Ok(t) => t,
+        Err(why) => {
+            return metash_testkit::skip("metash acp turn checkpoint with the ACP SDK", &why)
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ws = example_project(dir.path());
+    let s = turn_client(&tools, "waiting", &ws);
+
+    assert_eq!(strings(&s, "stopReasons"), ["end_turn", "end_turn"], "{s}");
+    let asked: Vec<&Value> = s["permissions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["checkpoint"] == true)
+        .collect();
+    assert_eq!(asked.len(), 2, "{s}");
+    assert_eq!(asked[0]["chosen"], "later", "{s}");
+    assert_eq!(asked[1]["chosen"], "answer-1", "french: {s}");
+    // After the run-mode prompt nothing had landed; the turn landed phase 1, then its task.
+    assert_eq!(s["checkouts"][0]["commits"], 1, "{s}");
+    let files = strings(&s["checkouts"][1], "files");
+    for f in ["hello.txt", "bye.txt", "README.md", "tasks/turn-1.txt"] {
+        assert!(files.contains(&f), "{f}: {s}");
+    }
+    assert_eq!(committed(&ws, "turn-1"), PROMPTS[0]);
+    assert!(git(&ws, &["show", "HEAD:hello.txt"]).contains("Bonjour"));
+    let at = usize::try_from(s["textsBeforeTurn"].as_u64().unwrap()).unwrap();
+    let turn_texts = strings(&s, "texts")[at..].concat();
+    assert!(turn_texts.contains("A checkpoint waits"), "{turn_texts}");
+    assert!(
+        turn_texts.contains("verifier finding on task bye"),
+        "{turn_texts}"
+    );
+    assert!(turn_texts.contains("Task turn-1 landed"), "{turn_texts}");
+    assert_committed_turns(&ws);
 }

@@ -63,6 +63,9 @@ pub struct AcpTurn<'a> {
     pub timeout: Option<Duration>,
     pub cancel: &'a CancellationToken,
     pub host: Arc<dyn AcpHost>,
+    /// The caller keeps the session to continue it in a later turn: an agent that needs a
+    /// moment to save it gets that moment before it is ended ([`settle_time`]).
+    pub keep_session: bool,
 }
 
 /// How the turn ended.
@@ -91,6 +94,10 @@ pub struct AcpOutcome {
     /// succeeded); false when it started a new one (no key, an agent that cannot load, or a
     /// key the agent no longer knows).
     pub resumed: bool,
+    /// Why the spec's continuation key was not continued (`None`: there was none, or it was):
+    /// the agent does not advertise `loadSession`, refused `session/load` (its answer), or the
+    /// key is another provider's.
+    pub fallback: Option<String>,
     /// The agent's answer: its message chunks, joined.
     pub text: String,
     /// The last 8 KiB of the agent's stderr.
@@ -130,13 +137,13 @@ pub async fn run_turn(
     let stderr = tokio::spawn(crate::runner::stderr_tail(child.stderr.take()));
     let (out, incoming) = pipes(child.stdin.take(), child.stdout.take());
     let mut conn = Conn::new(out, incoming, turn.host, on_event);
-    // A key is only ever reused within its provider (seed 003).
-    let resume = turn
-        .spec
-        .continuation
-        .as_ref()
-        .filter(|c| c.provider == turn.spec.provider)
-        .and_then(|c| c.key.as_deref());
+    let resume = match resume_key(turn.spec) {
+        Ok(key) => key,
+        Err(why) => {
+            conn.fallback = Some(why);
+            None
+        }
+    };
     let end = conn
         .drive(
             &turn.spec.cwd,
@@ -148,16 +155,14 @@ pub async fn run_turn(
         )
         .await;
     let (session_id, text) = (conn.session.clone(), std::mem::take(&mut conn.text));
-    let (can_load, resumed) = (conn.can_load, conn.resumed);
+    let (can_load, resumed, fallback) = (conn.can_load, conn.resumed, conn.fallback.take());
+    let agent = conn.agent.take();
     conn.stopping.cancel();
     drop(conn);
-    // Its stdin is closed now. claude-code-acp and codex-acp do not exit on that alone (each
-    // would idle out the whole grace, a second of every turn): the turn is over, so the tree
-    // is asked to end at once, and killed if it has not within the grace.
-    signal_group(pid, Signal::Term);
-    let _ = tokio::time::timeout(EXIT_GRACE, child.wait()).await;
-    signal_group(pid, Signal::Kill);
-    let _ = child.wait().await;
+    // A session to continue must be on disk before the agent is asked to end.
+    let keeps = turn.keep_session && can_load && session_id.is_some();
+    let settle = (keeps && matches!(end, End::Stopped(_))).then(|| settle_time(agent.as_deref()));
+    end_tree(&mut child, pid, settle).await;
     let stderr_tail = tokio::time::timeout(Duration::from_secs(2), stderr)
         .await
         .ok()
@@ -175,9 +180,50 @@ pub async fn run_turn(
         session_id,
         continuation,
         resumed,
+        fallback,
         text,
         stderr_tail,
     })
+}
+
+/// Ends the agent's tree once the turn is over, after `settle` (time to save its session). Its
+/// stdin is closed by then; claude-code-acp and codex-acp do not exit on that alone (each would
+/// idle out the whole grace, a second of every turn), so the tree is asked to end at once
+/// (`SIGTERM`), and killed if it has not within the grace.
+async fn end_tree(child: &mut tokio::process::Child, pid: Option<u32>, settle: Option<Duration>) {
+    if let Some(d) = settle {
+        tokio::time::sleep(d).await;
+    }
+    signal_group(pid, Signal::Term);
+    let _ = tokio::time::timeout(EXIT_GRACE, child.wait()).await;
+    signal_group(pid, Signal::Kill);
+    let _ = child.wait().await;
+}
+
+/// How long an agent that can load sessions is given, after a turn that ended, to write the
+/// session to its store before it is asked to end (`SIGTERM` ends it at once, and in the
+/// sandbox its helpers with it). Claude Code, inside claude-code-acp, appends its transcript on
+/// a 100 ms timer: ended sooner, the session file stays empty and `session/load` cannot find the
+/// conversation (docs/acp.md). codex-acp writes its rollout before it answers the prompt.
+fn settle_time(agent: Option<&str>) -> Duration {
+    match agent {
+        Some("@zed-industries/claude-code-acp") => Duration::from_millis(250),
+        _ => Duration::ZERO,
+    }
+}
+
+/// The key to continue: the spec's, when it is of the spec's provider (a key is only ever
+/// reused within its provider, seed 003); why not, when it is another's.
+fn resume_key(spec: &ProcessInvocationSpec) -> std::result::Result<Option<&str>, String> {
+    match &spec.continuation {
+        Some(c) if c.provider != spec.provider => Err(format!(
+            "the continuation key is {}'s, the agent's provider is {}",
+            c.provider.as_str(),
+            spec.provider.as_str()
+        )),
+        Some(c) => Ok(c.key.as_deref()),
+        None => Ok(None),
+    }
 }
 
 /// Why waiting for an answer stopped.
@@ -212,8 +258,12 @@ struct Conn<'e> {
     session: Option<String>,
     /// The agent advertised `loadSession`.
     can_load: bool,
+    /// The agent's `agentInfo.name` from `initialize`, when it gave one.
+    agent: Option<String>,
     /// The session is the one the spec's continuation key named, loaded.
     resumed: bool,
+    /// Why a continuation key given was not continued.
+    fallback: Option<String>,
     /// `session/load` is replaying the session's history: its updates are not this turn's.
     replaying: bool,
     prompt_id: Option<u64>,
@@ -240,7 +290,9 @@ impl<'e> Conn<'e> {
             next_id: 0,
             session: None,
             can_load: false,
+            agent: None,
             resumed: false,
+            fallback: None,
             replaying: false,
             prompt_id: None,
             text: String::new(),
@@ -300,10 +352,19 @@ impl<'e> Conn<'e> {
             ));
         }
         self.can_load = init["agentCapabilities"]["loadSession"].as_bool() == Some(true);
+        self.agent = init["agentInfo"]["name"].as_str().map(str::to_string);
+        if resume.is_some() && !self.can_load {
+            self.fallback = Some("the agent does not advertise loadSession".into());
+        }
         let sid = match resume.filter(|_| self.can_load) {
             Some(key) if self.load(key, cwd, mcp).await => key.to_string(),
             _ => self.new_session(cwd, mcp).await?,
         };
+        self.emit(AcpEvent::Session {
+            id: sid.clone(),
+            loaded: self.resumed,
+            fallback: self.fallback.clone(),
+        });
         let id = self.send(method::SESSION_PROMPT, &wire::prompt_params(&sid, prompt));
         self.prompt_id = Some(id);
         let r = self
@@ -339,10 +400,12 @@ impl<'e> Conn<'e> {
         self.session = Some(key.to_string());
         self.replaying = true;
         let params = json!({"sessionId": key, "cwd": cwd, "mcpServers": mcp});
-        let loaded = self.call(wire::agent::SESSION_LOAD, params).await.is_ok();
+        let answer = self.call(wire::agent::SESSION_LOAD, params).await;
         self.replaying = false;
-        if !loaded {
+        let loaded = answer.is_ok();
+        if let Err(w) = answer {
             self.session = None;
+            self.fallback = Some(w.explain("session/load"));
         }
         self.resumed = loaded;
         loaded

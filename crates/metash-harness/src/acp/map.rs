@@ -41,6 +41,14 @@ pub enum AcpEvent {
         allowed: bool,
         option_id: Option<String>,
     },
+    /// The turn's ACP session is open: `loaded` when it is the one the continuation key named
+    /// (`session/load`), else new; `fallback` says why a key given was not continued (the agent
+    /// cannot load sessions, refused the load, or the key is another provider's).
+    Session {
+        id: String,
+        loaded: bool,
+        fallback: Option<String>,
+    },
     /// The prompt turn ended.
     Stopped { reason: StopReason },
 }

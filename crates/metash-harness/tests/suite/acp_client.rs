@@ -176,6 +176,7 @@ async fn updates_become_events_and_requests_go_to_the_host() {
             timeout: Some(Duration::from_secs(30)),
             cancel: &cancel,
             host: host.clone(),
+            keep_session: false,
         },
         &mut |e| events.push(e),
     )
@@ -278,6 +279,7 @@ async fn a_turn_past_its_deadline_is_cancelled_with_session_cancel() {
             timeout: Some(Duration::from_millis(1500)),
             cancel: &cancel,
             host,
+            keep_session: false,
         },
         &mut |e| events.push(e),
     )
@@ -322,6 +324,7 @@ async fn the_callers_cancel_stops_the_turn_the_same_way() {
             timeout: Some(Duration::from_secs(60)),
             cancel: &cancel,
             host,
+            keep_session: false,
         },
         &mut |_| {},
     )
@@ -350,6 +353,7 @@ async fn a_missing_agent_is_program_not_found() {
             timeout: Some(Duration::from_secs(5)),
             cancel: &cancel,
             host,
+            keep_session: false,
         },
         &mut |_| {},
     )

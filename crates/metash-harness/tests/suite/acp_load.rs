@@ -107,6 +107,7 @@ async fn turn(
             timeout: Some(Duration::from_secs(30)),
             cancel: &cancel,
             host: Arc::new(Host),
+            keep_session: true,
         },
         &mut |e| {
             if let AcpEvent::Text { text } = e {
@@ -147,6 +148,7 @@ async fn a_later_turn_continues_the_session_through_session_load() {
     let (first, _) = turn(&root, true, None).await;
     assert_eq!(first.text, "new sess-0 turns=1");
     assert!(!first.resumed);
+    assert_eq!(first.fallback, None);
     assert_eq!(first.continuation, key(ProviderDomain::Anthropic, "sess-0"));
 
     // A later turn with that key: loaded, the earlier prompt is there, the replayed history
@@ -155,23 +157,41 @@ async fn a_later_turn_continues_the_session_through_session_load() {
     assert_eq!(second.text, "load sess-0 turns=2");
     assert_eq!(texts, vec!["load sess-0 turns=2".to_string()]);
     assert!(second.resumed);
+    assert_eq!(second.fallback, None);
     assert_eq!(second.continuation, first.continuation);
 
     // A key the agent does not know: a new session, said so.
     let (lost, _) = turn(&root, true, key(ProviderDomain::Anthropic, "sess-9")).await;
     assert_eq!(lost.text, "new sess-1 turns=1");
     assert!(!lost.resumed);
+    let why = lost.fallback.clone().unwrap_or_default();
+    assert!(
+        why.contains("session/load") && why.contains("Session not found"),
+        "{why}"
+    );
     assert_eq!(lost.continuation, key(ProviderDomain::Anthropic, "sess-1"));
 
     // A key of another provider is never used.
     let (other, _) = turn(&root, true, key(ProviderDomain::Openai, "sess-0")).await;
     assert_eq!(other.text, "new sess-2 turns=1");
     assert!(!other.resumed);
+    assert!(
+        other
+            .fallback
+            .as_deref()
+            .is_some_and(|w| w.contains("openai")),
+        "{:?}",
+        other.fallback
+    );
 
     // An agent that cannot load sessions: never asked to, and its ids are no continuation key.
     let (cannot, _) = turn(&root, false, first.continuation.clone()).await;
     assert_eq!(cannot.text, "new sess-3 turns=1");
     assert!(!cannot.resumed);
+    assert_eq!(
+        cannot.fallback.as_deref(),
+        Some("the agent does not advertise loadSession")
+    );
     assert_eq!(cannot.continuation, None);
     assert_eq!(
         std::fs::read_to_string(root.join("store/sess-0")).expect("sess-0"),

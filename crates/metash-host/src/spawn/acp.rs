@@ -16,17 +16,17 @@ use metash_harness::acp::{Subject, ToolKind};
 use metash_harness::CancellationToken;
 use metash_policy::{Authorization, CapabilityRequest};
 use metash_protocol::{
-    HarnessErrorCode, InteractionMode, IoMode, LogKind, ProcessInvocationSpec, ProviderDomain,
-    ResumeData, RunError, RunResult,
+    HarnessContinuationRef, HarnessErrorCode, InteractionMode, IoMode, LogKind,
+    ProcessInvocationSpec, ProviderDomain, ResumeData, RunError, RunResult,
 };
 use metash_store::NewEvent;
 use serde_json::json;
 
 use super::acp_fs::Files;
-use super::model::{outcome, over_write_quota, prompt_with_resume, Charge};
+use super::model::{outcome, prompt_with_resume, Charge};
 use super::Ran;
 use crate::config::{Permissions, Role};
-use crate::error::{HostError, Result};
+use crate::error::Result;
 use crate::host::Host;
 use crate::pricing::TurnMeter;
 use crate::spawner::{SpawnRequest, WorkspaceAccess};
@@ -47,6 +47,8 @@ const BASE_URL_VAR: &str = "METASH_MODEL_BASE_URL";
 /// Replaced by that base URL in the role's `command` and `env`.
 const BASE_URL_TOKEN: &str = "${METASH_MODEL_BASE_URL}";
 
+mod continuity;
+
 /// One spawn of an ACP role.
 ///
 /// # Errors
@@ -66,16 +68,55 @@ pub(crate) fn run(
         Ok(w) => w,
         Err(e) => return Ok(Ran::error(format!("`{agent}` was not started: {e}"))),
     };
-    let spawn_dir = tempfile::Builder::new()
-        .prefix("metash-spawn-")
-        .tempdir_in(host.spawn_root()?)
-        .map_err(|e| HostError::Other(format!("creating the spawn directory: {e}")))?;
-    let p = Prepared::new(host, role, req, timeout, &workdir, spawn_dir.path())?;
-    let ran = p.turn(host, agent, &prompt_text(req, resume), timeout);
+    // Kept across the role's spawns on this task: its HOME (the agent's sessions) and its key.
+    let kept = continuity::SpawnDir::open(host, agent, req.task_id.as_deref())?;
+    // Recorded as a CLI role's turn is (docs/replay.md).
+    let tape = super::tape::TurnTape::new(host, req, role);
+    let dirs = (workdir.as_path(), kept.path());
+    let mut p = Prepared::new(host, role, req, timeout, dirs, tape.as_ref())?;
+    p.keep_session = matches!(kept, continuity::SpawnDir::Kept(_));
+    let cwd = p.spec.cwd.clone();
+    let not_continued = match kept.continuation(p.spec.provider, &cwd) {
+        Ok(key) => {
+            p.spec.continuation = key;
+            None
+        }
+        Err(why) => Some(why),
+    };
+    let prompt = prompt_text(req, resume);
+    let (ran, key) = p.turn(host, agent, &prompt, timeout, not_continued);
+    if let Err(e) = kept.keep(key, &cwd) {
+        let why = json!({"frontend": crate::config::acp::NAME,
+                         "payload": {"type": "session_not_kept", "error": e.to_string()}});
+        let _ = host.record_later(NewEvent::new(LogKind::HarnessEvent, Some(agent), why));
+    }
     let hit = p.write_hit.get();
     // Stopping the proxy ends every exchange before the turn is charged.
     drop(p.proxy);
-    over_write_quota(ran, hit, agent, spawn_dir)
+    super::tape::save(tape, host);
+    over_quota(ran, hit, agent, kept)
+}
+
+/// A turn whose tree passed its disk or file quota is an error saying so, its HOME and TMPDIR
+/// kept for inspection.
+fn over_quota(
+    ran: Result<Ran>,
+    hit: Option<metash_runtime::limits::QuotaHit>,
+    agent: &str,
+    spawn_dir: continuity::SpawnDir,
+) -> Result<Ran> {
+    let Some(hit) = hit else {
+        return ran;
+    };
+    let mut ran = ran?;
+    ran.status = metash_protocol::AgentStatus::Error;
+    ran.checkpoint = None;
+    ran.data = format!(
+        "`{agent}` exceeded {}; its HOME and TMPDIR are kept in {}",
+        hit.explain(),
+        spawn_dir.keep_for_inspection().display()
+    );
+    Ok(ran)
 }
 
 /// Everything a turn needs, made before the agent starts: its meter and the credential proxy
@@ -89,6 +130,8 @@ struct Prepared {
     write_hit: metash_runtime::limits::WriteHit,
     spec: ProcessInvocationSpec,
     side: Arc<Side>,
+    /// The session is kept for the role's next spawn on the task (its spawn directory is).
+    keep_session: bool,
 }
 
 impl Prepared {
@@ -97,8 +140,8 @@ impl Prepared {
         role: &Role,
         req: &SpawnRequest,
         timeout: Duration,
-        workdir: &Path,
-        spawn_dir: &Path,
+        (workdir, spawn_dir): (&Path, &Path),
+        tape: Option<&super::tape::TurnTape>,
     ) -> Result<Self> {
         let agent = req.agent_name.as_str();
         let cancel = CancellationToken::new();
@@ -109,7 +152,11 @@ impl Prepared {
             let charge = charge.clone();
             super::usage_tap::WireUsage::new(move |u| charge.observe(u))
         };
-        let proxy = super::key_proxy::start(host, agent, role, Some(Arc::new(tap)))?;
+        let hooks = super::key_proxy::Hooks {
+            tap: Some(Arc::new(tap)),
+            recorder: tape.map(super::tape::TurnTape::recorder),
+        };
+        let proxy = super::key_proxy::start_recorded(host, agent, role, hooks)?;
         super::confine::native_consent(host, agent)?;
         let port = match &proxy {
             Some(started) => Some(started.proxy.addr().port()),
@@ -139,11 +186,21 @@ impl Prepared {
             write_hit,
             spec,
             side,
+            keep_session: false,
         })
     }
 
-    /// The turn, registered for suspend and resume while it runs, every event to the log.
-    fn turn(&self, host: &Host, agent: &str, prompt: &str, timeout: Duration) -> Result<Ran> {
+    /// The turn, registered for suspend and resume while it runs, every event to the log (the
+    /// session's with `not_continued`: why the last key was not given to the agent); with the
+    /// continuation key it leaves, when the agent can load sessions.
+    fn turn(
+        &self,
+        host: &Host,
+        agent: &str,
+        prompt: &str,
+        timeout: Duration,
+        not_continued: Option<String>,
+    ) -> (Result<Ran>, Option<HarnessContinuationRef>) {
         let _leave = host.running().leave_on_drop(agent);
         let _watch = super::watch::RunWatch::start(
             host.store().clone(),
@@ -151,7 +208,20 @@ impl Prepared {
             None,
             Arc::clone(host.running()),
         );
-        let mut sink = |ev: AcpEvent| record(host, agent, ev);
+        let home = self.confiner.spawn_dir.join("home");
+        let mut sink = |ev: AcpEvent| match ev {
+            AcpEvent::Session {
+                id,
+                loaded,
+                fallback,
+            } => {
+                let data = json!({"frontend": crate::config::acp::NAME, "payload": {
+                    "type": "session", "sessionId": id, "loaded": loaded,
+                    "fallback": fallback.or_else(|| not_continued.clone()), "home": home}});
+                let _ = host.record_later(NewEvent::new(LogKind::HarnessEvent, Some(agent), data));
+            }
+            other => record(host, agent, other),
+        };
         let turn = AcpTurn {
             spec: &self.spec,
             confiner: Some(&self.confiner),
@@ -160,28 +230,36 @@ impl Prepared {
             timeout: Some(timeout),
             cancel: &self.cancel,
             host: Arc::clone(&self.side) as Arc<dyn AcpHost>,
+            keep_session: self.keep_session,
         };
-        let ran = host.tokio()?.block_on(async {
-            // The client bounds the turn itself; this guards against one that does not return.
-            let bound = timeout + Duration::from_secs(10);
-            match tokio::time::timeout(bound, acp::run_turn(turn, &mut sink)).await {
-                Ok(r) => r,
-                Err(_) => {
-                    self.cancel.cancel();
-                    Err(metash_harness::HarnessError::Timeout(
-                        "the ACP client did not return after its deadline".into(),
-                    ))
+        let ran = host.tokio().map(|rt| {
+            rt.block_on(async {
+                // The client bounds the turn itself; this guards against one that does not
+                // return.
+                let bound = timeout + Duration::from_secs(10);
+                match tokio::time::timeout(bound, acp::run_turn(turn, &mut sink)).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        self.cancel.cancel();
+                        Err(metash_harness::HarnessError::Timeout(
+                            "the ACP client did not return after its deadline".into(),
+                        ))
+                    }
                 }
-            }
+            })
         });
         match ran {
-            Ok(out) => outcome(
-                &run_result(&out),
-                &self.charge,
-                &Mutex::default(),
-                self.max_tokens,
-            ),
-            Err(e) => Ok(Ran::error(format!("{}: {e}", e.code().as_str()))),
+            Ok(Ok(out)) => {
+                let charged = outcome(
+                    &run_result(&out),
+                    &self.charge,
+                    &Mutex::default(),
+                    self.max_tokens,
+                );
+                (charged, out.continuation)
+            }
+            Ok(Err(e)) => (Ok(Ran::error(format!("{}: {e}", e.code().as_str()))), None),
+            Err(e) => (Err(e), None),
         }
     }
 }
@@ -451,6 +529,11 @@ fn harness_event(ev: AcpEvent) -> serde_json::Value {
             option_id,
         } => json!({"type": "permission", "toolCallId": tool_call_id, "kind": kind.as_str(),
                     "title": title, "allowed": allowed, "optionId": option_id}),
+        AcpEvent::Session {
+            id,
+            loaded,
+            fallback,
+        } => json!({"type": "session", "sessionId": id, "loaded": loaded, "fallback": fallback}),
         AcpEvent::Stopped { reason } => json!({"type": "stopped", "stopReason": reason.as_str()}),
         AcpEvent::ToolCall { .. } | AcpEvent::ToolResult { .. } => serde_json::Value::Null,
     };

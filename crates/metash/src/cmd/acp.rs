@@ -1,12 +1,17 @@
 //! `metash acp`: metash as an ACP agent over stdio, for editors (Zed, JetBrains, Neovim...,
 //! issue 34 item 2, docs/acp.md "metash as an editor's agent"). An editor session is a metash
-//! session in its `cwd`; a prompt in `run` mode runs `metash run` there (plan → execute →
-//! verify) and streams its plan, progress, spawns, merges and the verifier's findings as
-//! `session/update`s; checkpoints and consent questions become `session/request_permission`s.
+//! session in its `cwd`. A prompt in `turn` mode (the default) is one task: the executor role's
+//! turn in a fresh task worktree, verified and merged as any task; in `run` mode it runs
+//! `metash run` there (plan → execute → verify). Either way the plan, progress, spawns, merges
+//! and the verifier's findings stream as `session/update`s; checkpoints and consent questions
+//! become `session/request_permission`s.
 //!
 //! - [`server`]: the JSON-RPC connection (stdin/stdout), sessions and dispatch;
-//! - [`conn`]: what those share: the editor's end of the connection, a session, its cancel;
-//! - [`prompt`]: one prompt turn: the run as a child process, its checkpoints, cancel;
+//! - [`conn`]: what those share: the editor's end of the connection, a session, its mode, its
+//!   cancel;
+//! - [`prompt`]: a `run`-mode prompt, and what both modes drive: the run as a child process, its
+//!   checkpoints, cancel;
+//! - [`turn`]: a `turn`-mode prompt: the prompt as one task, landed or withdrawn;
 //! - [`follow`]: the project's store followed while the run goes, as `session/update`s.
 
 use std::path::PathBuf;
@@ -21,12 +26,14 @@ mod conn;
 mod follow;
 mod prompt;
 mod server;
+mod turn;
 
 #[derive(Debug, Subcommand)]
 pub enum AcpCommand {
     /// Serve the Agent Client Protocol on stdin/stdout for an editor: each session is a metash
-    /// project (its `cwd`), each prompt a `metash run` whose plan, progress, spawns and merges
-    /// stream to the editor, whose checkpoints and consent questions the editor answers.
+    /// project (its `cwd`); each prompt is one task (`turn` mode, the default) or a whole
+    /// `metash run` (`run` mode), whose plan, progress, spawns and merges stream to the editor,
+    /// whose checkpoints and consent questions the editor answers.
     Acp {
         /// Allow this capability without asking, in every run (repeatable), e.g. `--yes-to
         /// files.write`; other questions go to the editor when the project waits for answers

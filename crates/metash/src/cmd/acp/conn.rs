@@ -103,6 +103,54 @@ pub(super) struct Session {
     pub cancel: Arc<Cancel>,
     /// A prompt is running (ACP allows one at a time per session).
     pub busy: AtomicBool,
+    /// What a prompt does (`session/set_mode`); a change applies from the next prompt.
+    pub mode: Mutex<Mode>,
+}
+
+impl Session {
+    pub fn mode(&self) -> Mode {
+        *self.mode.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn set_mode(&self, mode: Mode) {
+        *self.mode.lock().unwrap_or_else(PoisonError::into_inner) = mode;
+    }
+}
+
+/// The session modes an editor can pick (docs/acp.md, "metash as an editor's agent").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum Mode {
+    /// A prompt is one task: one executor turn in a fresh worktree, verified and merged.
+    #[default]
+    Turn,
+    /// A prompt runs the project's whole loop (plan, execute, verify) from its context.
+    Run,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 2] = [Mode::Turn, Mode::Run];
+
+    /// The mode's ACP description (`SessionMode`).
+    pub fn describe(self) -> agent::Mode {
+        match self {
+            Mode::Turn => agent::Mode {
+                id: "turn",
+                name: "Turn",
+                description: "The prompt is one task: one turn of the executor role in a fresh \
+                              task worktree, verified and merged like any task",
+            },
+            Mode::Run => agent::Mode {
+                id: "run",
+                name: "Run",
+                description: "Plan, execute and verify the project from .meta/context.md until \
+                              it is complete, a checkpoint needs an answer, or the run halts",
+            },
+        }
+    }
+
+    pub fn from_id(id: &str) -> Option<Mode> {
+        Mode::ALL.into_iter().find(|m| m.describe().id == id)
+    }
 }
 
 /// A session's cancel switch: set by `session/cancel`, obeyed by the running child.

@@ -60,7 +60,8 @@ struct Inner {
 
 impl Follower {
     /// Starts following from the log's end now (what happened before this prompt is not
-    /// replayed, but the plan is sent as it stands).
+    /// replayed, but the plan is sent as it stands): merges and findings already in the report
+    /// were the news of an earlier prompt.
     pub fn start(conn: Arc<Conn>, session: &Session) -> anyhow::Result<Self> {
         let store = Store::open(&session.cwd)?;
         let mut offset = 0;
@@ -71,14 +72,23 @@ impl Follower {
                 break;
             }
         }
+        let mut seen = Seen {
+            offset,
+            ..Seen::default()
+        };
+        let tasks = metash_orchestrator::report(&store).map(|r| r.tasks);
+        for t in tasks.unwrap_or_default() {
+            if t.merged {
+                seen.merged.insert(t.id.clone());
+            }
+            seen.findings
+                .extend(t.findings.into_iter().map(|f| (t.id.clone(), f)));
+        }
         let inner = Arc::new(Inner {
             conn,
             session_id: session.id.clone(),
             store,
-            seen: Mutex::new(Seen {
-                offset,
-                ..Seen::default()
-            }),
+            seen: Mutex::new(seen),
             stop: AtomicBool::new(false),
         });
         let worker = Arc::clone(&inner);

@@ -1,9 +1,10 @@
-//! One prompt turn in `run` mode: `metash run` in the session's project as a child process (the
-//! same entry point as the shell's, so the editor's run is the shell's run), its checkpoints
-//! answered through `session/request_permission` and the run continued with `--answer`, until it
-//! completes (`end_turn`), halts (`refusal`) or the editor cancels (`cancelled`). Cancel ends the
-//! child's process group, as a killed `metash run` ends: the next run recovers a task it cut short
-//! (a half-made worktree, an interrupted merge), so nothing is left half-merged.
+//! One prompt in `run` mode, and the driver both modes share ([`drive`]): `metash run` in the
+//! session's project as a child process (the same entry point as the shell's, so the editor's
+//! run is the shell's run), its checkpoints answered through `session/request_permission` and
+//! the run continued with `--answer`, until it completes (`end_turn`), halts (`refusal`) or the
+//! editor cancels (`cancelled`). Cancel ends the child's process group, as a killed `metash run`
+//! ends: the next run recovers a task it cut short (a half-made worktree, an interrupted merge),
+//! so nothing is left half-merged.
 
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
@@ -30,6 +31,15 @@ enum Ended {
     Cancelled,
 }
 
+/// How a prompt's runs ended, once no checkpoint was left to answer in place.
+pub(super) enum Drove {
+    /// The last run's `--json` outcome: `complete`, `phase_limit` or `halted`.
+    Outcome(Value),
+    /// A checkpoint was left for later (or its question cancelled by the editor's side).
+    Later,
+    Cancelled,
+}
+
 /// Runs the prompt: the run, its checkpoints, until it stops.
 pub(super) fn run(
     conn: &Arc<Conn>,
@@ -40,65 +50,93 @@ pub(super) fn run(
     session.cancel.reset();
     super::follow::use_linked_context(conn, session, params);
     let follower = Follower::start(Arc::clone(conn), session)?;
-    let mut answer = None;
-    let mut retry = halted(session);
-    let stop = loop {
-        if session.cancel.is_cancelled() {
-            break StopReason::Cancelled;
-        }
-        let outcome = match run_once(config, session, answer.take(), std::mem::take(&mut retry))? {
-            Ended::Cancelled => break StopReason::Cancelled,
-            Ended::Outcome(v) => v,
-        };
-        follower.catch_up();
-        match outcome.get("outcome").and_then(Value::as_str) {
-            Some("checkpoint") => match ask_checkpoint(conn, session, &outcome["checkpoint"]) {
-                Some(a) => answer = Some(a),
-                None if session.cancel.is_cancelled() => break StopReason::Cancelled,
-                None => {
-                    say(
-                        conn,
-                        session,
-                        "The checkpoint waits: the next prompt asks again.\n",
-                    );
-                    break StopReason::EndTurn;
-                }
-            },
+    let drove = drive(conn, config, session, &follower, &[], halted(session));
+    follower.catch_up();
+    let stop = match drove? {
+        Drove::Cancelled => StopReason::Cancelled,
+        Drove::Later => StopReason::EndTurn,
+        Drove::Outcome(outcome) => match outcome.get("outcome").and_then(Value::as_str) {
             Some("halted") => {
-                let halt = &outcome["halt"];
-                say(
-                    conn,
-                    session,
-                    &format!(
-                        "The run halted ({}): {}\n",
-                        halt["reason"].as_str().unwrap_or("halted"),
-                        halt["message"].as_str().unwrap_or("")
-                    ),
-                );
-                break StopReason::Refusal;
+                say(conn, session, &halt_text(&outcome));
+                StopReason::Refusal
             }
             Some("phase_limit") => {
                 say(conn, session, "Stopped at the phase limit.\n");
-                break StopReason::EndTurn;
+                StopReason::EndTurn
             }
             _ => {
                 say(conn, session, "The project is complete.\n");
-                break StopReason::EndTurn;
+                StopReason::EndTurn
             }
-        }
+        },
     };
     follower.stop();
     Ok(stop)
 }
 
-fn say(conn: &Conn, session: &Session, text: &str) {
+/// `metash run` with `extra` arguments (and `--retry` first when `retry`), again with the answer
+/// whenever it stops at a checkpoint the editor answers, until it stops otherwise.
+pub(super) fn drive(
+    conn: &Conn,
+    config: &Config,
+    session: &Session,
+    follower: &Follower,
+    extra: &[&str],
+    mut retry: bool,
+) -> Result<Drove> {
+    let mut answer = None;
+    loop {
+        if session.cancel.is_cancelled() {
+            return Ok(Drove::Cancelled);
+        }
+        let run = run_once(
+            config,
+            session,
+            extra,
+            answer.take(),
+            std::mem::take(&mut retry),
+        )?;
+        let outcome = match run {
+            Ended::Cancelled => return Ok(Drove::Cancelled),
+            Ended::Outcome(v) => v,
+        };
+        follower.catch_up();
+        if outcome.get("outcome").and_then(Value::as_str) != Some("checkpoint") {
+            return Ok(Drove::Outcome(outcome));
+        }
+        match ask_checkpoint(conn, session, &outcome["checkpoint"]) {
+            Some(a) => answer = Some(a),
+            None if session.cancel.is_cancelled() => return Ok(Drove::Cancelled),
+            None => {
+                say(
+                    conn,
+                    session,
+                    "The checkpoint waits: the next prompt asks again.\n",
+                );
+                return Ok(Drove::Later);
+            }
+        }
+    }
+}
+
+/// The halt's reason and message, as the prompt's last text.
+pub(super) fn halt_text(outcome: &Value) -> String {
+    let halt = &outcome["halt"];
+    format!(
+        "The run halted ({}): {}\n",
+        halt["reason"].as_str().unwrap_or("halted"),
+        halt["message"].as_str().unwrap_or("")
+    )
+}
+
+pub(super) fn say(conn: &Conn, session: &Session, text: &str) {
     conn.update(&session.id, agent::text_chunk(text));
 }
 
 /// Whether the project's session halted for a reason a retry addresses: a prompt after such a
 /// halt is the editor's "go on", so its run is `metash run --retry` (a consent halt needs no
 /// retry: the next run asks again).
-fn halted(session: &Session) -> bool {
+pub(super) fn halted(session: &Session) -> bool {
     let Ok(report) = metash_store::Store::open(&session.cwd)
         .map_err(anyhow::Error::from)
         .and_then(|s| Ok(metash_orchestrator::report(&s)?))
@@ -111,10 +149,11 @@ fn halted(session: &Session) -> bool {
             .is_some_and(|h| h.reason.as_str() != "consent_refused")
 }
 
-/// One `metash run [--answer A] [--retry]`, waited for (or cancelled).
+/// One `metash run [EXTRA] [--answer A] [--retry]`, waited for (or cancelled).
 fn run_once(
     config: &Config,
     session: &Session,
+    extra: &[&str],
     answer: Option<String>,
     retry: bool,
 ) -> Result<Ended> {
@@ -124,6 +163,7 @@ fn run_once(
         .args(["--json", "run", "--non-interactive"])
         .args(["--consent-wait", CONSENT_WAIT_S])
         .args(&config.run_args)
+        .args(extra)
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

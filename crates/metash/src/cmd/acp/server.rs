@@ -12,16 +12,8 @@ use std::sync::Arc;
 use metash_harness::acp::wire::{self, agent, method, Incoming, RpcError};
 use serde_json::{json, Value};
 
-use super::conn::{Cancel, Config, Conn, Session};
-use super::prompt;
-
-/// The modes an editor can pick. Only `run` is built: a prompt runs the project's whole loop.
-pub(super) const RUN_MODE: agent::Mode = agent::Mode {
-    id: "run",
-    name: "Run",
-    description: "Plan, execute and verify the project from .meta/context.md until it is \
-                  complete, a checkpoint needs an answer, or the run halts",
-};
+use super::conn::{Cancel, Config, Conn, Mode, Session};
+use super::{prompt, turn};
 
 /// JSON-RPC error code for a `cwd` that is not a metash project (an application error).
 pub(super) const NOT_A_PROJECT: i64 = -32000;
@@ -103,18 +95,26 @@ fn handle(
         agent::AUTHENTICATE => Ok(json!({})),
         method::SESSION_NEW => {
             let s = new_session(params)?;
-            let answer = agent::new_session_result(&s.id, RUN_MODE.id, &[RUN_MODE]);
+            let modes = Mode::ALL.map(Mode::describe);
+            let answer = agent::new_session_result(&s.id, s.mode().describe().id, &modes);
             sessions.insert(s.id.clone(), Arc::new(s));
             Ok(answer)
         }
         agent::SESSION_SET_MODE => {
-            session_of(sessions, params)
+            let session = session_of(sessions, params)
                 .ok_or_else(|| rpc_error(wire::INVALID_PARAMS, "no such session"))?;
-            match params.get("modeId").and_then(Value::as_str) {
-                Some(m) if m == RUN_MODE.id => Ok(json!({})),
-                other => Err(rpc_error(
+            let asked = params.get("modeId").and_then(Value::as_str);
+            match asked.and_then(Mode::from_id) {
+                Some(m) => {
+                    session.set_mode(m);
+                    Ok(json!({}))
+                }
+                None => Err(rpc_error(
                     wire::INVALID_PARAMS,
-                    format!("unknown mode {other:?}: metash offers `run`"),
+                    format!(
+                        "unknown mode `{}`: metash offers `turn` and `run`",
+                        asked.unwrap_or_default()
+                    ),
                 )),
             }
         }
@@ -151,6 +151,7 @@ fn new_session(params: &Value) -> Result<Session, RpcError> {
         cwd,
         cancel: Arc::new(Cancel::default()),
         busy: AtomicBool::new(false),
+        mode: std::sync::Mutex::new(Mode::default()),
     })
 }
 
@@ -178,7 +179,11 @@ fn start_prompt(
             ));
             return;
         }
-        let line = match prompt::run(&conn, &config, &session, &params) {
+        let ran = match session.mode() {
+            Mode::Turn => turn::run(&conn, &config, &session, &params),
+            Mode::Run => prompt::run(&conn, &config, &session, &params),
+        };
+        let line = match ran {
             Ok(stop) => wire::result(&id, &agent::prompt_result(stop)),
             Err(e) => wire::error(&id, wire::INTERNAL_ERROR, &format!("{e:#}")),
         };
