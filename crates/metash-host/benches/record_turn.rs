@@ -1,9 +1,10 @@
 //! `cargo bench -p metash-host --bench record_turn`: what recording costs a whole live turn, and
 //! what a replayed turn costs (issue 36 asks ≤ 1.05× and ≤ 1.0×). pi runs one turn (a shell tool
 //! call, then the answer) through `Host::spawn_agent` against a loopback model, in three projects
-//! side by side: `[record] enabled = false`, recording (the default), and replaying (recording
-//! off, its role's model the credential proxy's replay of the project's own first tape, the
-//! loopback model never asked). Rotating order, medians of N (METASH_BENCH_N, default 7); bytes stored per turn
+//! side by side: `[record] enabled = false`, recording (the default), and replaying (the host's
+//! credential proxy answering from the project's own first tape, as `metash replay` runs it:
+//! `Host::replay_from`, the loopback model never asked; `benches/replay_turn.rs` compares the
+//! two alone, alternating). Rotating order, medians of N (METASH_BENCH_N, default 7); bytes stored per turn
 //! printed. Codex and Claude Code are not replayed: their requests differ from run to run
 //! (docs/replay.md). Under `cargo test --all-targets` (no `--bench`) one round, as a smoke test.
 
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use metash_host::{Host, HostOptions, SpawnRequest, Spawner};
 use metash_protocol::AgentStatus;
-use metash_runtime::credential::{AuthStyle, CredentialProxy, Mount, ProxyConfig, Route};
+use metash_runtime::credential::Cassette;
 use metash_store::tape::Tapes;
 use metash_store::Store;
 use metash_testkit::anthropic::ModelServer;
@@ -39,6 +40,11 @@ fn project(tools: &Path, base: &str, extra: &str) -> tempfile::TempDir {
 }
 
 fn turn(ws: &Path) -> Duration {
+    turn_from(ws, None)
+}
+
+/// A turn, replaying `cassette` when given.
+fn turn_from(ws: &Path, cassette: Option<Arc<Cassette>>) -> Duration {
     let host = Host::open(
         ws,
         HostOptions::silent()
@@ -46,6 +52,9 @@ fn turn(ws: &Path) -> Duration {
             .with_yes_to(["native".parse().unwrap()]),
     )
     .unwrap();
+    if let Some(c) = cassette {
+        host.replay_from(c);
+    }
     let mut req = SpawnRequest::new("coder", "You are a test.", "Bench turn.");
     req.options.timeout_seconds = Some(120.0);
     let t = Instant::now();
@@ -56,22 +65,10 @@ fn turn(ws: &Path) -> Duration {
     wall
 }
 
-/// A replay proxy answering from `tape` of `ws` (a fresh cassette: each is played once).
-fn replay_proxy(ws: &Path, tape: &str) -> CredentialProxy {
+/// A fresh cassette of `tape` in `ws` (each is played once).
+fn cassette(ws: &Path, tape: &str) -> Arc<Cassette> {
     let store = Store::open(ws).unwrap();
-    let mut config = ProxyConfig::new(vec![Route {
-        id: "model".into(),
-        mount: Mount::WholePort,
-        upstream: "http://127.0.0.1:9".into(),
-        auth: AuthStyle::Bearer,
-    }]);
-    config.replay = Some(Arc::new(metash_host::tape_cassette(&store, tape).unwrap()));
-    CredentialProxy::start(
-        config,
-        Arc::new(metash_runtime::credential::StaticSource::new()),
-        Arc::new(metash_runtime::NullSink),
-    )
-    .unwrap()
+    Arc::new(metash_host::tape_cassette(&store, tape).unwrap())
 }
 
 fn main() {
@@ -112,14 +109,7 @@ fn main() {
             let d = match which {
                 0 => turn(off.path()),
                 1 => turn(on.path()),
-                _ => {
-                    let proxy = replay_proxy(replayed.path(), &tape);
-                    let url = format!("http://{}", proxy.addr());
-                    let role = CLI.role("coder", &url).replace(&format!("{url}/v1"), &url);
-                    let config = format!("{role}\n[record]\nenabled = false\n");
-                    std::fs::write(replayed.path().join(".meta/config.toml"), config).unwrap();
-                    turn(replayed.path())
-                }
+                _ => turn_from(replayed.path(), Some(cassette(replayed.path(), &tape))),
             };
             times[which].push(d);
         }

@@ -24,6 +24,7 @@ use crate::error::{HostError, Result};
 use crate::host::Host;
 use crate::spawn::confine::{native_consent, RoleConfiner};
 use crate::spawn::key_proxy;
+use crate::spawn::tape::TurnTape;
 
 /// How long a session's CLI may run before the sandbox stops it: sessions are meant to last.
 const SESSION_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -52,8 +53,11 @@ pub struct Interactive {
     pub report: serde_json::Value,
     _confinement: metash_runtime::native::confine::Confinement,
     relay: Option<Relay>,
-    _proxy: Option<metash_runtime::credential::CredentialProxy>,
+    proxy: Option<metash_runtime::credential::CredentialProxy>,
     meter: Meter,
+    /// The session's exchanges, one tape per run of its CLI (docs/replay.md): saved when the
+    /// CLI ends and the proxy stopped.
+    tape: Option<TurnTape>,
 }
 
 #[cfg(target_os = "linux")]
@@ -85,6 +89,11 @@ impl Interactive {
             None => child.wait().map_err(run),
         };
         charging.stop();
+        // Stopping the proxy delivers every exchange it recorded; then the tape is whole.
+        drop(self.proxy.take());
+        if let Some(tape) = self.tape.take() {
+            tape.save_in(&self.meter.store);
+        }
         status
     }
 }
@@ -265,7 +274,7 @@ impl Host {
                 .model(None)
                 .and_then(|m| self.config().prices.price(&m)),
         };
-        let proxy = key_proxy::start(self, &launch.role, role, Some(meter.tap()))?;
+        let (proxy, tape) = self.session_proxy(launch, role, frontend, &meter)?;
         let req = self.session_request(launch, role, frontend, &workdir, proxy.as_ref());
         let programs = Programs::discover(Some(&self.workspace()));
         let spec = metash_harness::build_process_invocation_spec(&req, &programs)?.spec;
@@ -315,9 +324,29 @@ impl Host {
             report,
             _confinement: confinement,
             relay,
-            _proxy: proxy.map(|s| s.proxy),
+            proxy: proxy.map(|s| s.proxy),
             meter,
+            tape,
         })
+    }
+
+    /// The session's credential proxy, charging `meter` and recording the session's exchanges
+    /// as a CLI turn's are (tagged with the session's id instead of a task).
+    fn session_proxy(
+        &self,
+        launch: &Launch,
+        role: &Role,
+        frontend: HarnessFrontend,
+        meter: &Meter,
+    ) -> Result<(Option<key_proxy::Started>, Option<TurnTape>)> {
+        let tape =
+            TurnTape::for_session(self, &launch.role, frontend.as_str(), &launch.cp_session_id);
+        let hooks = key_proxy::Hooks {
+            tap: Some(meter.tap()),
+            recorder: tape.as_ref().map(TurnTape::recorder),
+        };
+        let proxy = key_proxy::start_recorded(self, &launch.role, role, hooks)?;
+        Ok((proxy, tape))
     }
 
     /// The seed 003 request for the session's CLI: interactive on a pty, its own HOME under the

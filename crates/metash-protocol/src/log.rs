@@ -170,6 +170,10 @@ log_kinds! {
     /// A turn's model exchanges were recorded (`.meta/tapes/<id>.json`, docs/replay.md): `{id,
     /// agent, task, attempt, exchanges, bytes}`.
     Tape => "tape",
+    /// This log was forked from another session's (`metash fork --at SEQ`, docs/replay.md): the
+    /// records before it are that log's, byte for byte; `{origin: {workspace, session_id, seq,
+    /// hash}, session_id, main, main_from, branches, tapes, context_sha256}`.
+    Fork => "fork",
 }
 
 impl std::fmt::Display for LogKind {

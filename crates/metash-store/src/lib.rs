@@ -23,6 +23,7 @@ pub mod cp_sessions;
 mod doc_migrate;
 pub mod envelope;
 mod error;
+pub mod fork;
 pub mod keypath;
 mod kv;
 pub mod lock;

@@ -129,6 +129,9 @@ pub struct TapeSummary {
     pub agent: String,
     pub task: Option<String>,
     pub attempt: Option<u32>,
+    /// The tape's `session_id`: an interactive session's id for its tapes (which have no task).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
     pub started_at: String,
     pub exchanges: usize,
     pub bytes: u64,
@@ -332,6 +335,7 @@ impl<'a> Tapes<'a> {
                 agent: t.agent,
                 task: t.task,
                 attempt: t.attempt,
+                session_id: t.session_id,
                 started_at: t.started_at,
             })
             .collect();

@@ -1,11 +1,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! `metash replay` (issue 36, docs/replay.md): a real `metash run` of a one-task plan with pi as
-//! planner, executor and verifier against a loopback model records the executor's turn; with the
-//! roles then pointing at a dead port, the model answering nothing useful (and asserted never
-//! asked again) and no key in the environment, `metash replay a` runs that
-//! turn again from its tape in a fresh worktree and finds the task's tree identical; with the
-//! executor role's model changed in the config, the replay stops at the first request, names it
-//! and exits non-zero.
+//! `metash replay` (issue 36, docs/replay.md): a real `metash run` of a one-task plan with one
+//! CLI (pi, Codex, Claude Code) as planner, executor and verifier against a loopback model records
+//! every turn; with the roles then pointing at a dead port, the model answering nothing useful
+//! (and asserted never asked again) and no key in the environment, `metash replay a` runs the
+//! executor's turn again from its tape in a fresh worktree and finds the task's tree identical
+//! (Codex's and Claude Code's run-varying request fields masked). With the executor role's model
+//! changed in the config, or the recorded prompt changed, the replay stops at the first model
+//! request, names it and exits non-zero. `--verify` replays the verifier's turn too and finds the
+//! recorded verdict; without the verifier's tape it is refused, saying so.
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -53,10 +55,10 @@ fn git(dir: &Path, args: &[&str]) -> String {
 /// The scripted model: the planner plans task `a`; its executor writes `a.txt` with one shell
 /// call, then reports; the verifier passes. After `stopped`, every request is answered with
 /// an error text (a replay must not ask).
-fn model(stopped: Arc<AtomicBool>) -> ModelServer {
+fn model(cli: Cli, stopped: Arc<AtomicBool>) -> ModelServer {
     ModelServer::start(move |c| {
         let body = c.text();
-        let pi = Cli::Pi;
+        let pi = cli;
         if stopped.load(Ordering::SeqCst) {
             return pi.text("the model was asked after it stopped");
         }
@@ -92,7 +94,7 @@ fn sandbox_unavailable() -> Option<String> {
     (abi < 1).then(|| "Landlock is not available in this kernel".to_string())
 }
 
-fn project(tools: &Path, base: &str) -> tempfile::TempDir {
+fn project(cli: Cli, tools: &Path, base: &str) -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
     let ws = d.path();
     git(ws, &["init", "-q"]);
@@ -113,35 +115,70 @@ fn project(tools: &Path, base: &str) -> tempfile::TempDir {
     std::fs::write(ws.join(".git/info/exclude"), ".tools\n").unwrap();
     let mut config = String::from("[orchestrator]\nmax_gap_retries = 1\n");
     for role in ["planner", "executor", "verifier"] {
-        config.push_str(&Cli::Pi.role(role, base));
+        config.push_str(&cli.role(role, base));
     }
     std::fs::write(ws.join(".meta/config.toml"), config).unwrap();
     d
 }
 
-#[test]
-fn a_recorded_task_replays_to_the_identical_tree_with_the_model_stopped() {
-    let test = "a_recorded_task_replays_to_the_identical_tree_with_the_model_stopped";
-    let Some(tools) = Cli::Pi.installed(test) else {
-        return;
-    };
+/// A project whose one task `a` ran with `cli` as every role against a loopback model, then the
+/// model stopped: the roles point at a port nobody listens on, and the loopback server (which
+/// cannot be shut down) answers nothing useful and must not be asked again.
+struct Recorded {
+    dir: tempfile::TempDir,
+    server: ModelServer,
+    /// POSTs the model got while it was up.
+    asked: usize,
+    /// The dead base URL the roles now point at.
+    dead: String,
+}
+
+impl Recorded {
+    fn ws(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `metash replay a` with `args`, no key in the environment; asserts the model was not asked.
+    fn replay(&self, args: &[&str]) -> (Output, String) {
+        let out = metash(
+            self.ws(),
+            &[&["replay", "a"][..], args, &YES].concat(),
+            false,
+        );
+        let shown = text(&out);
+        assert_eq!(
+            self.server.posts().len(),
+            self.asked,
+            "the model was asked: {shown}"
+        );
+        (out, shown)
+    }
+}
+
+/// Whether the replay's verdict line says `identical` (a shown request body may hold the word).
+fn said_identical(shown: &str) -> bool {
+    shown.lines().any(|l| l == "identical")
+}
+
+const YES: [&str; 3] = ["--yes-to", "native", "--non-interactive"];
+
+/// Runs task `a` with `cli` (None: skipped, the CLI or the sandbox missing), then stops the model.
+fn recorded(cli: Cli, test: &str) -> Option<Recorded> {
+    let tools = cli.installed(test)?;
     if let Some(why) = sandbox_unavailable() {
         metash_testkit::skip(test, &why);
-        return;
+        return None;
     }
     let stopped = Arc::new(AtomicBool::new(false));
-    let server = model(Arc::clone(&stopped));
-    let p = project(&tools, &server.base);
-    let ws = p.path();
-    let yes = ["--yes-to", "native", "--non-interactive"];
-    let run = metash(ws, &[&["run"][..], &yes].concat(), true);
+    let server = model(cli, Arc::clone(&stopped));
+    let dir = project(cli, &tools, &server.base);
+    let ws = dir.path();
+    let run = metash(ws, &[&["run"][..], &YES].concat(), true);
     assert!(run.status.success(), "{}", text(&run));
     assert_eq!(
         std::fs::read_to_string(ws.join("a.txt")).unwrap(),
         "replayed a\n"
     );
-    // The model is gone: every role now points at a port nobody listens on, and the loopback
-    // server (which cannot be shut down) answers nothing useful and must not be asked.
     stopped.store(true, Ordering::SeqCst);
     let asked = server.posts().len();
     let dead = {
@@ -154,40 +191,201 @@ fn a_recorded_task_replays_to_the_identical_tree_with_the_model_stopped() {
         config.replace(&server.base, &dead),
     )
     .unwrap();
+    Some(Recorded {
+        dir,
+        server,
+        asked,
+        dead,
+    })
+}
 
-    // No key in the environment: a replay asks for no credential.
-    let out = metash(ws, &[&["replay", "a"][..], &yes].concat(), false);
-    let shown = text(&out);
+/// With no key and the model stopped, `metash replay a` finds the task's tree identical, and
+/// `--verify` the recorded verdict.
+fn replays_identical(r: &Recorded) {
+    let (out, shown) = r.replay(&[]);
     assert!(out.status.success(), "{shown}");
-    assert!(shown.contains("identical"), "{shown}");
-    assert_eq!(server.posts().len(), asked, "the model was asked: {shown}");
-    let wt = ws.join(".meta/worktrees/replay-a-1");
+    assert!(said_identical(&shown), "{shown}");
+    let wt = r.ws().join(".meta/worktrees/replay-a-1");
     assert_eq!(
         std::fs::read_to_string(wt.join("a.txt")).unwrap(),
         "replayed a\n"
     );
-    let json = metash(ws, &[&["--json", "replay", "a"][..], &yes].concat(), false);
+    let json = metash(
+        r.ws(),
+        &[&["--json", "replay", "a"][..], &YES].concat(),
+        false,
+    );
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(v["identical"], true, "{}", text(&json));
     assert_eq!(v["served"], v["recorded"], "{v}");
+    let (out, shown) = r.replay(&["--verify"]);
+    assert!(out.status.success(), "{shown}");
+    assert!(shown.contains("the verdict is the recorded one"), "{shown}");
+}
 
-    // The executor role changed: the replay stops at its first request, naming it.
-    let config = std::fs::read_to_string(ws.join(".meta/config.toml")).unwrap();
-    let executor = Cli::Pi.role("executor", &dead);
-    let changed = executor.replace("test-model", "another-model");
+/// The executor's latest tape of task `a` (its id), and the place of its first POST, the turn's
+/// first model request (Claude Code 2.1.197 first sends a `HEAD /`, a reachability check naming
+/// no model; newer releases do not).
+fn executor_tape(r: &Recorded) -> (String, u64) {
+    let json = metash(r.ws(), &["--json", "tape", "list"], false);
+    let list: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let list = list.as_array().cloned().unwrap_or_default();
+    let id = list
+        .iter()
+        .rfind(|t| t["agent"] == "executor" && t["task"] == "a")
+        .unwrap_or_else(|| panic!("no executor tape: {list:?}"))["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let show = metash(r.ws(), &["--json", "tape", "show", &id], false);
+    let tape: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    let first = tape["exchanges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["method"] == "POST")
+        .unwrap_or_else(|| panic!("no POST: {tape}"))["seq"]
+        .as_u64()
+        .unwrap();
+    (id, first)
+}
+
+/// The executor role's model changed in the config: the replay stops at the turn's first model
+/// request, showing both model names, and exits non-zero.
+fn a_changed_model_stops_at_the_first_model_request(cli: Cli, r: &Recorded) {
+    let model = match cli {
+        Cli::Claude => "claude-sonnet-4-5",
+        Cli::Codex => "gpt-5.1-codex",
+        Cli::Pi => "test-model",
+    };
+    let (_, first) = executor_tape(r);
+    let config = std::fs::read_to_string(r.ws().join(".meta/config.toml")).unwrap();
+    let executor = cli.role("executor", &r.dead);
+    let changed = executor.replace(model, "another-model");
+    assert_ne!(changed, executor);
     std::fs::write(
-        ws.join(".meta/config.toml"),
+        r.ws().join(".meta/config.toml"),
         config.replace(&executor, &changed),
     )
     .unwrap();
-    let out = metash(ws, &[&["replay", "a"][..], &yes].concat(), false);
-    let shown = text(&out);
+    let (out, shown) = r.replay(&[]);
     assert!(!out.status.success(), "{shown}");
-    assert!(shown.contains("the replay stopped at request 1"), "{shown}");
+    let stopped = format!("the replay stopped at request {first}:");
+    assert!(shown.contains(&stopped), "{shown}");
     assert!(
-        shown.contains("another-model") && shown.contains("test-model"),
+        shown.contains("another-model") && shown.contains(model),
         "{shown}"
     );
-    assert!(!shown.contains("identical"), "{shown}");
-    assert_eq!(server.posts().len(), asked, "the model was asked: {shown}");
+    assert!(!said_identical(&shown), "{shown}");
+    std::fs::write(r.ws().join(".meta/config.toml"), config).unwrap();
+}
+
+/// The recorded prompt changed (the tape's `spawn.user_message`): with the run-varying fields
+/// masked, the replay still stops at the first model request, showing both prompts.
+fn a_changed_prompt_stops_at_the_first_model_request(r: &Recorded) {
+    let (id, first) = executor_tape(r);
+    let path = r.ws().join(format!(".meta/tapes/{id}.json"));
+    let original = std::fs::read_to_string(&path).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&original).unwrap();
+    let message = v["spawn"]["user_message"].as_str().unwrap().to_string();
+    v["spawn"]["user_message"] = format!("{message}\nAlso write b.txt.").into();
+    std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+    let (out, shown) = r.replay(&[]);
+    std::fs::write(&path, original).unwrap();
+    assert!(!out.status.success(), "{shown}");
+    let stopped = format!("the replay stopped at request {first}:");
+    assert!(shown.contains(&stopped), "{shown}");
+    assert!(
+        shown.contains("with the run-varying fields masked"),
+        "{shown}"
+    );
+    let replayed = shown.split("--- replayed:").nth(1).unwrap_or_default();
+    assert!(replayed.contains("Also write b.txt."), "{shown}");
+    assert!(!said_identical(&shown), "{shown}");
+}
+
+#[test]
+fn a_recorded_task_replays_to_the_identical_tree_with_the_model_stopped() {
+    let test = "a_recorded_task_replays_to_the_identical_tree_with_the_model_stopped";
+    let Some(r) = recorded(Cli::Pi, test) else {
+        return;
+    };
+    replays_identical(&r);
+    a_changed_model_stops_at_the_first_model_request(Cli::Pi, &r);
+}
+
+#[test]
+fn a_recorded_codex_task_replays_to_the_identical_tree() {
+    let test = "a_recorded_codex_task_replays_to_the_identical_tree";
+    let Some(r) = recorded(Cli::Codex, test) else {
+        return;
+    };
+    replays_identical(&r);
+    a_changed_model_stops_at_the_first_model_request(Cli::Codex, &r);
+    a_changed_prompt_stops_at_the_first_model_request(&r);
+}
+
+#[test]
+fn a_recorded_claude_code_task_replays_to_the_identical_tree() {
+    let test = "a_recorded_claude_code_task_replays_to_the_identical_tree";
+    let Some(r) = recorded(Cli::Claude, test) else {
+        return;
+    };
+    replays_identical(&r);
+    a_changed_model_stops_at_the_first_model_request(Cli::Claude, &r);
+    a_changed_prompt_stops_at_the_first_model_request(&r);
+}
+
+/// `--verify`: after the executor's turn, the verifier's recorded turn of the attempt is replayed
+/// against the replayed tree (the model stopped, no key) and its verdict is the recorded one.
+/// Without the verifier's tape, `--verify` is refused before anything runs, saying why.
+#[test]
+fn replay_verify_replays_the_verifiers_turn_and_compares_the_verdict() {
+    let test = "replay_verify_replays_the_verifiers_turn_and_compares_the_verdict";
+    let Some(r) = recorded(Cli::Pi, test) else {
+        return;
+    };
+    let (out, shown) = r.replay(&["--verify"]);
+    assert!(out.status.success(), "{shown}");
+    assert!(said_identical(&shown), "{shown}");
+    assert!(shown.contains("verifier: replayed tape"), "{shown}");
+    assert!(shown.contains("recorded verdict: pass"), "{shown}");
+    assert!(shown.contains("replayed verdict: pass"), "{shown}");
+    assert!(shown.contains("the verdict is the recorded one"), "{shown}");
+    let json = metash(
+        r.ws(),
+        &[&["--json", "replay", "a", "--verify"][..], &YES].concat(),
+        false,
+    );
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v["verify"]["same"], true, "{v}");
+    let turn = &v["verify"]["turn"];
+    assert!(turn["tape"].as_str().unwrap().contains("-verifier-"), "{v}");
+    assert_eq!(turn["served"], turn["recorded"], "{v}");
+    assert_eq!(v["verify"]["replayed_verdict"]["pass"], true, "{v}");
+    assert_eq!(r.server.posts().len(), r.asked, "the model was asked");
+
+    // The verifier's tape removed: --verify says so and replays nothing.
+    let list = metash(r.ws(), &["--json", "tape", "list"], false);
+    let list: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    let verifier = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|t| t["agent"] == "verifier" && t["task"] == "a")
+        .unwrap_or_else(|| panic!("no verifier tape: {list}"))["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    std::fs::remove_file(r.ws().join(format!(".meta/tapes/{verifier}.json"))).unwrap();
+    let (out, shown) = r.replay(&["--verify"]);
+    assert!(!out.status.success(), "{shown}");
+    assert!(
+        shown.contains(&format!("the verifier's tape {verifier} for task a")),
+        "{shown}"
+    );
+    assert!(!shown.contains("replayed tape"), "{shown}");
+    // Without --verify the executor's replay still works.
+    let (out, shown) = r.replay(&[]);
+    assert!(out.status.success() && said_identical(&shown), "{shown}");
 }

@@ -98,6 +98,24 @@ pub fn start_recorded(
     }
 }
 
+/// What no tape may hold, whichever role's turn it records: the placeholder, and every model
+/// key metash read for any configured role (a key one model echoed can reach another role's
+/// prompt, docs/replay.md). Values shorter than 8 bytes are left out: masking them would mask
+/// ordinary text.
+pub(crate) fn secrets(host: &Host) -> Vec<String> {
+    let mut out = vec![PLACEHOLDER.to_string()];
+    for role in host.config().roles.values() {
+        let info = metash_harness::frontend::info(role.frontend);
+        let vars = role.key_env().into_iter().chain([info.key_env.to_string()]);
+        for key in vars.filter_map(|v| host.env_var(&v)) {
+            if key.len() >= 8 && !out.contains(&key) {
+                out.push(key);
+            }
+        }
+    }
+    out
+}
+
 /// Refuses a role whose key variable is unset, or whose `auth` cannot be met, before anything
 /// is spent (the sign-in itself is read only when a spawn starts).
 ///
@@ -155,7 +173,7 @@ fn serve(
     config.tap = hooks.tap;
     config.recorder = hooks.recorder;
     config.replay = host.replaying().cloned();
-    config.redact = vec![PLACEHOLDER.to_string()];
+    config.redact = secrets(host);
     let proxy = CredentialProxy::start(config, source, host.event_sink())
         .map_err(|e| HostError::Config(format!("role `{agent}`: {e}")))?;
     let base_url = proxy
@@ -184,10 +202,13 @@ fn start_key(
         KeyHeader::XApiKey => AuthStyle::XApiKey,
         KeyHeader::Bearer => AuthStyle::Bearer,
     };
+    // metash's own API clients never read `ANTHROPIC_BASE_URL`/`OPENAI_BASE_URL`: sent through
+    // the proxy (a recorded turn), they reach the upstream they reach without it.
+    let env_base = role.runs_cli().then_some(info.base_url_env);
     let route = Route {
         id: ROUTE.into(),
         mount: Mount::WholePort,
-        upstream: upstream(host, role, Some(info.base_url_env), info.upstream),
+        upstream: upstream(host, role, env_base, info.upstream),
         auth,
     };
     let source = StaticSource::new().with(ROUTE, Secret::new(key));

@@ -199,8 +199,10 @@ impl RoleSpawn<'_> {
     }
 
     /// How the turn reaches the model: a CLI gets a placeholder key and the credential proxy's
-    /// URL (usage read on the wire as each response streams); only the in-process API clients
-    /// hold the key itself.
+    /// URL (usage read on the wire as each response streams). An in-process API client is sent
+    /// through the proxy the same way when its turn is recorded or replayed (docs/replay.md,
+    /// "API roles"): the proxy is where exchanges are taped and answered from, and the key then
+    /// stays in the proxy. Otherwise the API client holds the key itself.
     fn key(
         &self,
         turn: &mut RunTurnNonInteractiveRequest,
@@ -208,11 +210,17 @@ impl RoleSpawn<'_> {
         tape: Option<&super::tape::TurnTape>,
     ) -> Result<Option<super::key_proxy::Started>> {
         let (host, role) = (self.host, self.role);
-        if role.runs_cli() {
-            let charge = charge.clone();
-            let tap = super::usage_tap::WireUsage::new(move |u| charge.observe(u));
+        let cli = role.runs_cli();
+        if cli || tape.is_some() || host.replaying().is_some() {
+            // An API client reports its usage in its own events (`event_sink`): tapping the
+            // wire too would charge it twice.
+            let tap = cli.then(|| {
+                let charge = charge.clone();
+                Arc::new(super::usage_tap::WireUsage::new(move |u| charge.observe(u)))
+                    as Arc<dyn metash_runtime::credential::UsageTap>
+            });
             let hooks = super::key_proxy::Hooks {
-                tap: Some(Arc::new(tap)),
+                tap,
                 recorder: tape.map(super::tape::TurnTape::recorder),
             };
             let proxy = super::key_proxy::start_recorded(host, &self.req.agent_name, role, hooks)?;
@@ -224,7 +232,10 @@ impl RoleSpawn<'_> {
                         .insert(var.clone(), super::key_proxy::PLACEHOLDER.to_string());
                 }
             }
-            return Ok(proxy);
+            // An API role with no key (a local server) passes no proxy and is not recorded.
+            if cli || proxy.is_some() {
+                return Ok(proxy);
+            }
         }
         if let Some(base_url) = &role.base_url {
             turn.options.endpoint = Some(Endpoint {

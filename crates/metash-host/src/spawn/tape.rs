@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
 use metash_protocol::LogKind;
-use metash_runtime::credential::{Cassette, Exchange, Recorded, Recorder, StreamEnd};
+use metash_runtime::credential::{Cassette, Exchange, Recorded, Recorder, StreamEnd, Volatile};
 use metash_store::tape::{Tape, TapeExchange, TapeSpawn, Tapes, TAPE_SCHEMA_VERSION};
 use serde_json::json;
 
@@ -95,15 +95,16 @@ pub(crate) struct TurnTape {
     task: Option<String>,
     attempt: Option<u32>,
     session_id: Option<String>,
-    spawn: TapeSpawn,
+    /// `None` for an interactive session (`for_session`): nothing `metash replay` can run.
+    spawn: Option<TapeSpawn>,
 }
 
 impl TurnTape {
-    /// A recorder for this spawn's turn, or `None` when the role runs no CLI (an API role's
-    /// exchanges do not pass the proxy), `[record]` turns recording off, or the turn is itself a
-    /// replay.
+    /// A recorder for this spawn's turn, or `None` when `[record]` turns recording off or the
+    /// turn is itself a replay. (An API role's client is sent through the proxy when its turn
+    /// is recorded: `model.rs`.)
     pub fn new(host: &Host, req: &SpawnRequest, role: &Role) -> Option<Self> {
-        if !role.runs_cli() || !host.config().record.enabled() || host.replaying().is_some() {
+        if !host.config().record.enabled() || host.replaying().is_some() {
             return None;
         }
         let state = host.store().state().ok();
@@ -112,6 +113,8 @@ impl TurnTape {
             let a = running.get(task)?.get("attempt")?.as_u64()?;
             u32::try_from(a).ok()
         });
+        // The prompts are the host's, not the proxy's: masked here as the proxy masks requests.
+        let secrets = super::key_proxy::secrets(host);
         Some(Self {
             reel: Arc::new(Reel {
                 store: host.store().clone(),
@@ -123,9 +126,9 @@ impl TurnTape {
             task: req.task_id.clone(),
             attempt,
             session_id: state.map(|s| s.session_id),
-            spawn: TapeSpawn {
-                system_prompt: req.system_prompt.clone(),
-                user_message: req.user_message.clone(),
+            spawn: Some(TapeSpawn {
+                system_prompt: masked(&req.system_prompt, &secrets),
+                user_message: masked(&req.user_message, &secrets),
                 options: serde_json::to_value(&req.options).unwrap_or_default(),
                 // As the CLI is given it (model.rs: resolved by `check_workdir`).
                 workdir: req
@@ -135,7 +138,29 @@ impl TurnTape {
                     .canonicalize()
                     .ok()
                     .map(|p| p.to_string_lossy().into_owned()),
-            },
+            }),
+        })
+    }
+
+    /// A recorder for an interactive session's CLI (`metash session`, `interactive.rs`): no
+    /// task, the session's id as the tape's `session_id`, no spawn to replay. `None` when
+    /// `[record]` turns recording off.
+    pub fn for_session(host: &Host, role: &str, frontend: &str, session: &str) -> Option<Self> {
+        if !host.config().record.enabled() {
+            return None;
+        }
+        Some(Self {
+            reel: Arc::new(Reel {
+                store: host.store().clone(),
+                started: SystemTime::now(),
+                stored: Mutex::default(),
+            }),
+            agent: role.to_string(),
+            frontend: frontend.to_string(),
+            task: None,
+            attempt: None,
+            session_id: Some(session.to_string()),
+            spawn: None,
         })
     }
 
@@ -149,6 +174,11 @@ impl TurnTape {
     /// logged as an `error` record and does not fail the turn: the turn's work is worth more
     /// than its recording.
     pub fn save(self, host: &Host) {
+        self.save_in(host.store());
+    }
+
+    /// [`Self::save`], given the store (an interactive session's launcher holds no host).
+    pub fn save_in(self, store: &metash_store::Store) {
         let stored = std::mem::take(
             &mut *self
                 .reel
@@ -159,7 +189,6 @@ impl TurnTape {
         if stored.exchanges.is_empty() && stored.error.is_none() {
             return;
         }
-        let store = host.store();
         let saved = match stored.error {
             Some(e) => Err(e),
             None => self
@@ -201,7 +230,7 @@ impl TurnTape {
             started_at: rfc3339(self.reel.started),
             ended_at: rfc3339(SystemTime::now()),
             exchanges,
-            spawn: Some(self.spawn.clone()),
+            spawn: self.spawn.clone(),
         };
         tapes.save(&tape)
     }
@@ -225,7 +254,8 @@ pub struct Pins {
 }
 
 /// [`cassette`], its recorded bodies rewritten by `pins`. A rewritten response is sent as one
-/// chunk, without its recorded `Content-Length`.
+/// chunk, without its recorded `Content-Length`. Requests are compared with the run-varying
+/// fields of the tape's CLI masked ([`Volatile::for_frontend`]).
 ///
 /// # Errors
 /// As [`cassette`].
@@ -259,7 +289,11 @@ pub fn cassette_with(
             &lens,
         ));
     }
-    Ok(Cassette::new(recorded))
+    let volatile = tape
+        .frontend
+        .as_deref()
+        .map_or(Volatile::None, Volatile::for_frontend);
+    Ok(Cassette::new(recorded).with_volatile(volatile))
 }
 
 impl Pins {
@@ -284,6 +318,18 @@ fn replace_all(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
         } else {
             out.push(bytes[i]);
             i += 1;
+        }
+    }
+    out
+}
+
+/// `text` with every occurrence of each secret overwritten with `*` of the same length (as the
+/// proxy masks what it records, so a replay's requests still match the recorded ones).
+fn masked(text: &str, secrets: &[String]) -> String {
+    let mut out = text.to_string();
+    for s in secrets.iter().filter(|s| !s.is_empty()) {
+        if out.contains(s.as_str()) {
+            out = out.replace(s.as_str(), &"*".repeat(s.len()));
         }
     }
     out

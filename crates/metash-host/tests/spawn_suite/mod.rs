@@ -1,3 +1,4 @@
+mod acp_continuity;
 mod acp_escape;
 mod acp_role;
 mod artifact_race;
@@ -25,6 +26,7 @@ mod revocation;
 mod subscription;
 mod suspend;
 mod tape_cli;
+mod tape_roles;
 mod wasm_agent;
 mod wasm_quota;
 mod wasm_shutdown;

@@ -40,6 +40,7 @@
 
 mod handle;
 mod headers;
+pub mod normalize;
 pub mod record;
 pub mod replay;
 mod route;
@@ -58,6 +59,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+pub use normalize::Volatile;
 pub use record::{Chunk, Exchange, Recorder};
 pub use replay::{Cassette, Divergence, Recorded};
 pub use route::{AuthStyle, Mount, Route};

@@ -1,7 +1,8 @@
 //! Replay (issue 36, its first step): with a [`Cassette`] in its config, the proxy answers each
 //! request from a recorded turn instead of the upstream, in order, and never asks for a
 //! credential nor opens a connection. A request must equal the next recorded one (method, target
-//! and body, after the same masking the recording had); the first that differs is answered with
+//! and body, after the same masking the recording had, and with the recorded CLI's run-varying
+//! fields masked on both sides: [`Volatile`], normalize.rs); the first that differs is answered with
 //! an error (400, so the agent stops instead of retrying), kept as the cassette's
 //! [`Divergence`] with both requests, and every request after it is refused the same way.
 //!
@@ -16,6 +17,7 @@ use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
 
+use super::normalize::Volatile;
 use super::record::{Exchange, Redactor, MAX_RECORDED_BODY};
 use super::tap::OutBody;
 
@@ -100,6 +102,8 @@ struct Progress {
 pub struct Cassette {
     exchanges: Vec<Recorded>,
     progress: Mutex<Progress>,
+    /// The run-varying request fields masked on both sides before bodies are compared.
+    volatile: Volatile,
 }
 
 impl Cassette {
@@ -107,7 +111,15 @@ impl Cassette {
         Self {
             exchanges,
             progress: Mutex::default(),
+            volatile: Volatile::None,
         }
+    }
+
+    /// This cassette, comparing request bodies with `volatile`'s fields masked on both sides
+    /// (the recorded CLI's; docs/replay.md, "What a replay masks").
+    pub fn with_volatile(mut self, volatile: Volatile) -> Self {
+        self.volatile = volatile;
+        self
     }
 
     /// Requests answered from the recording so far.
@@ -156,7 +168,7 @@ impl Cassette {
                 "target {target} where the recording has {}",
                 e.target
             )),
-            Some(e) => first_difference(&e.request_body, &body),
+            Some(e) => self.body_difference(&e.request_body, &body),
         };
         match (reason, expected) {
             (None, Some(e)) => {
@@ -175,6 +187,25 @@ impl Cassette {
                 Err(Box::new(d))
             }
         }
+    }
+}
+
+impl Cassette {
+    /// Where the recorded and the sent body differ once the run-varying fields are masked, or
+    /// `None` when they match.
+    fn body_difference(&self, expected: &[u8], got: &[u8]) -> Option<String> {
+        if expected == got {
+            return None;
+        }
+        let (e, g) = (
+            self.volatile.normalize(expected),
+            self.volatile.normalize(got),
+        );
+        let d = first_difference(&e, &g)?;
+        Some(match self.volatile {
+            Volatile::None => d,
+            _ => format!("with the run-varying fields masked, {d}"),
+        })
     }
 }
 
@@ -319,5 +350,35 @@ mod tests {
         let c = Cassette::new(vec![]);
         let d = c.take("GET", "/", Vec::new()).expect_err("ended");
         assert_eq!(d.expected, None);
+    }
+
+    #[test]
+    fn a_codex_cassette_masks_ids_but_stops_at_a_changed_prompt() {
+        let body = |id: &str, text: &str| {
+            format!(
+                r#"{{"prompt_cache_key":"{id}","input":[{{"type":"message","id":"msg_{id}","content":"{text}"}}]}}"#
+            )
+        };
+        let a = "01a21c33-86af-79c1-a055-0911b5f4aa6c";
+        let b = "01a21c33-8fd8-7c02-85ce-41dadd86abe5";
+        let c = Cassette::new(vec![rec(&body(a, "one")), rec(&body(a, "two"))])
+            .with_volatile(Volatile::Codex);
+        assert!(c
+            .take("POST", "/v1/messages", body(b, "one").into_bytes())
+            .is_ok());
+        let d = c
+            .take("POST", "/v1/messages", body(b, "TWO").into_bytes())
+            .expect_err("the prompt changed");
+        assert_eq!(d.seq, 2);
+        assert!(
+            d.reason.starts_with("with the run-varying fields masked"),
+            "{}",
+            d.reason
+        );
+        // Without the mask, the ids alone stop it.
+        let plain = Cassette::new(vec![rec(&body(a, "one"))]);
+        assert!(plain
+            .take("POST", "/v1/messages", body(b, "one").into_bytes())
+            .is_err());
     }
 }

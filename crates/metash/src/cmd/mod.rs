@@ -12,6 +12,7 @@ mod auth;
 mod capability;
 mod context;
 mod control;
+mod fork;
 mod git;
 mod harness;
 pub(crate) mod host;
@@ -73,6 +74,8 @@ pub enum Command {
     Tape(tape::TapeCommand),
     #[command(flatten)]
     Replay(replay::ReplayCommand),
+    #[command(flatten)]
+    Fork(fork::ForkCommand),
     #[cfg(target_os = "linux")]
     #[command(flatten)]
     Worker(worker::WorkerCommand),
@@ -95,6 +98,7 @@ pub fn run(command: Command, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         Command::Session(c) => session::run(c, ctx),
         Command::Tape(c) => tape::run(c, ctx),
         Command::Replay(c) => replay::run(c, ctx),
+        Command::Fork(c) => fork::run(c, ctx),
         #[cfg(target_os = "linux")]
         Command::Worker(c) => worker::run(c, ctx),
     }

@@ -75,9 +75,12 @@ fn list(tapes: &Tapes<'_>, json: bool) -> Result<()> {
             "{}  {}  {}{}  {} exchanges  {} bytes  {}",
             sanitize_line(&t.id),
             sanitize_line(&t.agent),
-            t.task
-                .as_deref()
-                .map_or_else(|| "-".to_string(), |x| format!("task {}", sanitize_line(x))),
+            match (&t.task, &t.session_id) {
+                (Some(x), _) => format!("task {}", sanitize_line(x)),
+                // An interactive session's tape (or a turn outside any task).
+                (None, Some(s)) => format!("session {}", sanitize_line(s)),
+                (None, None) => "-".to_string(),
+            },
             t.attempt.map(|a| format!(" #{a}")).unwrap_or_default(),
             t.exchanges,
             t.bytes,
