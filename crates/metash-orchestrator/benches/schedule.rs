@@ -7,9 +7,9 @@
 //! 2. Makespan of N independent sleeping tasks with `--jobs N` versus the longest task (target:
 //!    <= 1.1x the longest plus spawn overhead).
 //! 3. The merge queue (issue 33): landing N independent, non-conflicting tasks through the queue
-//!    (each brought up to date with the project in its worktree, re-verified, then merged) versus
-//!    a bare `git merge --no-ff` of the same commits, one after another, in a clone of the same
-//!    run (target: <= 1.5x).
+//!    (each merged onto the project's `HEAD` away from its worktree, re-verified in the queue's
+//!    worktree, then the checkout fast-forwarded to that merge) versus a bare `git merge --no-ff`
+//!    of the same commits, one after another, in a clone of the same run (target: <= 1.5x).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashSet;
@@ -275,9 +275,9 @@ fn report_queue_share(dir: &Path, n: usize) {
 fn report_queue() {
     let (queue, bare) = queue_vs_bare_merge(8);
     println!(
-        "merge queue, 8 independent non-conflicting tasks: {:.2} ms per task to land (update in \
-         the worktree, re-verify, merge, bookkeeping) vs bare `git merge --no-ff` {:.2} ms per \
-         task = {:.3}x (target <= 1.5x)",
+        "merge queue, 8 independent non-conflicting tasks: {:.2} ms per task to land (merge on \
+         HEAD, re-verify in the queue's worktree, fast-forward, bookkeeping) vs bare `git merge \
+         --no-ff` {:.2} ms per task = {:.3}x (target <= 1.5x)",
         queue.as_secs_f64() * 1e3,
         bare.as_secs_f64() * 1e3,
         queue.as_secs_f64() / bare.as_secs_f64().max(1e-9)

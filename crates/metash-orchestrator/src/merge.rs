@@ -18,7 +18,7 @@ use crate::engine::{branch_of, worktree_of, Orchestrator, Step};
 use crate::error::Result;
 use crate::git::{guard, Merge};
 use crate::plan::{self, TaskNode};
-use crate::queue::Queued;
+use crate::queue::{landing_message, queue_worktree, Queued, QUEUE_BRANCH};
 use crate::recorded::Untrusted;
 
 impl Orchestrator<'_> {
@@ -116,38 +116,13 @@ impl Orchestrator<'_> {
             Ok(None) => return Ok(None),
             Err(Untrusted(why)) => return self.halt(self.refusal(state, id, why)).map(Some),
         };
-        let refused = self.git.check_merge(root, &rev)?;
-        if !refused.is_empty() {
-            let what = format!(
-                "metash refused to merge {rev}, task {id}'s recorded commit, into {}",
-                root.display()
-            );
-            let why = guard::describe(&what, &refused);
-            return self.halt(self.refusal(state, id, why)).map(Some);
+        if let Some(step) = self.refused_tree(root, id, state, &rev)? {
+            return Ok(Some(step));
         }
-        let ask = |question: String| {
-            self.raise_own(
-                question,
-                vec!["done".into(), "abort".into()],
-                ResumeFor {
-                    role: "merge".into(),
-                    task: Some(id.clone()),
-                    asked: None,
-                },
-            )
-            .map(Some)
-        };
-        let blocking = self.git.undo_interrupted_merge(root, &rev)?;
-        if !blocking.is_empty() {
-            return ask(format!(
-                "Uncommitted changes in {} block merging task {id} ({}): {}. Commit or stash \
-                 them, then run `metash run --answer done` (or `--answer abort` to halt).",
-                root.display(),
-                node.title,
-                blocking.join(", ")
-            ));
+        if let Some(step) = self.blocked(root, node, &rev)? {
+            return Ok(Some(step));
         }
-        let msg = format!("metash: merge task {id}: {}", node.title);
+        let msg = landing_message(node);
         if let Merge::Conflict { files } = self.git.merge(root, &rev, &msg)? {
             // The queue lands only tips that hold `HEAD`, so this cannot conflict; if it does
             // anyway, the checkout is put back at once: it is never left mid-merge.
@@ -169,7 +144,55 @@ impl Orchestrator<'_> {
         Ok(None)
     }
 
-    /// Worktrees and branches of merged tasks are no longer needed: their commits are in HEAD.
+    /// The merge guard's look at what task `id`'s recorded commit `rev` brings: `Some` (the
+    /// session halted, `refused`) when a path breaks a rule.
+    pub(crate) fn refused_tree(
+        &self,
+        root: &Path,
+        id: &str,
+        state: &SessionState,
+        rev: &str,
+    ) -> Result<Option<Step>> {
+        let refused = self.git.check_merge(root, rev)?;
+        if refused.is_empty() {
+            return Ok(None);
+        }
+        let what = format!(
+            "metash refused to merge {rev}, task {id}'s recorded commit, into {}",
+            root.display()
+        );
+        let why = guard::describe(&what, &refused);
+        self.halt(self.refusal(state, id, why)).map(Some)
+    }
+
+    /// Before commit `rev` reaches the checkout: what a landing cut short left is undone; a
+    /// person's local changes in its way are a checkpoint (`Some`).
+    pub(crate) fn blocked(&self, root: &Path, node: &TaskNode, rev: &str) -> Result<Option<Step>> {
+        let blocking = self.git.undo_interrupted_merge(root, rev)?;
+        if blocking.is_empty() {
+            return Ok(None);
+        }
+        let id = &node.id;
+        self.raise_own(
+            format!(
+                "Uncommitted changes in {} block merging task {id} ({}): {}. Commit or stash \
+                 them, then run `metash run --answer done` (or `--answer abort` to halt).",
+                root.display(),
+                node.title,
+                blocking.join(", ")
+            ),
+            vec!["done".into(), "abort".into()],
+            ResumeFor {
+                role: "merge".into(),
+                task: Some(id.clone()),
+                asked: None,
+            },
+        )
+        .map(Some)
+    }
+
+    /// Worktrees and branches of merged tasks are no longer needed: their commits are in HEAD;
+    /// nor is the queue's worktree (the next phase's queue makes it again).
     fn remove_merged(&self, root: &Path, phase: u32) -> Result<()> {
         let state = self.store().state()?;
         let book = Book::of(&state);
@@ -181,6 +204,8 @@ impl Orchestrator<'_> {
         for id in &merged {
             self.git.remove_worktree(&worktree_of(root, id), None)?;
         }
+        let queue = queue_worktree(root);
+        self.git.remove_worktree(&queue, Some(QUEUE_BRANCH))?;
         let branches: Vec<String> = merged.iter().map(|id| branch_of(id)).collect();
         self.git.delete_branches(&branches)
     }

@@ -6,6 +6,13 @@
 //! executor on it and returns the response and its commit as a bundle, and the coordinator
 //! fast-forwards the task's branch to it (only to exactly one commit on the attempt's head, by
 //! its id: `worker_commit`) and records the task as it would have.
+//!
+//! A merge-queue **resolution turn** (resolve.rs) moves the same way: the task's branch (at its
+//! recorded tip) and the project's commit it is brought up to date with go as bundles, the worker
+//! makes the same update merge again (git leaves the same conflict there: markers in the files,
+//! both sides in the index), its executor resolves it, and the merge commit comes back as a
+//! bundle. The coordinator takes it only as the merge of exactly those two commits, by its id,
+//! checks the files for markers and has it re-verified, as it does a resolution made here.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -15,9 +22,14 @@ use metash_store::pg::lease::{self, TaskSpec};
 use metash_store::pg::store::PgStore;
 use serde_json::{json, Value};
 
+use crate::book::QueueEntry;
 use crate::engine::{branch_of, Orchestrator};
 use crate::error::{OrchestratorError, Result};
 use crate::execute::{Attempt, Begun, Ready};
+use crate::planning::{clip, status_word};
+use crate::prompts::Conflict;
+use crate::queue::short;
+use crate::resolve::Resolution;
 
 /// How often the coordinator looks at a queued task.
 const POLL: Duration = Duration::from_millis(100);
@@ -29,6 +41,30 @@ const OUTAGE: Duration = Duration::from_secs(120);
 /// The bundle of a queued task's base, and of a worker's result, on the server.
 pub(crate) fn base_blob(qid: &str) -> String {
     format!("base/{qid}")
+}
+
+/// The bundle of the project's commit a resolution turn merges into the task's branch.
+pub(crate) fn main_blob(qid: &str) -> String {
+    format!("main/{qid}")
+}
+
+/// The ref that commit is bundled under, and a worker keeps it at.
+pub(crate) fn main_ref(qid: &str) -> String {
+    format!("refs/metash/main/{}", qid.replace('#', "-"))
+}
+
+/// Refused consent on a worker: the coordinator's run stops at once, as for a local executor.
+fn consent_refusal(result: &Value) -> Option<OrchestratorError> {
+    let refused = result.get("consent_refused").filter(|r| r.is_object())?;
+    let text = |k: &str| refused[k].as_str().unwrap_or_default().to_string();
+    Some(OrchestratorError::Host(
+        metash_host::HostError::ConsentRefused {
+            agent: text("agent"),
+            capability: text("capability"),
+            grant_command: text("grant_command"),
+            message: text("message"),
+        },
+    ))
 }
 
 /// (Written by a worker, which runs on Linux only.)
@@ -54,8 +90,28 @@ impl Orchestrator<'_> {
             Ok(ready) => ready,
             Err(outcome) => return Ok(Attempt::Stop(outcome)),
         };
-        // A turn an earlier run queued for this task (it was killed waiting) is withdrawn: only
-        // the turn queued now may complete it.
+        let qid = self.new_turn(server, id)?;
+        let bundle = self.git.bundle(&wt, &branch_of(id))?;
+        server.put_blob(&base_blob(&qid), &bundle)?;
+        let payload = json!({
+            "task": id,
+            "attempt": begun.attempt,
+            "head": head,
+            "findings": begun.findings,
+            "lastError": begun.last_error,
+        });
+        self.enqueue_turn(server, id, &qid, payload)?;
+        self.progress(
+            &format!("task {id}: queued for a worker (attempt {})", begun.attempt),
+            LogLevel::Info,
+        );
+        let result = self.wait_for(server, &qid)?;
+        self.settle_remote(id, &qid, &wt, &head, &begun, &result)
+    }
+
+    /// A new turn's queue id for task `id`. A turn an earlier run queued for the task (it was
+    /// killed waiting) is withdrawn first: only the turn queued now may complete it.
+    fn new_turn(&self, server: &PgStore, id: &str) -> Result<String> {
         let stale = server.db(|db| lease::cancel(db, server.project(), &format!("{id}#")))?;
         if !stale.is_empty() {
             self.progress(
@@ -66,34 +122,142 @@ impl Orchestrator<'_> {
                 LogLevel::Warn,
             );
         }
-        let qid = format!("{id}#{}", uuid::Uuid::new_v4().simple());
-        let bundle = self.git.bundle(&wt, &branch_of(id))?;
-        server.put_blob(&base_blob(&qid), &bundle)?;
-        let payload = json!({
-            "task": id,
-            "attempt": begun.attempt,
-            "head": head,
-            "findings": begun.findings,
-            "lastError": begun.last_error,
-        });
+        Ok(format!("{id}#{}", uuid::Uuid::new_v4().simple()))
+    }
+
+    /// Puts turn `qid` of task `id` in the lease queue, for a worker with the task's labels.
+    fn enqueue_turn(&self, server: &PgStore, id: &str, qid: &str, payload: Value) -> Result<()> {
+        let labels = crate::book::Book::of(&self.store().state()?).labels_of(id);
         server.db(|db| {
             lease::enqueue(
                 db,
                 server.project(),
                 &[TaskSpec {
-                    id: qid.clone(),
+                    id: qid.to_string(),
                     deps: Vec::new(),
-                    labels: crate::book::Book::of(&begun.state).labels_of(id),
+                    labels,
                     payload,
                 }],
             )
         })?;
+        Ok(())
+    }
+
+    /// Task `id`'s resolution turn run by a worker: the update in progress in `wt` (of the
+    /// recorded tip `entry.head` with `entry.main`) goes as the two commits, and the merge commit
+    /// the worker brings back is taken as [`Orchestrator::take_worker_resolution`] says.
+    pub(crate) fn resolve_on_worker(
+        &self,
+        id: &str,
+        wt: &Path,
+        entry: &QueueEntry,
+        conflict: &Conflict<'_>,
+    ) -> Result<Resolution> {
+        let server = self.server()?;
+        let qid = self.new_turn(server, id)?;
+        server.put_blob(&base_blob(&qid), &self.git.bundle(wt, &branch_of(id))?)?;
+        // A bundle carries refs: the project's commit gets one for as long as it is bundled.
+        let main = main_ref(&qid);
+        self.git.run(wt, &["update-ref", &main, &entry.main])?;
+        let bundled = self.git.bundle(wt, &main);
+        let _ = self.git.run(wt, &["update-ref", "-d", &main]);
+        server.put_blob(&main_blob(&qid), &bundled?)?;
+        let payload = json!({
+            "task": id,
+            "attempt": conflict.attempt,
+            "head": entry.head,
+            "resolve": {
+                "main": entry.main,
+                "files": conflict.files,
+                "with": conflict.with,
+                "maxAttempts": conflict.max_attempts,
+                "why": conflict.why,
+            },
+        });
+        self.enqueue_turn(server, id, &qid, payload)?;
         self.progress(
-            &format!("task {id}: queued for a worker (attempt {})", begun.attempt),
+            &format!(
+                "task {id}: resolution queued for a worker (attempt {})",
+                conflict.attempt
+            ),
             LogLevel::Info,
         );
         let result = self.wait_for(server, &qid)?;
-        self.settle_remote(id, &qid, &wt, &head, &begun, &result)
+        self.take_worker_resolution(id, wt, &qid, entry, &result)
+    }
+
+    /// What a worker's resolution turn brought: its merge commit, taken only when it is the
+    /// merge of exactly the task's tip and the project's commit (by its id), the worktree moved
+    /// to it and none of the conflicting files holding a marker.
+    fn take_worker_resolution(
+        &self,
+        id: &str,
+        wt: &Path,
+        qid: &str,
+        entry: &QueueEntry,
+        result: &Value,
+    ) -> Result<Resolution> {
+        if let Some(refused) = consent_refusal(result) {
+            return Err(refused);
+        }
+        let response: AgentResponse = match serde_json::from_value(result["response"].clone()) {
+            Ok(r) => r,
+            Err(e) => {
+                let why = format!("the worker's result is not a response: {e}");
+                return Ok(Resolution::Failed(why));
+            }
+        };
+        let worker = result["worker"].as_str().unwrap_or("a worker");
+        match response.status {
+            AgentStatus::Success => {}
+            AgentStatus::Checkpoint => return Ok(Resolution::Asked(response)),
+            AgentStatus::Error | AgentStatus::Timeout => {
+                return Ok(Resolution::Failed(format!(
+                    "the executor on {worker} did not resolve the conflict ({}): {}",
+                    status_word(response.status),
+                    clip(&response.data)
+                )))
+            }
+        }
+        let Some(name) = result["bundle"].as_str() else {
+            return Ok(Resolution::Failed(format!(
+                "{worker} brought no resolution"
+            )));
+        };
+        let bytes = self.server()?.get_blob(name)?.ok_or_else(|| {
+            OrchestratorError::Refused(format!("the worker's bundle {name} is gone"))
+        })?;
+        let tip = format!("refs/metash/result/{}", qid.replace('#', "-"));
+        let spec = format!("+refs/heads/{}:{tip}", branch_of(id));
+        self.git.fetch_bundle(wt, &bytes, &spec)?;
+        let Some(new) = self.git.resolve(wt, &tip)? else {
+            return Ok(Resolution::Failed(format!(
+                "{worker}'s bundle holds no {}",
+                branch_of(id)
+            )));
+        };
+        if self.git.parents(wt, &new)? != [entry.head.clone(), entry.main.clone()] {
+            return Ok(Resolution::Failed(format!(
+                "refused {worker}'s resolution {new}: it is not the merge of the task's tip {} \
+                 and {}",
+                entry.head, entry.main
+            )));
+        }
+        // The update in progress here gives way to the worker's merge, by its id.
+        self.git.reset_to(wt, &entry.head)?;
+        self.git.run(wt, &["merge", "--ff-only", "--quiet", &new])?;
+        let marked = self.git.with_markers(wt, &entry.files);
+        if !marked.is_empty() {
+            return Ok(Resolution::Failed(format!(
+                "conflict markers are left in {} (resolved on {worker}, {})",
+                marked.join(", "),
+                short(&new)
+            )));
+        }
+        Ok(Resolution::Committed {
+            sha: new,
+            on: format!(" on {worker}"),
+        })
     }
 
     /// Waits until a worker completes `qid`; its result. Meanwhile returns expired leases to the
@@ -160,16 +324,8 @@ impl Orchestrator<'_> {
         begun: &Begun,
         result: &Value,
     ) -> Result<Attempt> {
-        if let Some(refused) = result.get("consent_refused").filter(|r| r.is_object()) {
-            let text = |k: &str| refused[k].as_str().unwrap_or_default().to_string();
-            return Err(OrchestratorError::Host(
-                metash_host::HostError::ConsentRefused {
-                    agent: text("agent"),
-                    capability: text("capability"),
-                    grant_command: text("grant_command"),
-                    message: text("message"),
-                },
-            ));
+        if let Some(refused) = consent_refusal(result) {
+            return Err(refused);
         }
         let response: AgentResponse = match serde_json::from_value(result["response"].clone()) {
             Ok(r) => r,
@@ -210,8 +366,8 @@ impl Orchestrator<'_> {
             AgentStatus::Error | AgentStatus::Timeout => {
                 let why = format!(
                     "executor on {worker} {}: {}",
-                    crate::planning::status_word(response.status),
-                    crate::planning::clip(&response.data)
+                    status_word(response.status),
+                    clip(&response.data)
                 );
                 self.fail_attempt(id, wt, head, why)
             }

@@ -16,7 +16,7 @@
 
 use std::path::Path;
 
-use metash_protocol::{AgentStatus, LogLevel, SessionState};
+use metash_protocol::{AgentResponse, AgentStatus, LogLevel, SessionState};
 use serde_json::json;
 
 use crate::book::{self, Book, Entry, Halt, HaltReason, QueueEntry, QueueState, ResumeFor};
@@ -26,6 +26,17 @@ use crate::plan::TaskNode;
 use crate::planning::{clip, status_word};
 use crate::prompts::{Conflict, Focus, Role};
 use crate::queue::{short, Next};
+
+/// How a resolution turn ended.
+pub(crate) enum Resolution {
+    /// The merge commit of the resolution, the worktree's branch at it (not yet recorded);
+    /// `on` names the worker that made it (`" on w1"`), else empty.
+    Committed { sha: String, on: String },
+    /// The executor asked a person.
+    Asked(AgentResponse),
+    /// It did not resolve, for this reason.
+    Failed(String),
+}
 
 impl Orchestrator<'_> {
     /// The update of task `node` conflicts in `files`: a resolution turn for its executor, or,
@@ -72,22 +83,17 @@ impl Orchestrator<'_> {
             max_attempts: self.config.max_resolve_attempts,
             why: &entry.why,
         };
-        let response = self.spawn(
-            Role::Executor,
-            &Focus {
-                task: Some(id),
-                resolve: Some(&conflict),
-                attempt: entry.attempts + 1,
-                ..Focus::default()
-            },
-            Some(wt.to_path_buf()),
-        )?;
-        let why = match response.status {
-            AgentStatus::Success => match self.take_resolution(node, wt, &entry, &response.data)? {
-                None => return Ok(Next::Again),
-                Some(why) => why,
-            },
-            AgentStatus::Checkpoint => {
+        let turn = if self.remote {
+            self.resolve_on_worker(id, wt, &entry, &conflict)?
+        } else {
+            self.resolve_here(id, wt, &entry, &conflict)?
+        };
+        let why = match turn {
+            Resolution::Committed { sha, on } => {
+                self.record_resolution(id, &entry, &sha, &on)?;
+                return Ok(Next::Again);
+            }
+            Resolution::Asked(response) => {
                 // Asked a person: the answer reaches the next resolution turn (the entry stays
                 // `resolving`, so the next run makes the update again and asks again).
                 let p = self.on_checkpoint(
@@ -101,32 +107,55 @@ impl Orchestrator<'_> {
                 )?;
                 return Ok(Next::Stop(Step::Stop(RunOutcome::Checkpoint(p))));
             }
-            AgentStatus::Error | AgentStatus::Timeout => format!(
-                "the executor did not resolve the conflict ({}): {}",
-                status_word(response.status),
-                clip(&response.data)
-            ),
+            Resolution::Failed(why) => why,
         };
         self.resolution_failed(id, wt, entry, vec![why])
     }
 
-    /// The executor says it resolved: its files applied (API executors), no marker left, the
-    /// merge committed and recorded as the task's tip, to be re-verified. `Some(why)` when it
-    /// did not resolve.
+    /// The resolution turn on this machine, in the worktree `wt` where the update is in progress.
+    fn resolve_here(
+        &self,
+        id: &str,
+        wt: &Path,
+        entry: &QueueEntry,
+        conflict: &Conflict<'_>,
+    ) -> Result<Resolution> {
+        let response = self.spawn(
+            Role::Executor,
+            &Focus {
+                task: Some(id),
+                resolve: Some(conflict),
+                attempt: conflict.attempt,
+                ..Focus::default()
+            },
+            Some(wt.to_path_buf()),
+        )?;
+        Ok(match response.status {
+            AgentStatus::Success => self.take_resolution(id, wt, entry, &response.data)?,
+            AgentStatus::Checkpoint => Resolution::Asked(response),
+            AgentStatus::Error | AgentStatus::Timeout => Resolution::Failed(format!(
+                "the executor did not resolve the conflict ({}): {}",
+                status_word(response.status),
+                clip(&response.data)
+            )),
+        })
+    }
+
+    /// The executor says it resolved: its files applied (API executors), no marker left, and the
+    /// merge committed (not yet recorded).
     fn take_resolution(
         &self,
-        node: &TaskNode,
+        id: &str,
         wt: &Path,
         entry: &QueueEntry,
         data: &str,
-    ) -> Result<Option<String>> {
-        let id = node.id.as_str();
+    ) -> Result<Resolution> {
         if let Err(why) = crate::reply::apply_files(wt, data) {
-            return Ok(Some(why));
+            return Ok(Resolution::Failed(why));
         }
         let marked = self.git.with_markers(wt, &entry.files);
         if !marked.is_empty() {
-            return Ok(Some(format!(
+            return Ok(Resolution::Failed(format!(
                 "conflict markers are left in {}",
                 marked.join(", ")
             )));
@@ -135,14 +164,20 @@ impl Orchestrator<'_> {
             "metash: update task {id} with {} (conflicts resolved by the executor)",
             short(&entry.main)
         );
-        let sha = match self.git.commit_resolution(wt, &msg)? {
-            Ok(sha) => sha,
-            Err(unmerged) => {
-                return Ok(Some(format!("still unmerged: {}", unmerged.join(", "))));
-            }
-        };
+        Ok(match self.git.commit_resolution(wt, &msg)? {
+            Ok(sha) => Resolution::Committed {
+                sha,
+                on: String::new(),
+            },
+            Err(unmerged) => Resolution::Failed(format!("still unmerged: {}", unmerged.join(", "))),
+        })
+    }
+
+    /// The resolution's merge commit `sha` (made `on` a worker, or here) becomes the task's
+    /// recorded tip, to be re-verified.
+    fn record_resolution(&self, id: &str, entry: &QueueEntry, sha: &str, on: &str) -> Result<()> {
         let book = Book::of(&self.store().state()?);
-        let mut updates = self.tip_updates(id, &book, &sha);
+        let mut updates = self.tip_updates(id, &book, sha);
         let entry = QueueEntry {
             state: QueueState::Reverifying,
             ..entry.clone()
@@ -152,12 +187,12 @@ impl Orchestrator<'_> {
         self.update(updates)?;
         self.progress(
             &format!(
-                "task {id}: the executor resolved the conflict ({})",
-                short(&sha)
+                "task {id}: the executor{on} resolved the conflict ({})",
+                short(sha)
             ),
             LogLevel::Info,
         );
-        Ok(None)
+        Ok(())
     }
 
     /// A resolution failed for `why`: the worktree goes back to the task's tip (the merge

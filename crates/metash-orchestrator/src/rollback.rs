@@ -64,19 +64,38 @@ impl Orchestrator<'_> {
         })
     }
 
-    /// Reverts a merged task's commits still in HEAD, newest first; the revert commits made. A
-    /// conflict aborts the revert and refuses, saying how many tasks were already rolled back.
+    /// Reverts a merged task's work still in HEAD; the revert commits made. A task that landed
+    /// through the merge queue with merges of its own (see [`Orchestrator::landing_to_revert`])
+    /// has its landing merge reverted; any other, its recorded commits, newest first. A conflict
+    /// aborts the revert and refuses, saying how many tasks were already rolled back.
     fn revert_commits(
         &self,
         root: &Path,
         id: &str,
+        book: &Book,
         commits: &[String],
         done: usize,
     ) -> Result<Vec<String>> {
         let in_head = self.recorded_to_revert(root, id, commits)?;
+        let landing = match self.landing_to_revert(root, id, book, &in_head)? {
+            Some(landing) => {
+                self.check_revert_of(root, id, &landing)?;
+                Some(landing)
+            }
+            None => None,
+        };
         let mut reverts = Vec::new();
-        for sha in in_head.iter().rev() {
-            match self.git.revert(root, sha)? {
+        let undo: Vec<(&String, bool)> = match &landing {
+            Some(landing) => vec![(landing, true)],
+            None => in_head.iter().rev().map(|c| (c, false)).collect(),
+        };
+        for (sha, merge) in undo {
+            let reverted = if merge {
+                self.git.revert_merge(root, sha)?
+            } else {
+                self.git.revert(root, sha)?
+            };
+            match reverted {
                 Merge::Clean => reverts.push(self.git.head(root)?),
                 Merge::Conflict { files } => {
                     let _ = self.git.run(root, &["revert", "--abort"]);
@@ -89,6 +108,63 @@ impl Orchestrator<'_> {
             }
         }
         Ok(reverts)
+    }
+
+    /// The merge that landed task `id` (`merged.<id>`), when its work is undone by reverting it
+    /// against the checkout's side (`git revert -m 1`): a landing through the merge queue (the
+    /// task's tip holds the `HEAD` it landed on, and is the branch's recorded tip) whose tip has
+    /// merges of its own since that `HEAD`: the queue's update (with a resolution, perhaps) or a
+    /// dependency's merge. Reverting the task's commits one by one would fight those merges (a
+    /// resolution rewrote the lines the commits changed); the landing merge brought exactly the
+    /// task's work, the resolution included, and nothing else. `None`: revert the commits.
+    fn landing_to_revert(
+        &self,
+        root: &Path,
+        id: &str,
+        book: &Book,
+        in_head: &[String],
+    ) -> Result<Option<String>> {
+        let Some(landed) = book.merged_at(id) else {
+            return Ok(None);
+        };
+        if in_head.is_empty()
+            || !crate::recorded::is_commit_id(landed)
+            || self.git.resolve(root, landed)?.as_deref() != Some(landed)
+            || !self.git.is_ancestor(root, landed, "HEAD")?
+        {
+            return Ok(None);
+        }
+        let parents = self.git.parents(root, landed)?;
+        let [before, tip] = parents.as_slice() else {
+            return Ok(None);
+        };
+        if book.branch(id).is_some_and(|r| r.last() != tip.as_str())
+            || !self.git.is_ancestor(root, before, tip)?
+        {
+            return Ok(None);
+        }
+        for sha in in_head {
+            if !self.git.is_ancestor(root, sha, tip)? {
+                return Ok(None);
+            }
+        }
+        let range = format!("{before}..{tip}");
+        let merges = self
+            .git
+            .run(root, &["rev-list", "--merges", "-n", "1", &range])?;
+        Ok((!merges.is_empty()).then(|| landed.to_string()))
+    }
+
+    /// What reverting `sha` of task `id` writes must pass the merge guard.
+    fn check_revert_of(&self, root: &Path, id: &str, sha: &str) -> Result<()> {
+        let refused = self.git.check_revert(root, sha)?;
+        if !refused.is_empty() {
+            return Err(crate::git::guard::refused(
+                &format!("reverting {sha} of task {id} would write what metash never merges"),
+                &refused,
+            ));
+        }
+        Ok(())
     }
 
     /// Which of a task's recorded `commits` are in HEAD, checked before any is reverted: each must
@@ -108,13 +184,7 @@ impl Orchestrator<'_> {
             if !self.git.is_ancestor(root, sha, "HEAD")? {
                 continue;
             }
-            let refused = self.git.check_revert(root, sha)?;
-            if !refused.is_empty() {
-                return Err(crate::git::guard::refused(
-                    &format!("reverting {sha} of task {id} would write what metash never merges"),
-                    &refused,
-                ));
-            }
+            self.check_revert_of(root, id, sha)?;
             in_head.push(sha.clone());
         }
         Ok(in_head)
@@ -169,7 +239,7 @@ impl Orchestrator<'_> {
                 .unwrap_or_default();
             min_phase = min_phase.min(book.phase_of(&id, state.current_phase));
             let reverts = if book.merged_at(&id).is_some() {
-                self.revert_commits(&root, &id, &commits, done.len())?
+                self.revert_commits(&root, &id, &book, &commits, done.len())?
             } else {
                 Vec::new()
             };

@@ -1,13 +1,14 @@
 //! Two things the merge queue (queue.rs) keeps beside its records, both about the moments between
-//! them. **Settling**: a clean update is recorded together with its verdict, after the verifier
-//! has checked it, so a run killed in between leaves the task's branch at an update commit
-//! metash made but did not record (or a conflicting update in progress, not yet handed to the
-//! executor). The next run recognises that commit by its shape, a merge of the last recorded
-//! tip and a commit the project's `HEAD` holds, and records it (to be verified again), or
-//! aborts the unrecorded merge; anything else is left for `recorded_tip` to refuse. **The live
-//! step**: which task the queue is updating, re-verifying or landing right now, written to
-//! `.meta/queue-now.json` without fsync, over the last step in place (for `metash status` and
-//! `metash ui`; a crash may lose it, and a step whose process is gone is not shown).
+//! them. **Settling**: an update made in the task's worktree (after a failed re-verification, or
+//! a clean merge after a rebase that conflicted there) is recorded together with the verdict, so a
+//! run killed in between leaves the task's branch at an update commit metash made but did not
+//! record (or a conflicting update in progress, not yet handed to the executor). The next run
+//! recognises that commit by its shape, a merge of the last recorded tip and a commit the
+//! project's `HEAD` holds, and records it (to be verified again), or aborts the unrecorded merge;
+//! anything else is left for `recorded_tip` to refuse. **The live step**: which task the queue is
+//! updating, re-verifying or landing right now, written to `.meta/queue-now.json` without fsync,
+//! over the last step in place (for `metash status` and `metash ui`; a crash may lose it, and a
+//! step whose process is gone is not shown).
 
 use std::path::PathBuf;
 

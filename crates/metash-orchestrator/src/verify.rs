@@ -3,6 +3,8 @@
 //! `max_gap_retries` the phase halts with a report naming each failed task and why. When every
 //! task passes, the branches are merged (see `merge.rs`) and the phase completes.
 
+use std::path::Path;
+
 use metash_protocol::{
     AgentStatus, LogLevel, PendingCheckpoint, SessionState, SessionStatus, TaskStatus,
 };
@@ -291,9 +293,14 @@ impl Orchestrator<'_> {
 
     /// The verifier's verdict on the task (asked a few times if it fails to run), or the
     /// checkpoint it raised.
-    fn ask_verifier(&self, id: &str, book: &Book) -> Result<std::result::Result<Verdict, Checked>> {
+    fn ask_verifier(
+        &self,
+        id: &str,
+        book: &Book,
+        at: Option<&Path>,
+    ) -> Result<std::result::Result<Verdict, Checked>> {
         let summary = book.summaries.get(id).cloned().flatten();
-        let wt = worktree_of(&self.workspace(), id);
+        let wt = at.map_or_else(|| worktree_of(&self.workspace(), id), Path::to_path_buf);
         let workdir = wt.join(".git").exists().then_some(wt);
         // A verifier that fails to run says nothing about the task: try it again (a few times)
         // before counting the failure as a gap.
@@ -360,7 +367,7 @@ impl Orchestrator<'_> {
     pub(crate) fn check(&self, id: &str) -> Result<Checked> {
         let state = self.store().state()?;
         let book = Book::of(&state);
-        let (verdict, review) = match self.verdict_of(id, &state, &book)? {
+        let (verdict, review) = match self.verdict_of(id, &state, &book, None)? {
             Ok(v) => v,
             Err(checkpoint) => return Ok(checkpoint),
         };
@@ -375,11 +382,14 @@ impl Orchestrator<'_> {
     /// executor that changed nothing did not do the task (unless the planner said it expects no
     /// change); else the verifier's verdict, to which comments made while it worked are added (a
     /// pass does not hide them). With the comments it holds, or the checkpoint the verifier raised.
+    /// The verifier works in `at` (the merge queue's worktree, holding what is about to land),
+    /// else in the task's worktree.
     pub(crate) fn verdict_of(
         &self,
         id: &str,
         state: &SessionState,
         book: &Book,
+        at: Option<&Path>,
     ) -> Result<std::result::Result<(Verdict, Vec<crate::review::Comment>), Checked>> {
         let commits = state
             .task(id)
@@ -400,7 +410,7 @@ impl Orchestrator<'_> {
                 findings: vec![NO_CHANGE.to_string()],
             }
         } else {
-            match self.ask_verifier(id, book)? {
+            match self.ask_verifier(id, book, at)? {
                 Ok(v) => v,
                 Err(checkpoint) => return Ok(Err(checkpoint)),
             }

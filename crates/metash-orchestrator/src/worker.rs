@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use metash_host::Host;
-use metash_protocol::{AgentResponse, AgentStatus, ResponseMetadata};
+use metash_protocol::{AgentResponse, AgentStatus, LogLevel, ResponseMetadata};
 use metash_store::pg::lease::{self, Outcome};
 use metash_store::pg::store::PgStore;
 use metash_store::{Store, StoreError};
@@ -23,7 +23,10 @@ use serde_json::{json, Value};
 
 use crate::engine::{branch_of, worktree_of, Orchestrator};
 use crate::error::{OrchestratorError, Result};
-use crate::remote::{base_blob, result_blob};
+use crate::git::Merge;
+use crate::prompts::{Conflict, Focus, Role};
+use crate::queue::short;
+use crate::remote::{base_blob, main_blob, main_ref, result_blob};
 
 /// How a worker runs.
 #[derive(Debug, Clone)]
@@ -345,20 +348,46 @@ fn kill_group(mut child: Child) {
 
 /// Runs one queued task's executor turn (`metash worker-task`), in this workspace's clone of
 /// the project; its result for the coordinator: the response, the bundle of its commit, the
-/// worker's id.
+/// worker's id. A merge-queue resolution turn (the payload's `resolve`) is run as
+/// [`resolution_turn`] says.
 ///
 /// # Errors
 /// The task or its base is not on the server; git or the host failed; this clone's executable
 /// git configuration changed (logged; no git command ran).
 pub fn run_task(host: &Host, qid: &str, worker: &str) -> Result<Value> {
-    let orch = Orchestrator::new(host, host)?;
+    run_task_with(host, host, qid, worker)
+}
+
+/// [`run_task`] with the roles spawned by `spawner` (the host itself in `metash worker-task`;
+/// scripted agents in tests).
+///
+/// # Errors
+/// As [`run_task`].
+pub fn run_task_with(
+    host: &Host,
+    spawner: &dyn metash_host::Spawner,
+    qid: &str,
+    worker: &str,
+) -> Result<Value> {
+    let orch = Orchestrator::new(host, spawner)?;
     let outcome = orch
         .check_git_trust()
         .and_then(|()| task_turn(&orch, qid, worker));
     orch.trust_logged(outcome)
 }
 
-/// [`run_task`] once the configuration is known to be trusted.
+/// A queued turn's task, where it starts, and its worktree here.
+struct Turn {
+    qid: String,
+    id: String,
+    head: String,
+    attempt: u32,
+    wt: PathBuf,
+    worker: String,
+}
+
+/// [`run_task`] once the configuration is known to be trusted: the task's branch fetched from
+/// its bundle, its worktree here at the attempt's head, and the turn run.
 fn task_turn(orch: &Orchestrator<'_>, qid: &str, worker: &str) -> Result<Value> {
     let store = orch.host.store();
     let server = store.server().ok_or_else(|| {
@@ -374,9 +403,6 @@ fn task_turn(orch: &Orchestrator<'_>, qid: &str, worker: &str) -> Result<Value> 
         .as_u64()
         .and_then(|a| u32::try_from(a).ok())
         .unwrap_or(1);
-    let findings: Vec<String> =
-        serde_json::from_value(payload["findings"].clone()).unwrap_or_default();
-    let last_error = payload["lastError"].as_str().map(str::to_string);
     let base = server.get_blob(&base_blob(qid))?.ok_or_else(|| {
         OrchestratorError::Refused(format!("the base of {qid} is not on the server"))
     })?;
@@ -388,44 +414,186 @@ fn task_turn(orch: &Orchestrator<'_>, qid: &str, worker: &str) -> Result<Value> 
     let wt = worktree_of(&workspace, &id);
     orch.git.ensure_worktree(&wt, &branch, &head)?;
     orch.git.reset_to(&wt, &head)?;
-    let turn = orch.executor_turn(
-        &id,
+    let turn = Turn {
+        qid: qid.to_string(),
+        id,
+        head,
         attempt,
-        &findings,
-        last_error.as_deref(),
-        &wt,
-        &format!(" on {worker}"),
-    );
-    let mut response = match turn {
-        // Refused consent is the run's to stop, not this attempt's to fail: the coordinator
-        // halts at once, as for a local executor (a retry could not change the answer).
+        wt,
+        worker: worker.to_string(),
+    };
+    if payload["resolve"].is_object() {
+        return resolution_turn(orch, server, &turn, &payload["resolve"]);
+    }
+    executor_turn(orch, server, &turn, &payload)
+}
+
+/// Refused consent is the run's to stop, not this attempt's to fail: the coordinator halts at
+/// once, as for a local executor (a retry could not change the answer). `Err`: the result
+/// saying so.
+fn unless_refused(
+    turn: Result<AgentResponse>,
+    worker: &str,
+) -> Result<std::result::Result<AgentResponse, Value>> {
+    match turn {
         Err(OrchestratorError::Host(metash_host::HostError::ConsentRefused {
             agent,
             capability,
             grant_command,
             message,
-        })) => {
-            return Ok(
-                json!({"consent_refused": {"agent": agent, "capability": capability,
-                "grant_command": grant_command, "message": message}, "worker": worker}),
-            );
-        }
-        other => other?,
+        })) => Ok(Err(
+            json!({"consent_refused": {"agent": agent, "capability": capability,
+            "grant_command": grant_command, "message": message}, "worker": worker}),
+        )),
+        other => other.map(Ok),
+    }
+}
+
+/// The task's executor turn: its commit, if it made one, goes back as a bundle.
+fn executor_turn(
+    orch: &Orchestrator<'_>,
+    server: &PgStore,
+    t: &Turn,
+    payload: &Value,
+) -> Result<Value> {
+    let findings: Vec<String> =
+        serde_json::from_value(payload["findings"].clone()).unwrap_or_default();
+    let last_error = payload["lastError"].as_str().map(str::to_string);
+    let turn = orch.executor_turn(
+        &t.id,
+        t.attempt,
+        &findings,
+        last_error.as_deref(),
+        &t.wt,
+        &format!(" on {}", t.worker),
+    );
+    let mut response = match unless_refused(turn, &t.worker)? {
+        Ok(response) => response,
+        Err(refused) => return Ok(refused),
     };
     let mut bundle = None;
     if response.status == AgentStatus::Success {
-        match crate::execute::commit_response(orch, &id, &wt, &head, &response.data)? {
+        match crate::execute::commit_response(orch, &t.id, &t.wt, &t.head, &response.data)? {
             Err(why) => {
                 response.status = AgentStatus::Error;
                 response.data = why;
             }
-            Ok(Some(_)) => {
-                let bytes = orch.git.bundle(&wt, &format!("{head}..{branch}"))?;
-                server.put_blob(&result_blob(qid), &bytes)?;
-                bundle = Some(result_blob(qid));
-            }
+            Ok(Some(_)) => bundle = Some(send_branch(orch, server, t)?),
             Ok(None) => {}
         }
     }
-    Ok(json!({"response": response, "bundle": bundle, "worker": worker}))
+    Ok(json!({"response": response, "bundle": bundle, "worker": t.worker}))
+}
+
+/// The task's branch since the turn's head, as a bundle on the server; its name.
+fn send_branch(orch: &Orchestrator<'_>, server: &PgStore, t: &Turn) -> Result<String> {
+    let bytes = orch
+        .git
+        .bundle(&t.wt, &format!("{}..{}", t.head, branch_of(&t.id)))?;
+    server.put_blob(&result_blob(&t.qid), &bytes)?;
+    Ok(result_blob(&t.qid))
+}
+
+/// A merge-queue resolution turn: the project's commit `resolve.main` is fetched from its bundle
+/// and merged into the task's branch here, as the coordinator did (git leaves the same conflict:
+/// markers in the files, both sides in the index); the executor resolves it with the request
+/// the coordinator would have made; the merge is committed as metash commits one (the same
+/// exclusions) and goes back as a bundle, which the coordinator checks (remote.rs).
+fn resolution_turn(
+    orch: &Orchestrator<'_>,
+    server: &PgStore,
+    t: &Turn,
+    resolve: &Value,
+) -> Result<Value> {
+    let list =
+        |k: &str| -> Vec<String> { serde_json::from_value(resolve[k].clone()).unwrap_or_default() };
+    let (files, with, why) = (list("files"), list("with"), list("why"));
+    let main = resolve["main"].as_str().unwrap_or_default();
+    let bytes = server.get_blob(&main_blob(&t.qid))?.ok_or_else(|| {
+        OrchestratorError::Refused(format!(
+            "the project's commit of {} is not on the server",
+            t.qid
+        ))
+    })?;
+    let keep = main_ref(&t.qid);
+    orch.git
+        .fetch_bundle(orch.git.root(), &bytes, &format!("+{keep}:{keep}"))?;
+    let msg = format!("metash: update task {} with {}", t.id, short(main));
+    let failed = |why: String| {
+        let _ = orch.git.reset_to(&t.wt, &t.head);
+        error_result(&t.worker, &why)
+    };
+    if let Merge::Clean = orch.git.merge(&t.wt, main, &msg)? {
+        // Merged without a conflict here (git's rerere, say): the merge is the resolution.
+        let summary = json!({"summary": format!("the update merged cleanly on {}", t.worker)});
+        let response = success(summary.to_string());
+        let bundle = send_branch(orch, server, t)?;
+        return Ok(json!({"response": response, "bundle": bundle, "worker": t.worker}));
+    }
+    let conflict = Conflict {
+        files: &files,
+        with: &with,
+        attempt: t.attempt,
+        max_attempts: resolve["maxAttempts"]
+            .as_u64()
+            .and_then(|a| u32::try_from(a).ok())
+            .unwrap_or(t.attempt),
+        why: &why,
+    };
+    let response = match unless_refused(resolution_spawn(orch, t, &conflict), &t.worker)? {
+        Ok(response) => response,
+        Err(refused) => return Ok(refused),
+    };
+    if response.status != AgentStatus::Success {
+        let _ = orch.git.reset_to(&t.wt, &t.head);
+        return Ok(json!({"response": response, "worker": t.worker}));
+    }
+    if let Err(why) = crate::reply::apply_files(&t.wt, &response.data) {
+        return Ok(failed(why));
+    }
+    let msg = format!("{msg} (conflicts resolved by the executor on {})", t.worker);
+    match orch.git.commit_resolution(&t.wt, &msg)? {
+        Err(unmerged) => Ok(failed(format!("still unmerged: {}", unmerged.join(", ")))),
+        Ok(_) => {
+            let bundle = send_branch(orch, server, t)?;
+            Ok(json!({"response": response, "bundle": bundle, "worker": t.worker}))
+        }
+    }
+}
+
+/// The executor's resolution turn in the worktree, where the update is in progress.
+fn resolution_spawn(
+    orch: &Orchestrator<'_>,
+    t: &Turn,
+    conflict: &Conflict<'_>,
+) -> Result<AgentResponse> {
+    orch.progress(
+        &format!(
+            "task {}: resolving a conflict in {} on {} (attempt {})",
+            t.id,
+            conflict.files.join(", "),
+            t.worker,
+            t.attempt
+        ),
+        LogLevel::Info,
+    );
+    orch.spawn(
+        Role::Executor,
+        &Focus {
+            task: Some(&t.id),
+            resolve: Some(conflict),
+            attempt: t.attempt,
+            ..Focus::default()
+        },
+        Some(t.wt.clone()),
+    )
+}
+
+/// A successful response with `data`.
+fn success(data: String) -> AgentResponse {
+    AgentResponse {
+        status: AgentStatus::Success,
+        data,
+        metadata: ResponseMetadata::default(),
+    }
 }

@@ -59,7 +59,7 @@ pub(super) fn is_ancestor(repo: &Repository, a: Oid, b: Oid) -> Result<bool, git
 
 /// Who commits: the repository's configured identity, else `metash <metash@localhost>` (as the
 /// CLI path does).
-fn signature(repo: &Repository) -> Result<Signature<'static>, git2::Error> {
+pub(super) fn signature(repo: &Repository) -> Result<Signature<'static>, git2::Error> {
     match repo.signature() {
         Ok(s) => Ok(s.to_owned()),
         Err(_) => Signature::now("metash", "metash@localhost"),

@@ -8,9 +8,11 @@
 
 pub mod diff;
 pub mod guard;
+mod land;
 mod libgit;
 mod queue;
 mod repo;
+mod revert;
 pub mod trust;
 
 use std::path::{Path, PathBuf};
