@@ -1,6 +1,7 @@
 //! Spawn cost, printed as medians with ratios in one run (`cargo bench -p metash-runtime`):
 //! bare fork/exec of a tiny program (posix_spawn, and fork+exec forced by an empty `pre_exec`),
-//! the same through the native sandbox with every restriction on, the same under
+//! the same through the native sandbox with every restriction on (spawned from the spawner thread,
+//! as a native agent is: `NativeProcess::spawn_command`), the same under
 //! `bwrap --unshare-net` when installed, and a WASM agent's instantiate + run from the module cache.
 //! Not a timed test: it prints, it does not assert.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -12,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use metash_protocol::{Manifest, SandboxKind};
-use metash_runtime::native::Sandbox;
+use metash_runtime::native::{NativeProcess, Sandbox};
 use metash_runtime::{
     ActionGate, AgentSpec, EventSink, Gate, GateVerdict, GatedAction, NullSink, Runtime,
     RuntimeConfig,
@@ -45,6 +46,14 @@ fn median(n: usize, mut f: impl FnMut()) -> Duration {
         .collect();
     v.sort();
     v[v.len() / 2]
+}
+
+/// A sandboxed spawn+wait, through the spawner thread as a native agent's spawn is.
+fn sandboxed_run(sb: &Sandbox) {
+    let mut cmd = sb.command();
+    quiet(&mut cmd);
+    let mut child = NativeProcess::spawn_command(cmd).unwrap();
+    assert!(child.wait().unwrap().success());
 }
 
 fn quiet(cmd: &mut Command) -> &mut Command {
@@ -121,6 +130,19 @@ fn bare_cases<'a>() -> Vec<Case<'a>> {
             String::new(),
         ),
         (
+            "bare fork+exec via the spawner thread",
+            Box::new(|| {
+                let mut c = Command::new(TINY);
+                // SAFETY: an empty pre_exec closure; it only forces the fork+exec path.
+                unsafe {
+                    c.pre_exec(|| Ok(()));
+                }
+                quiet(&mut c);
+                NativeProcess::spawn_command(c).unwrap().wait().unwrap();
+            }),
+            String::new(),
+        ),
+        (
             "bare fork+exec (empty pre_exec)",
             Box::new(|| {
                 let mut c = Command::new(TINY);
@@ -150,7 +172,7 @@ fn sandbox_cases<'a>(
     cases.push((
         SANDBOXED,
         Box::new(move || {
-            assert!(quiet(&mut sb.command()).status().unwrap().success());
+            sandboxed_run(sb);
         }),
         "setsid, pdeathsig, cgroup join, rlimits, caps dropped, no_new_privs, Landlock, seccomp"
             .into(),
@@ -160,7 +182,7 @@ fn sandbox_cases<'a>(
         "native sandbox prepare+spawn+wait",
         Box::new(move || {
             let sb = Sandbox::prepare(&spec, &sink, &metash_runtime::Replier::default()).unwrap();
-            assert!(quiet(&mut sb.command()).status().unwrap().success());
+            sandboxed_run(&sb);
         }),
         "plus building the ruleset, seccomp program and cgroups per agent".into(),
     ));
@@ -176,7 +198,7 @@ fn other_cases<'a>(
         Ok(sb) => cases.push((
             GATED,
             Box::new(move || {
-                assert!(quiet(&mut sb.command()).status().unwrap().success());
+                sandboxed_run(sb);
             }),
             "all restrictions, plus the exec notify filter, fd handoff and supervisor round trip"
                 .into(),
@@ -202,8 +224,18 @@ fn other_cases<'a>(
     }
 }
 
+/// The pause after each sample (see [`measure`]): `METASH_BENCH_SETTLE_MS`, 1 ms by default.
+fn settle() -> Duration {
+    let ms = std::env::var("METASH_BENCH_SETTLE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    Duration::from_millis(ms)
+}
+
 /// Runs the process cases interleaved (one sample of each per round, after 10 warm-up rounds), so
 /// a load change on this shared machine hits every case alike and the ratios stay meaningful.
+/// Each sample is followed by an untimed pause ([`settle`]).
 /// Their medians go in front of `rows`, in order; returns them by name.
 fn measure<'a>(
     n: usize,
@@ -211,6 +243,7 @@ fn measure<'a>(
     rows: &mut Vec<Row<'a>>,
 ) -> Vec<(&'a str, Duration)> {
     let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); cases.len()];
+    let pause = settle();
     for round in 0..n + 10 {
         for (i, (_, f, _)) in cases.iter_mut().enumerate() {
             let t = Instant::now();
@@ -218,6 +251,9 @@ fn measure<'a>(
             if round >= 10 {
                 samples[i].push(t.elapsed());
             }
+            // Untimed: what a case leaves behind (a namespace torn down on the keeper thread, an
+            // exiting process) finishes here instead of in the next case's time.
+            std::thread::sleep(pause);
         }
     }
     let mut medians = Vec::new();

@@ -101,7 +101,12 @@ impl AgentCgroup {
         for (_, dir) in &cg.dirs {
             if let Ok(f) = fs::OpenOptions::new()
                 .write(true)
-                .open(dir.join("cgroup.procs"))
+                // v1: `tasks`, whose `0` moves the (single-threaded) child without the global
+                // threadgroup lock, which waits an RCU grace period (~10 ms) when spawns are apart.
+                .open(dir.join(match cg.version {
+                    Version::V1 => "tasks",
+                    Version::V2 => "cgroup.procs",
+                }))
             {
                 cg.procs.push(OwnedFd::from(f));
             }
@@ -189,7 +194,7 @@ impl AgentCgroup {
             .map(|(_, d)| d.as_path())
     }
 
-    /// The `cgroup.procs` fds the child writes `0` to.
+    /// The join files (`cgroup.procs`; on v1 `tasks`) the child writes `0` to.
     pub fn procs_fds(&self) -> Vec<RawFd> {
         self.procs.iter().map(AsRawFd::as_raw_fd).collect()
     }

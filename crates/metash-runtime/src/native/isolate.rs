@@ -183,7 +183,7 @@ pub use super::seccomp::program as seccomp_program;
 pub struct ChildPlan {
     pub landlock_fd: RawFd,
     pub seccomp: Vec<libc::sock_filter>,
-    /// Open `cgroup.procs` files; the child writes `0` to join.
+    /// Open join files (`cgroup.procs`; on cgroup v1 `tasks`); the child writes `0` to join.
     pub cgroup_procs: Vec<RawFd>,
     pub rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
     pub parent_pid: libc::pid_t,

@@ -102,12 +102,13 @@ pub(super) unsafe fn drop_capabilities_raw() -> libc::c_long {
     }
 }
 
-/// Empties the capability bounding set. Each drop allocates and commits new credentials, so only
-/// the capabilities still in the set are dropped (a second call costs a read per capability) and
-/// the loop stops at the first the kernel does not know.
+/// Empties the capability bounding set of the calling thread. Each drop allocates and commits new
+/// credentials, so only the capabilities still in the set are dropped (a second call, or a call
+/// in a child of a thread that emptied its own, costs a read per capability) and the loop stops at
+/// the first the kernel does not know. Without `CAP_SETPCAP` the drops fail and the set stays.
 ///
 /// # Safety
-/// In the forked child only.
+/// In the forked child, or on the spawner thread (whose set its children inherit).
 pub(super) unsafe fn drop_bounding_set() {
     // SAFETY: prctl on this process.
     unsafe {

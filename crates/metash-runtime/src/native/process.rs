@@ -191,6 +191,17 @@ impl NativeProcess {
         })
     }
 
+    /// Spawns a command from [`Sandbox::command`] the way [`NativeProcess::spawn`] does: from
+    /// the long-lived spawner thread (parent-death signal, bounding set). For the spawn
+    /// benchmark, which measures exactly that path.
+    ///
+    /// # Errors
+    /// The spawn failed (a sandbox step in the child included).
+    #[doc(hidden)]
+    pub fn spawn_command(cmd: std::process::Command) -> std::io::Result<Child> {
+        spawner::spawn(cmd)
+    }
+
     /// The agent's mount namespace, when its file grants can be withdrawn while it runs.
     pub fn mount_ns(&self) -> Option<Arc<super::mountns::MountNs>> {
         self.mount_ns.clone()
