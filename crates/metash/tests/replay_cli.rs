@@ -4,7 +4,8 @@
 //! every turn; with the roles then pointing at a dead port, the model answering nothing useful
 //! (and asserted never asked again) and no key in the environment, `metash replay a` runs the
 //! executor's turn again from its tape in a fresh worktree and finds the task's tree identical
-//! (Codex's and Claude Code's run-varying request fields masked). With the executor role's model
+//! (Codex's and Claude Code's run-varying request fields masked), charging nothing to the run
+//! budget and writing no tape (the live run was charged). With the executor role's model
 //! changed in the config, or the recorded prompt changed, the replay stops at the first model
 //! request, names it and exits non-zero. `--verify` replays the verifier's turn too and finds the
 //! recorded verdict; without the verifier's tape it is refused, saying so.
@@ -199,9 +200,48 @@ fn recorded(cli: Cli, test: &str) -> Option<Recorded> {
     })
 }
 
+/// The run budget's total as `metash status --json` shows it (`.meta/budget.json`).
+fn budget(r: &Recorded) -> serde_json::Value {
+    let out = metash(r.ws(), &["--json", "status"], false);
+    assert!(out.status.success(), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["budget"].clone()
+}
+
+/// The log's records of `kind`.
+fn records(r: &Recorded, kind: &str) -> Vec<serde_json::Value> {
+    let log = std::fs::read_to_string(r.ws().join(".meta/events.jsonl")).unwrap();
+    log.lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["kind"] == kind)
+        .collect()
+}
+
+/// The number of tapes `metash tape list` shows.
+fn tapes(r: &Recorded) -> usize {
+    let out = metash(r.ws(), &["--json", "tape", "list"], false);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v.as_array().map_or(0, Vec::len)
+}
+
 /// With no key and the model stopped, `metash replay a` finds the task's tree identical, and
-/// `--verify` the recorded verdict.
+/// `--verify` the recorded verdict. The replays charge nothing to the run budget and write no
+/// tape, though the replayed turn reports the recorded usage (the live turn was charged it).
 fn replays_identical(r: &Recorded) {
+    let (budget_before, tapes_before) = (budget(r), tapes(r));
+    let charged = |agent: &str| {
+        records(r, "budget_charge")
+            .iter()
+            .filter(|c| c["agent"] == agent)
+            .count()
+    };
+    // The control: the live executor turn was charged its usage.
+    assert!(charged("executor") >= 1, "{budget_before}");
+    assert!(
+        budget_before["tokens_used"].as_u64().unwrap() > 0,
+        "{budget_before}"
+    );
+    let charges_before = records(r, "budget_charge").len();
     let (out, shown) = r.replay(&[]);
     assert!(out.status.success(), "{shown}");
     assert!(said_identical(&shown), "{shown}");
@@ -221,6 +261,21 @@ fn replays_identical(r: &Recorded) {
     let (out, shown) = r.replay(&["--verify"]);
     assert!(out.status.success(), "{shown}");
     assert!(shown.contains("the verdict is the recorded one"), "{shown}");
+    // Three replays of the executor's turn and one of the verifier's: each reported the
+    // recorded usage as replayed, none was charged, none was taped.
+    let ends: Vec<_> = records(r, "spawn_end")
+        .into_iter()
+        .filter(|e| e["data"]["replayed"] == true)
+        .collect();
+    assert_eq!(ends.len(), 4, "{ends:?}");
+    assert!(
+        ends.iter()
+            .all(|e| e["data"]["tokens_used"].as_u64() > Some(0)),
+        "{ends:?}"
+    );
+    assert_eq!(records(r, "budget_charge").len(), charges_before);
+    assert_eq!(budget(r), budget_before);
+    assert_eq!(tapes(r), tapes_before);
 }
 
 /// The executor's latest tape of task `a` (its id), and the place of its first POST, the turn's

@@ -1,5 +1,6 @@
 //! `spawn_agent`: resolve the name, check the budget, hand over any checkpoint answer, run the agent
-//! (runtime or harness), persist a checkpoint before returning it, charge the budget.
+//! (runtime or harness), persist a checkpoint before returning it, charge the budget (not for a
+//! replayed turn, which spends nothing).
 
 mod acp;
 mod acp_fs;
@@ -79,9 +80,14 @@ impl Spawner for Host {
         }
         let target = self.resolve(&req.agent_name)?;
         let timeout = self.spawn_timeout(req, &target);
+        // A replayed turn is answered from its tape (`Host::replay_from`, docs/replay.md): no model
+        // runs and nothing is spent, so it neither asks about the budget nor is charged to it.
+        let replayed = self.replaying().is_some();
         // Ask before spending past the run budget.
-        if let Some(signal) = self.over_budget(req, &target)? {
-            return self.checkpoint_response("host", signal, started, 0);
+        if !replayed {
+            if let Some(signal) = self.over_budget(req, &target)? {
+                return self.checkpoint_response("host", signal, started, 0);
+            }
         }
         // The answer to the last checkpoint goes to this spawn, and to no other.
         let resume = self.take_resume(&req.agent_name)?;
@@ -103,7 +109,9 @@ impl Spawner for Host {
             }
             Err(e) => Ran::error(e.to_string()),
         };
-        if ran.tokens_used > 0 || ran.cost_usd.is_some() {
+        // A replay's usage is the recorded turn's, already charged when that turn ran: it is
+        // reported (the response, `spawn_end` with `replayed`) but not added to the run's total.
+        if !replayed && (ran.tokens_used > 0 || ran.cost_usd.is_some()) {
             budget::charge(self.store(), &req.agent_name, ran.tokens_used, ran.cost_usd)?;
         }
         // Every spawn ends with one `spawn_end`, a checkpoint's included (status `checkpoint`).
@@ -120,18 +128,25 @@ impl Spawner for Host {
                 },
             },
         };
-        self.record_later(NewEvent::new(
-            LogKind::SpawnEnd,
-            Some(&req.agent_name),
-            json!({"status": response.status, "tokens_used": response.metadata.tokens_used,
-                   "duration_ms": response.metadata.duration_ms, "data_bytes": response.data.len()}),
-        ))?;
-        self.flush_events()?;
+        self.end_spawn(&req.agent_name, &response, replayed)?;
         Ok(response)
     }
 }
 
 impl Host {
+    /// Logs the spawn's one `spawn_end` and flushes the log. A replayed turn's carries
+    /// `replayed: true`: its `tokens_used` are the recorded turn's, with no `budget_charge`.
+    fn end_spawn(&self, agent: &str, response: &AgentResponse, replayed: bool) -> Result<()> {
+        let meta = &response.metadata;
+        let mut end = json!({"status": response.status, "tokens_used": meta.tokens_used,
+                             "duration_ms": meta.duration_ms, "data_bytes": response.data.len()});
+        if replayed {
+            end["replayed"] = json!(true);
+        }
+        self.record_later(NewEvent::new(LogKind::SpawnEnd, Some(agent), end))?;
+        self.flush_events()
+    }
+
     /// A spawn its consent refused: it ends (`spawn_end` with `refused`: the capability), and the
     /// refusal is the caller's error, not an agent's failure to retry.
     fn refused_spawn(

@@ -173,6 +173,8 @@ impl RoleSpawn<'_> {
         turn.options.system_prompt =
             (!req.system_prompt.is_empty()).then(|| req.system_prompt.clone());
         turn.options.isolated_home = role.isolated_home;
+        // A replay pins the recorded conversation id where the CLI lets it (Claude Code).
+        turn.options.session_id = self.host.replaying().and_then(|c| c.pinned_session());
         Ok(turn)
     }
 

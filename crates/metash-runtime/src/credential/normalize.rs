@@ -140,8 +140,8 @@ fn codex_output_head(out: &str) -> Option<String> {
 }
 
 /// Claude Code (`POST /v1/messages`): `metadata.user_id`, a JSON document in a string whose
-/// `device_id` (64 hex digits, minted into a fresh home) and `session_id` (a UUID) are new
-/// each run.
+/// `device_id` (64 hex digits) is minted into each fresh home and cannot be pinned. Its
+/// `session_id` is not masked: a replay pins it (`--session-id`, [`claude_session_id`]).
 fn claude_code(v: &mut Value) {
     let user = v.get_mut("metadata").and_then(|m| m.get_mut("user_id"));
     if let Some(user) = user {
@@ -150,9 +150,17 @@ fn claude_code(v: &mut Value) {
                 d.as_str()
                     .is_some_and(|s| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()))
             });
-            mask_if(u.get_mut("session_id"), is_uuid);
         });
     }
+}
+
+/// The session id a Claude Code request carries (`metadata.user_id`'s `session_id`, a UUID):
+/// what a replay passes as `--session-id` so that the replayed requests carry the recorded one.
+pub fn claude_session_id(body: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    let user: Value = serde_json::from_str(v.get("metadata")?.get("user_id")?.as_str()?).ok()?;
+    let id = user.get("session_id")?.as_str()?;
+    uuid(id).then(|| id.to_string())
 }
 
 /// The spawn's own directory, `metash-spawn-` and six random characters (metash's, not the
@@ -296,12 +304,20 @@ mod tests {
         let (d1, d2) = ("a".repeat(64), "b".repeat(64));
         assert_eq!(
             v.normalize(&body(&d1, A, "user")),
-            v.normalize(&body(&d2, B, "user"))
+            v.normalize(&body(&d2, A, "user"))
         );
         assert_ne!(
             v.normalize(&body(&d1, A, "user")),
             v.normalize(&body(&d1, A, "assistant"))
         );
+        // The session is pinned, not masked: another one is a difference.
+        assert_ne!(
+            v.normalize(&body(&d1, A, "user")),
+            v.normalize(&body(&d1, B, "user"))
+        );
+        assert_eq!(claude_session_id(&body(&d1, A, "user")).as_deref(), Some(A));
+        assert_eq!(claude_session_id(&body(&d1, "not-a-uuid", "user")), None);
+        assert_eq!(claude_session_id(b"{}"), None);
     }
 
     #[test]

@@ -122,6 +122,19 @@ impl Cassette {
         self
     }
 
+    /// The conversation id a replay pins in the CLI so that its requests carry the recorded one
+    /// (Claude Code's `--session-id`; docs/replay.md "What a replay masks"). `None` for a CLI
+    /// whose ids cannot be pinned, or a tape without one.
+    pub fn pinned_session(&self) -> Option<String> {
+        match self.volatile {
+            Volatile::ClaudeCode => self
+                .exchanges
+                .iter()
+                .find_map(|e| super::normalize::claude_session_id(&e.request_body)),
+            Volatile::Codex | Volatile::None => None,
+        }
+    }
+
     /// Requests answered from the recording so far.
     pub fn served(&self) -> usize {
         self.lock().next
