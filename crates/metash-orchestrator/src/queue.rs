@@ -135,17 +135,10 @@ impl Orchestrator<'_> {
     ) -> Result<Next> {
         let id = node.id.as_str();
         let root = self.workspace();
-        let rev = match self.recorded_tip(id, book)? {
-            Ok(Some(rev)) => rev,
-            Ok(None) => return Ok(Next::Land),
-            Err(Untrusted(why)) => {
-                return Ok(Next::Stop(self.halt(self.refusal(state, id, why))?));
-            }
+        let (rev, main) = match self.tip_to_update(id, state, book)? {
+            Ok(both) => both,
+            Err(next) => return Ok(next),
         };
-        let (main, holds, landed) = self.git.head_against(&root, &rev)?;
-        if holds || landed {
-            return Ok(Next::Land);
-        }
         // Nothing of a refused task is merged, shown to a verifier or landed.
         if let Some(step) = self.refused_tree(&root, id, state, &rev)? {
             return Ok(Next::Stop(step));
@@ -323,6 +316,30 @@ impl Orchestrator<'_> {
         Ok(())
     }
 
+    /// Task `id`'s recorded tip and the project's `HEAD`, when the tip still needs an update;
+    /// otherwise what the queue does instead: no branch or a tip holding `HEAD` already, or in it
+    /// (a run killed after landing it), lands or is recorded as landed; a tip that fails the
+    /// trust check halts the run.
+    fn tip_to_update(
+        &self,
+        id: &str,
+        state: &SessionState,
+        book: &Book,
+    ) -> Result<std::result::Result<(String, String), Next>> {
+        let rev = match self.recorded_tip(id, book)? {
+            Ok(Some(rev)) => rev,
+            Ok(None) => return Ok(Err(Next::Land)),
+            Err(Untrusted(why)) => {
+                return Ok(Err(Next::Stop(self.halt(self.refusal(state, id, why))?)));
+            }
+        };
+        let (main, holds, landed) = self.git.head_against(&self.workspace(), &rev)?;
+        if holds || landed {
+            return Ok(Err(Next::Land));
+        }
+        Ok(Ok((rev, main)))
+    }
+
     /// Step 2 when the update conflicts: brings the project's `HEAD` into task `node`'s branch
     /// in its worktree, where the executor resolves the conflict.
     fn bring_up_to_date(
@@ -334,19 +351,10 @@ impl Orchestrator<'_> {
     ) -> Result<Next> {
         let id = node.id.as_str();
         let root = self.workspace();
-        let rev = match self.recorded_tip(id, book)? {
-            Ok(Some(rev)) => rev,
-            Ok(None) => return Ok(Next::Land),
-            Err(Untrusted(why)) => {
-                return Ok(Next::Stop(self.halt(self.refusal(state, id, why))?));
-            }
+        let (rev, main) = match self.tip_to_update(id, state, book)? {
+            Ok(both) => both,
+            Err(next) => return Ok(next),
         };
-        // Holding `HEAD` already, or in it (a run killed after landing it): it lands, or is
-        // recorded as landed.
-        let (main, holds, landed) = self.git.head_against(&root, &rev)?;
-        if holds || landed {
-            return Ok(Next::Land);
-        }
         let wt = worktree_of(&root, id);
         self.git.ensure_worktree(&wt, &branch_of(id), &rev)?;
         // What a verifier (or a killed update) left in the worktree is never part of the update.

@@ -67,6 +67,18 @@ fn consent_refusal(result: &Value) -> Option<OrchestratorError> {
     ))
 }
 
+/// A worker's result read as the agent's response and the worker's name: refused consent stops
+/// the run (`Err`), a result that is no response is a failed turn (the inner `Err`, why).
+fn worker_response(result: &Value) -> Result<std::result::Result<(AgentResponse, &str), String>> {
+    if let Some(refused) = consent_refusal(result) {
+        return Err(refused);
+    }
+    let worker = result["worker"].as_str().unwrap_or("a worker");
+    Ok(serde_json::from_value(result["response"].clone())
+        .map(|r| (r, worker))
+        .map_err(|e| format!("the worker's result is not a response: {e}")))
+}
+
 /// (Written by a worker, which runs on Linux only.)
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) fn result_blob(qid: &str) -> String {
@@ -197,17 +209,10 @@ impl Orchestrator<'_> {
         entry: &QueueEntry,
         result: &Value,
     ) -> Result<Resolution> {
-        if let Some(refused) = consent_refusal(result) {
-            return Err(refused);
-        }
-        let response: AgentResponse = match serde_json::from_value(result["response"].clone()) {
-            Ok(r) => r,
-            Err(e) => {
-                let why = format!("the worker's result is not a response: {e}");
-                return Ok(Resolution::Failed(why));
-            }
+        let (response, worker) = match worker_response(result)? {
+            Ok(both) => both,
+            Err(why) => return Ok(Resolution::Failed(why)),
         };
-        let worker = result["worker"].as_str().unwrap_or("a worker");
         match response.status {
             AgentStatus::Success => {}
             AgentStatus::Checkpoint => return Ok(Resolution::Asked(response)),
@@ -324,17 +329,10 @@ impl Orchestrator<'_> {
         begun: &Begun,
         result: &Value,
     ) -> Result<Attempt> {
-        if let Some(refused) = consent_refusal(result) {
-            return Err(refused);
-        }
-        let response: AgentResponse = match serde_json::from_value(result["response"].clone()) {
-            Ok(r) => r,
-            Err(e) => {
-                let why = format!("the worker's result is not a response: {e}");
-                return self.fail_attempt(id, wt, head, why);
-            }
+        let (response, worker) = match worker_response(result)? {
+            Ok(both) => both,
+            Err(why) => return self.fail_attempt(id, wt, head, why),
         };
-        let worker = result["worker"].as_str().unwrap_or("a worker");
         match response.status {
             AgentStatus::Success => {
                 let sha = match result["bundle"].as_str() {
