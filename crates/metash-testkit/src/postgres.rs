@@ -220,24 +220,59 @@ impl Postgres {
     }
 
     /// Kills the server and every backend with SIGKILL, as a machine's crash would (it
-    /// recovers from its WAL at restart).
+    /// recovers from its WAL at restart). Returns once none of them can answer a query.
+    ///
+    /// PostgreSQL makes each child it forks a process group leader (`setsid`), so its backends
+    /// are not in the postmaster's group: they are found by parent, with the postmaster stopped
+    /// first so that it forks no new one meanwhile. A backend merely orphaned would go on serving
+    /// its connection until it noticed, and a query sent "after the crash" could still commit.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
-            // SAFETY: kill(2) on the process group this server leads.
+            let postmaster = child.id() as libc::pid_t;
+            // SAFETY: kill(2) on our own child's pid.
             unsafe {
-                libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL);
+                libc::kill(postmaster, libc::SIGSTOP);
+            }
+            let backends = children_of(postmaster);
+            for pid in backends.iter().copied().chain([postmaster]) {
+                // SAFETY: kill(2) on the server's own processes (its group, then each one).
+                unsafe {
+                    libc::kill(-pid, libc::SIGKILL);
+                    libc::kill(pid, libc::SIGKILL);
+                }
             }
             let _ = child.wait();
-            // The backends are gone when no process of the group is left.
             let deadline = Instant::now() + Duration::from_secs(10);
-            // SAFETY: signal 0 only asks whether the group still has a member.
-            while unsafe { libc::kill(-(child.id() as libc::pid_t), 0) } == 0
-                && Instant::now() < deadline
-            {
-                std::thread::sleep(Duration::from_millis(20));
+            while backends.iter().any(|&pid| alive(pid)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
             }
         }
     }
+}
+
+/// The pids whose parent is `parent` (from `/proc/<pid>/stat`).
+fn children_of(parent: libc::pid_t) -> Vec<libc::pid_t> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .filter(|&pid| stat_of(pid).is_some_and(|(_, ppid)| ppid == parent))
+        .collect()
+}
+
+/// A process's state letter and parent pid; `None` once it is gone.
+fn stat_of(pid: libc::pid_t) -> Option<(char, libc::pid_t)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: the fields follow its last `)`.
+    let mut rest = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    Some((state, rest.next()?.parse().ok()?))
+}
+
+/// Still able to run: neither gone nor a zombie (a reaped or unreaped corpse answers nothing).
+fn alive(pid: libc::pid_t) -> bool {
+    stat_of(pid).is_some_and(|(state, _)| !matches!(state, 'Z' | 'X'))
 }
 
 impl Drop for Postgres {
