@@ -15,6 +15,7 @@ use crate::host::Host;
 use crate::spawn::confine::native_consent;
 pub use crate::spawn::confine::RoleConfiner;
 use crate::spawn::key_proxy;
+use crate::spawn::tape::TurnTape;
 
 /// A command ready to run confined, and everything that must outlive it.
 pub struct Sandboxed {
@@ -24,7 +25,10 @@ pub struct Sandboxed {
     _confinement: metash_runtime::native::confine::Confinement,
     /// From a terminal: the host's side of the program's own pty.
     relay: Option<Relay>,
-    _proxy: Option<metash_runtime::credential::CredentialProxy>,
+    proxy: Option<metash_runtime::credential::CredentialProxy>,
+    /// The command's model exchanges (docs/replay.md), saved when it ended and the proxy stopped:
+    /// a sandboxed CLI is recorded as a spawn's is.
+    tape: Option<(TurnTape, metash_store::Store)>,
     _dir: tempfile::TempDir,
 }
 
@@ -37,18 +41,33 @@ impl Sandboxed {
     /// The program could not be started, or the relay failed.
     pub fn status(mut self) -> Result<ExitStatus> {
         let run = |e: std::io::Error| HostError::Other(format!("running the command: {e}"));
-        if let Some(relay) = self.relay.take() {
-            let mut child = self
+        let status = match self.relay.take() {
+            Some(relay) => self
                 .command
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
-                .map_err(run)?;
-            return relay_run(relay, &mut child).map_err(run);
+                .and_then(|mut child| relay_run(relay, &mut child)),
+            None => headless(&mut self.command),
+        };
+        // Stopping the proxy delivers every exchange it recorded; then the tape is whole.
+        drop(self.proxy.take());
+        if let Some((tape, store)) = self.tape.take() {
+            tape.save_in(&store);
         }
-        headless(&mut self.command).map_err(run)
+        status.map_err(run)
     }
+}
+
+/// The random part of the sandbox's own directory (`metash-sandbox-XXXXXX`): unique while it
+/// runs, so it names the run's tape.
+fn sandbox_id(dir: &Path) -> String {
+    dir.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("metash-sandbox-"))
+        .unwrap_or("run")
+        .to_string()
 }
 
 #[cfg(target_os = "linux")]
@@ -141,8 +160,13 @@ impl Host {
         role_name: &str,
         role: &Role,
         spec_env: &mut std::collections::BTreeMap<String, String>,
+        tape: Option<&TurnTape>,
     ) -> Result<(Option<key_proxy::Started>, Option<u16>)> {
-        let proxy = key_proxy::start(self, role_name, role, None)?;
+        let hooks = key_proxy::Hooks {
+            tap: None,
+            recorder: tape.map(TurnTape::recorder),
+        };
+        let proxy = key_proxy::start_recorded(self, role_name, role, hooks)?;
         let port = match &proxy {
             Some(started) => {
                 for v in &started.placeholders {
@@ -187,7 +211,14 @@ impl Host {
             .map_err(|e| HostError::Other(format!("creating the sandbox directory: {e}")))?;
         let mut spec_env: std::collections::BTreeMap<String, String> =
             env.iter().cloned().collect();
-        let (proxy, port) = self.model_route(role_name, role, &mut spec_env)?;
+        // Tagged `sandbox-…` where a session's tape carries the session's id: no task to name.
+        let tape = TurnTape::for_session(
+            self,
+            role_name,
+            role.frontend.as_str(),
+            &format!("sandbox-{}", sandbox_id(dir.path())),
+        );
+        let (proxy, port) = self.model_route(role_name, role, &mut spec_env, tape.as_ref())?;
         let workdir = self.check_workdir(workdir)?;
         let mut confiner = RoleConfiner::new(
             role_name,
@@ -222,7 +253,8 @@ impl Host {
             report,
             _confinement: confinement,
             relay,
-            _proxy: proxy.map(|s| s.proxy),
+            proxy: proxy.map(|s| s.proxy),
+            tape: tape.map(|t| (t, self.store().clone())),
             _dir: dir,
         })
     }

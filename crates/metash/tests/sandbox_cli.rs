@@ -181,3 +181,117 @@ fn a_roles_network_allowlist_is_reachable_through_the_proxy_and_nothing_else() {
         "{log}"
     );
 }
+
+/// A sandboxed command's model exchanges are recorded like a spawn's (issue 36 item 1): one tape
+/// tagged `sandbox-…`, holding the request and the answer, without the key the proxy added even
+/// when the model echoes it back.
+#[test]
+fn a_sandboxed_commands_model_exchange_is_recorded_without_the_key() {
+    if let Some(why) = metash_runtime_unavailable() {
+        metash_testkit::skip(
+            "a_sandboxed_commands_model_exchange_is_recorded_without_the_key",
+            &why,
+        );
+        return;
+    }
+    // A loopback "model" that answers with every header it got: the real key included.
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    let (saw_key, seen) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::{BufRead, BufReader, Read, Write};
+        for c in server.incoming().flatten() {
+            let mut r = BufReader::new(c);
+            let (mut head, mut len) = (String::new(), 0usize);
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+                head.push_str(&line);
+            }
+            let mut body = vec![0u8; len];
+            let _ = r.read_exact(&mut body);
+            let _ = saw_key.send(head.contains(KEY));
+            let answer = format!("SANDBOX-ANSWER {head}");
+            let _ = r.get_mut().write_all(
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
+                     connection: close\r\n\r\n{answer}",
+                    answer.len()
+                )
+                .as_bytes(),
+            );
+        }
+    });
+    let p = project();
+    let config = std::fs::read_to_string(p.path().join(".meta/config.toml")).unwrap();
+    std::fs::write(
+        p.path().join(".meta/config.toml"),
+        config.replace("127.0.0.1:9/v1", &format!("127.0.0.1:{port}/v1")),
+    )
+    .unwrap();
+    let py = "import os, urllib.request as u\n\
+              o = u.build_opener(u.ProxyHandler({}))\n\
+              r = u.Request(os.environ['METASH_MODEL_BASE_URL'] + '/messages',\n\
+                  data=b'{\"prompt\": \"SANDBOX-PROMPT\"}',\n\
+                  headers={'x-api-key': os.environ['METASH_SANDBOX_KEY'],\n\
+                           'content-type': 'application/json'})\n\
+              print(o.open(r).read().decode())\n";
+    std::fs::write(p.path().join("ask.py"), py).unwrap();
+    let out = sandbox(p.path(), true, "/usr/bin/python3 ask.py 2>&1");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("SANDBOX-ANSWER"), "{stdout}");
+    assert!(seen.try_recv().unwrap(), "the model got the real key");
+    let list = Command::new(env!("CARGO_BIN_EXE_metash"))
+        .arg("-C")
+        .arg(p.path())
+        .args(["--json", "tape", "list"])
+        .output()
+        .unwrap();
+    let list: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    let tape = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| {
+            t["session_id"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("sandbox-"))
+        })
+        .unwrap_or_else(|| panic!("no tape of the sandboxed command: {list}"));
+    let shown = Command::new(env!("CARGO_BIN_EXE_metash"))
+        .arg("-C")
+        .arg(p.path())
+        .args([
+            "--json",
+            "tape",
+            "show",
+            tape["id"].as_str().unwrap(),
+            "--bodies",
+        ])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains("SANDBOX-PROMPT") && shown.contains("SANDBOX-ANSWER"),
+        "{shown}"
+    );
+    let mut stack = vec![p.path().join(".meta/tapes")];
+    let mut files = 0;
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+                continue;
+            }
+            let text = String::from_utf8_lossy(&std::fs::read(e.path()).unwrap()).to_string();
+            assert!(!text.contains(KEY), "{} holds the key", e.path().display());
+            files += 1;
+        }
+    }
+    assert!(files >= 2, "an index and its blobs");
+}

@@ -40,30 +40,6 @@ pub struct Started {
     pub sign_in: Option<SignInOptions>,
 }
 
-/// Starts the proxy for one spawn of a CLI role and says what the CLI gets. `None` when the
-/// role has nothing to protect (no key, no sign-in). `tap` sees every model response as it
-/// streams (the turn's usage is read there).
-///
-/// # Errors
-/// The role's `auth` cannot be met, a sign-in cannot be read, or the proxy cannot start (a bad
-/// `base_url` is named).
-pub fn start(
-    host: &Host,
-    agent: &str,
-    role: &Role,
-    tap: Option<Arc<dyn UsageTap>>,
-) -> Result<Option<Started>> {
-    start_recorded(
-        host,
-        agent,
-        role,
-        Hooks {
-            tap,
-            recorder: None,
-        },
-    )
-}
-
 /// What the proxy reports to besides the log: the turn's usage meter and its tape.
 #[derive(Default)]
 pub struct Hooks {
@@ -72,10 +48,14 @@ pub struct Hooks {
     pub recorder: Option<Arc<dyn Recorder>>,
 }
 
-/// [`start`], with the turn's tape recorder too.
+/// Starts the proxy for one spawn of a CLI role (or a sandboxed command, a session) and says what
+/// the CLI gets. `None` when the role has nothing to protect (no key, no sign-in). `hooks.tap`
+/// sees every model response as it streams (the turn's usage is read there); `hooks.recorder`
+/// gets every exchange, redacted (the turn's tape).
 ///
 /// # Errors
-/// As [`start`].
+/// The role's `auth` cannot be met, a sign-in cannot be read, or the proxy cannot start (a bad
+/// `base_url` is named).
 pub fn start_recorded(
     host: &Host,
     agent: &str,
