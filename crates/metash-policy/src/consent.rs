@@ -70,6 +70,61 @@ pub struct ConsentDoc {
 }
 
 impl ConsentDoc {
+    /// Folds in grant `g` (its `seq` set from the advanced counter; returned as stored): the grant
+    /// or tombstone it replaces goes, and so do tombstones it covers (granting `network` again
+    /// supersedes revoking `network:x.com`). The one rule for the live document
+    /// ([`grant`]) and for a document rebuilt from the log (`metash fork`).
+    pub fn fold_grant(&mut self, mut g: Grant) -> Grant {
+        self.grants.retain(|x| {
+            let replaced = x.agent == g.agent
+                && (x.capability == g.capability
+                    || (x.revoked_at.is_some() && g.capability.covers(&x.capability)));
+            !replaced
+        });
+        self.counter += 1;
+        g.seq = self.counter;
+        self.grants.push(g.clone());
+        g
+    }
+
+    /// Folds in a revocation at `ts`: every grant of `agent` that `capability` covers is marked
+    /// revoked, and a tombstone stands for `capability` itself unless a grant of exactly it was
+    /// there. Returns the covered grants as they were before (the caller judges which were live).
+    pub fn fold_revoke(
+        &mut self,
+        agent: &str,
+        capability: &Capability,
+        ts: &str,
+        source: &str,
+    ) -> Vec<Grant> {
+        self.counter += 1;
+        let seq = self.counter;
+        let mut before = Vec::new();
+        for g in self
+            .grants
+            .iter_mut()
+            .filter(|g| g.agent == agent && capability.covers(&g.capability))
+        {
+            before.push(g.clone());
+            g.revoked_at = Some(ts.to_string());
+            g.seq = seq;
+        }
+        if !before.iter().any(|g| g.capability == *capability) {
+            self.grants.push(Grant {
+                agent: agent.to_string(),
+                capability: capability.clone(),
+                granted_at: ts.to_string(),
+                expires_at: ts.to_string(),
+                duration_s: 0,
+                sensitive: false,
+                source: source.to_string(),
+                revoked_at: Some(ts.to_string()),
+                seq,
+            });
+        }
+        before
+    }
+
     fn from_value(v: Value) -> Result<Self> {
         if v.is_null() {
             return Ok(Self::default());
@@ -145,17 +200,10 @@ pub(crate) fn grant(
     store.update_doc(CONSENT_DOC, |doc| {
         let mut d =
             ConsentDoc::from_value(doc.take()).map_err(|e| StoreError::Rejected(e.to_string()))?;
-        // Drop: the grant or tombstone this one replaces, tombstones it covers (granting
-        // `network` again supersedes revoking `network:x.com`), and expired grants.
-        d.grants.retain(|x| {
-            let same_agent = x.agent == g.agent;
-            let replaced = same_agent
-                && (x.capability == g.capability
-                    || (x.revoked_at.is_some() && g.capability.covers(&x.capability)));
-            !replaced && (x.revoked_at.is_some() || x.active_at(now))
-        });
-        d.counter += 1;
-        g.seq = d.counter;
+        // Expired grants go (tombstones stay: they are the record of a revocation).
+        d.grants
+            .retain(|x| x.revoked_at.is_some() || x.active_at(now));
+        g = d.fold_grant(g.clone());
         let event = NewEvent::new(
             LogKind::ConsentGrant,
             Some(&g.agent),
@@ -167,7 +215,6 @@ pub(crate) fn grant(
                 "source": g.source,
             }),
         );
-        d.grants.push(g.clone());
         out = Some(g.clone());
         d.version = DOC_VERSION;
         *doc = serde_json::to_value(&d).map_err(|e| StoreError::Rejected(e.to_string()))?;
@@ -191,33 +238,8 @@ pub(crate) fn revoke(
     let revoked_ref = &mut revoked;
     store.update_doc(CONSENT_DOC, |doc| {
         let mut d = ConsentDoc::from_value(doc.take()).map_err(|e| StoreError::Rejected(e.to_string()))?;
-        let ts = rfc3339(now);
-        d.counter += 1;
-        let seq = d.counter;
-        let mut exact = false;
-        for g in d.grants.iter_mut() {
-            if g.agent == agent && capability.covers(&g.capability) {
-                if g.active_at(now) {
-                    revoked_ref.push(g.clone());
-                }
-                g.revoked_at = Some(ts.clone());
-                g.seq = seq;
-                exact |= g.capability == *capability;
-            }
-        }
-        if !exact {
-            d.grants.push(Grant {
-                agent: agent.to_string(),
-                capability: capability.clone(),
-                granted_at: ts.clone(),
-                expires_at: ts.clone(),
-                duration_s: 0,
-                sensitive: false,
-                source: source.to_string(),
-                revoked_at: Some(ts.clone()),
-                seq,
-            });
-        }
+        let covered = d.fold_revoke(agent, capability, &rfc3339(now), source);
+        revoked_ref.extend(covered.into_iter().filter(|g| g.active_at(now)));
         d.version = DOC_VERSION;
         let event = NewEvent::new(
             LogKind::ConsentRevoke,

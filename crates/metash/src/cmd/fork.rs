@@ -381,19 +381,13 @@ fn grants_at(records: &[LogRecord]) -> ConsentDoc {
         let str_of = |k: &str| rec.data.get(k).and_then(Value::as_str).unwrap_or_default();
         match rec.kind {
             LogKind::ConsentGrant => {
-                doc.counter += 1;
-                doc.grants.retain(|g| {
-                    g.agent != agent
-                        || (g.capability != cap
-                            && !(g.revoked_at.is_some() && cap.covers(&g.capability)))
-                });
                 let expires_at = str_of("expires_at").to_string();
                 let duration_s = rec
                     .data
                     .get("duration_s")
                     .and_then(Value::as_u64)
                     .unwrap_or(0);
-                doc.grants.push(Grant {
+                doc.fold_grant(Grant {
                     agent: agent.to_string(),
                     capability: cap,
                     granted_at: granted_at(&expires_at, duration_s).unwrap_or(rec.ts.clone()),
@@ -402,10 +396,12 @@ fn grants_at(records: &[LogRecord]) -> ConsentDoc {
                     sensitive: rec.data.get("sensitive").and_then(Value::as_bool) == Some(true),
                     source: str_of("source").to_string(),
                     revoked_at: None,
-                    seq: doc.counter,
+                    seq: 0,
                 });
             }
-            LogKind::ConsentRevoke => revoke(&mut doc, agent, cap, rec, str_of("source")),
+            LogKind::ConsentRevoke => {
+                doc.fold_revoke(agent, &cap, &rec.ts, str_of("source"));
+            }
             _ => {}
         }
     }
@@ -420,35 +416,6 @@ fn granted_at(expires_at: &str, duration_s: u64) -> Option<String> {
     Some(metash_policy::clock::rfc3339(
         expires.checked_sub_signed(duration)?,
     ))
-}
-
-/// A `consent_revoke` record folded into `doc`: every grant of `agent` that `cap` covers is
-/// revoked, and a tombstone stands for `cap` itself.
-fn revoke(doc: &mut ConsentDoc, agent: &str, cap: Capability, rec: &LogRecord, source: &str) {
-    doc.counter += 1;
-    let mut exact = false;
-    for g in doc
-        .grants
-        .iter_mut()
-        .filter(|g| g.agent == agent && cap.covers(&g.capability))
-    {
-        g.revoked_at = Some(rec.ts.clone());
-        g.seq = doc.counter;
-        exact |= g.capability == cap;
-    }
-    if !exact {
-        doc.grants.push(Grant {
-            agent: agent.to_string(),
-            capability: cap,
-            granted_at: rec.ts.clone(),
-            expires_at: rec.ts.clone(),
-            duration_s: 0,
-            sensitive: false,
-            source: source.to_string(),
-            revoked_at: Some(rec.ts.clone()),
-            seq: doc.counter,
-        });
-    }
 }
 
 fn print(ctx: &Ctx, out: &Value) {
