@@ -23,7 +23,7 @@ use metash_store::NewEvent;
 use serde_json::json;
 
 use super::acp_fs::Files;
-use super::model::{outcome, prompt_with_resume, Charge};
+use super::model::{outcome, over_write_quota, prompt_with_resume, Charge};
 use super::Ran;
 use crate::config::{Permissions, Role};
 use crate::error::Result;
@@ -94,29 +94,7 @@ pub(crate) fn run(
     // Stopping the proxy ends every exchange before the turn is charged.
     drop(p.proxy);
     super::tape::save(tape, host);
-    over_quota(ran, hit, agent, kept)
-}
-
-/// A turn whose tree passed its disk or file quota is an error saying so, its HOME and TMPDIR
-/// kept for inspection.
-fn over_quota(
-    ran: Result<Ran>,
-    hit: Option<metash_runtime::limits::QuotaHit>,
-    agent: &str,
-    spawn_dir: continuity::SpawnDir,
-) -> Result<Ran> {
-    let Some(hit) = hit else {
-        return ran;
-    };
-    let mut ran = ran?;
-    ran.status = metash_protocol::AgentStatus::Error;
-    ran.checkpoint = None;
-    ran.data = format!(
-        "`{agent}` exceeded {}; its HOME and TMPDIR are kept in {}",
-        hit.explain(),
-        spawn_dir.keep_for_inspection().display()
-    );
-    Ok(ran)
+    over_write_quota(ran, hit, agent, || kept.keep_for_inspection())
 }
 
 /// Everything a turn needs, made before the agent starts: its meter and the credential proxy
@@ -209,15 +187,20 @@ impl Prepared {
             Arc::clone(host.running()),
         );
         let home = self.confiner.spawn_dir.join("home");
+        // The session's event also says why the last key was not given, and where HOME is kept.
         let mut sink = |ev: AcpEvent| match ev {
             AcpEvent::Session {
                 id,
                 loaded,
                 fallback,
             } => {
-                let data = json!({"frontend": crate::config::acp::NAME, "payload": {
-                    "type": "session", "sessionId": id, "loaded": loaded,
-                    "fallback": fallback.or_else(|| not_continued.clone()), "home": home}});
+                let fallback = fallback.or_else(|| not_continued.clone());
+                let mut data = harness_event(AcpEvent::Session {
+                    id,
+                    loaded,
+                    fallback,
+                });
+                data["payload"]["home"] = json!(home);
                 let _ = host.record_later(NewEvent::new(LogKind::HarnessEvent, Some(agent), data));
             }
             other => record(host, agent, other),

@@ -119,23 +119,24 @@ pub(crate) fn run(
         Ok(r) => outcome(&r.result, &charge, &partial, s.max_tokens()),
         Err(e) => Ok(Ran::error(format!("{}: {e}", e.code().as_str()))),
     };
-    over_write_quota(ran, hit, &req.agent_name, spawn_dir)
+    over_write_quota(ran, hit, &req.agent_name, || spawn_dir.keep())
 }
 
 /// A turn stopped at its disk or file quota ends as an error saying so, and the spawn's
-/// directory (its HOME and TMPDIR) is kept for inspection, as its worktree is. Otherwise the
-/// spawn's directory is removed.
+/// directory (its HOME and TMPDIR) is kept for inspection (`keep_spawn_dir`), as its worktree is.
+/// Otherwise the directory's owner decides: a CLI turn's is removed, an ACP role's kept one stays
+/// for its next spawn.
 pub(super) fn over_write_quota(
     ran: Result<Ran>,
     hit: Option<metash_runtime::limits::QuotaHit>,
     agent: &str,
-    spawn_dir: tempfile::TempDir,
+    keep_spawn_dir: impl FnOnce() -> std::path::PathBuf,
 ) -> Result<Ran> {
     let Some(hit) = hit else {
         return ran;
     };
     let mut ran = ran?;
-    let kept = spawn_dir.keep();
+    let kept = keep_spawn_dir();
     ran.status = AgentStatus::Error;
     ran.checkpoint = None;
     ran.data = format!(
