@@ -1,8 +1,10 @@
-//! Spawn cost, printed as medians with ratios in one run (`cargo bench -p metash-runtime`):
-//! bare fork/exec of a tiny program (posix_spawn, and fork+exec forced by an empty `pre_exec`),
-//! the same through the native sandbox with every restriction on (spawned from the spawner thread,
-//! as a native agent is: `NativeProcess::spawn_command`), the same under
-//! `bwrap --unshare-net` when installed, and a WASM agent's instantiate + run from the module cache.
+//! Spawn cost, printed as medians with ratios in one run (`cargo bench -p metash-runtime`): a bare
+//! `posix_spawn` of a tiny program, the same through the native sandbox with every restriction on
+//! (started as a native agent is: `Sandbox::start`, from the spawner thread, without copying the
+//! host), the same under `bwrap --unshare-net` when installed, and a WASM agent's instantiate +
+//! run from the module cache; then, in a pass of their own, the fork paths for reference
+//! (fork+exec forced by an empty `pre_exec`, directly and through the spawner thread).
+//! `METASH_BENCH_ONLY=text` keeps only the rows whose name contains it (and the bare one).
 //! Not a timed test: it prints, it does not assert.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use metash_protocol::{Manifest, SandboxKind};
-use metash_runtime::native::{NativeProcess, Sandbox};
+use metash_runtime::native::{ChildIo, NativeProcess, Sandbox};
 use metash_runtime::{
     ActionGate, AgentSpec, EventSink, Gate, GateVerdict, GatedAction, NullSink, Runtime,
     RuntimeConfig,
@@ -48,11 +50,10 @@ fn median(n: usize, mut f: impl FnMut()) -> Duration {
     v[v.len() / 2]
 }
 
-/// A sandboxed spawn+wait, through the spawner thread as a native agent's spawn is.
+/// A sandboxed spawn+wait, started as a native agent is (`Sandbox::start`: from the spawner
+/// thread, without copying the host).
 fn sandboxed_run(sb: &Sandbox) {
-    let mut cmd = sb.command();
-    quiet(&mut cmd);
-    let mut child = NativeProcess::spawn_command(cmd).unwrap();
+    let mut child = sb.start([ChildIo::Null; 3]).unwrap();
     assert!(child.wait().unwrap().success());
 }
 
@@ -119,16 +120,24 @@ fn bwrap() -> Option<&'static str> {
         })
 }
 
-/// The two bare cases.
-fn bare_cases<'a>() -> Vec<Case<'a>> {
+/// The bare `posix_spawn`, every table's baseline.
+fn bare_case<'a>() -> Case<'a> {
+    (
+        BARE,
+        Box::new(|| {
+            quiet(&mut Command::new(TINY)).status().unwrap();
+        }),
+        String::new(),
+    )
+}
+
+/// The fork paths, for reference (what a spawn cost before `Sandbox::start`), with their own
+/// bare case. Measured in a pass of their own: a fork copies the host, and every page the host
+/// writes afterwards faults once (copy-on-write) in whichever case runs next, which in one
+/// interleaved pass added about 0.05x to the sandboxed row.
+fn fork_cases<'a>() -> Vec<Case<'a>> {
     vec![
-        (
-            BARE,
-            Box::new(|| {
-                quiet(&mut Command::new(TINY)).status().unwrap();
-            }),
-            String::new(),
-        ),
+        bare_case(),
         (
             "bare fork+exec via the spawner thread",
             Box::new(|| {
@@ -242,6 +251,10 @@ fn measure<'a>(
     mut cases: Vec<Case<'a>>,
     rows: &mut Vec<Row<'a>>,
 ) -> Vec<(&'a str, Duration)> {
+    // `METASH_BENCH_ONLY=text`: only the cases whose name contains it (for a profiler's run).
+    if let Ok(only) = std::env::var("METASH_BENCH_ONLY") {
+        cases.retain(|(name, _, _)| name.contains(only.as_str()) || *name == BARE);
+    }
     let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); cases.len()];
     let pause = settle();
     for round in 0..n + 10 {
@@ -376,11 +389,15 @@ fn main() {
         Sandbox::prepare(&gspec, &sink, &metash_runtime::Replier::default())
             .map_err(|e| e.to_string())
     });
-    let mut cases = bare_cases();
+    let mut cases = vec![bare_case()];
     sandbox_cases(&sandbox, &spec, &sink, &mut cases, &mut rows);
     other_cases(&gated, &mut cases, &mut rows);
     let medians = measure(n, cases, &mut rows);
     let bare = medians.iter().find(|(n, _)| *n == BARE).unwrap().1;
+    let only = std::env::var("METASH_BENCH_ONLY").unwrap_or_default();
+    if !only.is_empty() && !"wasm".contains(only.as_str()) {
+        return print_table(&rows, bare);
+    }
     let (wasm, note) = wasm_case(n, dir.path(), &ws, &sink);
     rows.push((
         "wasm instantiate+run (agent.invoke, cached module)",
@@ -388,6 +405,11 @@ fn main() {
         note,
     ));
     print_table(&rows, bare);
+    let mut fork_rows = Vec::new();
+    let fork_medians = measure(n, fork_cases(), &mut fork_rows);
+    let fork_bare = fork_medians.iter().find(|(n, _)| *n == BARE).unwrap().1;
+    println!("the fork paths, for reference (a pass of their own, after; see `fork_cases`):");
+    print_table(&fork_rows, fork_bare);
     println!(
         "load (1, 5, 15 min): {load_before} before, {} after",
         load()

@@ -539,6 +539,12 @@ impl DiskWatch {
         }
     }
 
+    /// The pipe [`DiskWatch::announce_pid`] writes to, for a spawn that writes the pid itself
+    /// ([`super::vspawn`]).
+    pub(crate) fn pid_fd(&self) -> std::os::fd::RawFd {
+        self.pid_tx.as_raw_fd()
+    }
+
     /// Takes the baseline now unless the thread already has: a WASM guest starts in this
     /// process as soon as it is asked to, and none of its writes may count as the baseline.
     pub(crate) fn baseline_now(&self) {

@@ -215,6 +215,16 @@ impl ChildPlan {
     /// # Safety
     /// Must only be called in the child between fork and exec.
     pub unsafe fn apply(&self) -> io::Result<()> {
+        // SAFETY: as this function's own contract.
+        unsafe { self.apply_in(None) }
+    }
+
+    /// [`ChildPlan::apply`] in a child that shares the host's memory ([`super::vspawn`]):
+    /// `shared` says where the shims' stacks are and what the clone did already.
+    ///
+    /// # Safety
+    /// Must only be called in the child between its start and exec.
+    pub(super) unsafe fn apply_in(&self, shared: Option<&super::shim::Shared>) -> io::Result<()> {
         // SAFETY (whole block): plain syscalls with prepared, live arguments in a single-threaded
         // child.
         unsafe {
@@ -229,14 +239,54 @@ impl ChildPlan {
                 ) as libc::c_long,
                 "pdeathsig",
             )?;
-            if libc::getppid() != self.parent_pid {
+            if host_gone(self.parent_pid, shared) {
                 return Err(io::Error::other(
                     "sandbox step pdeathsig: host already gone",
                 ));
             }
-            for &fd in &self.cgroup_procs {
-                let rc = libc::write(fd, b"0".as_ptr().cast(), 1);
-                check(rc as libc::c_long, "cgroup join")?;
+            let entered = shared.is_some_and(|s| s.entered_mount_ns);
+            if let Some(mask) = &self.mask {
+                // Before capabilities go (the mounts need them) and before Landlock.
+                mask.apply(entered)?;
+            }
+            let mut joined_by_init = None;
+            if let Some(ns) = &self.namespaces {
+                // Still before capabilities and Landlock (its mounts add their own rules to the
+                // ruleset), and before seccomp (which refuses namespaces). This process stays
+                // outside as the tree's waiter (or is the namespace's init); what returns here
+                // is the program's process.
+                joined_by_init = ns.apply(
+                    self.landlock_fd,
+                    self.mask.is_some(),
+                    shared,
+                    &self.cgroup_procs,
+                )?;
+            }
+            // Only the program's process joins the cgroup and takes the limits: the shims hold
+            // the host's memory (shared, or a copy), and a memory cgroup's OOM killer, choosing
+            // by resident size, would pick a shim, and with it every process sharing that
+            // memory: the host. Where the init moves it (see `pidns`), it waits for that last.
+            self.limit(joined_by_init.is_some())?;
+            self.restrict()?;
+            if let Some(fd) = joined_by_init {
+                wait_joined(fd)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The program's cgroups (unless the init moves it there) and rlimits.
+    ///
+    /// # Safety
+    /// In the program's process, between its start and exec.
+    unsafe fn limit(&self, joined_by_init: bool) -> io::Result<()> {
+        // SAFETY (whole block): write(2) to pre-opened join files, setrlimit on local data.
+        unsafe {
+            if !joined_by_init {
+                for &fd in &self.cgroup_procs {
+                    let rc = libc::write(fd, b"0".as_ptr().cast(), 1);
+                    check(rc as libc::c_long, "cgroup join")?;
+                }
             }
             for &(res, value) in &self.rlimits {
                 let lim = libc::rlimit {
@@ -245,16 +295,17 @@ impl ChildPlan {
                 };
                 check(libc::setrlimit(res, &lim) as libc::c_long, "setrlimit")?;
             }
-            if let Some(mask) = &self.mask {
-                // Before capabilities go (the mounts need them) and before Landlock.
-                mask.apply()?;
-            }
-            if let Some(ns) = &self.namespaces {
-                // Still before capabilities and Landlock (its mounts add their own rules to the
-                // ruleset), and before seccomp (which refuses namespaces). This process stays
-                // outside as the tree's waiter; what returns here is the program's process.
-                ns.apply(self.landlock_fd, self.mask.is_some())?;
-            }
+        }
+        Ok(())
+    }
+
+    /// Capabilities, no new privileges, Landlock, seccomp, and the exec gate's filter.
+    ///
+    /// # Safety
+    /// In the program's process, between its start and exec, after the namespaces.
+    unsafe fn restrict(&self) -> io::Result<()> {
+        // SAFETY (whole block): prctl/syscalls on this process with prepared, live arguments.
+        unsafe {
             if self.drop_caps {
                 drop_capabilities()?;
             }
@@ -285,6 +336,60 @@ impl ChildPlan {
             }
         }
         Ok(())
+    }
+}
+
+/// Waits for the namespace's init to have moved this process into the agent's cgroups: one byte,
+/// 0 or the errno of the join file's write that failed (nothing: the init is gone).
+///
+/// # Safety
+/// In the child only, on the read end of its own pipe.
+unsafe fn wait_joined(fd: RawFd) -> io::Result<()> {
+    let mut code = [0u8; 1];
+    loop {
+        // SAFETY: read(2) of one byte into a local.
+        let n = unsafe { libc::read(fd, code.as_mut_ptr().cast(), 1) };
+        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        // SAFETY: closing our own descriptor.
+        unsafe { libc::close(fd) };
+        return match (n, code[0]) {
+            (1, 0) => Ok(()),
+            (1, errno) => {
+                let e = io::Error::from_raw_os_error(i32::from(errno));
+                Err(io::Error::new(
+                    e.kind(),
+                    format!("sandbox step cgroup join: {e}"),
+                ))
+            }
+            _ => Err(io::Error::other(
+                "sandbox step cgroup join: the namespace's init is gone",
+            )),
+        };
+    }
+}
+
+/// Whether the host died before the parent-death signal was set. The parent's pid says so,
+/// unless this process is the init of a PID namespace the clone made (its parent is outside, pid
+/// 0 here): then the exec-status pipe does, whose read end only the host holds.
+///
+/// # Safety
+/// In the child only.
+unsafe fn host_gone(parent: libc::pid_t, shared: Option<&super::shim::Shared>) -> bool {
+    // SAFETY (whole block): getppid and a zero-timeout poll on a live descriptor.
+    unsafe {
+        match shared.filter(|s| s.pid_ns_entered) {
+            None => libc::getppid() != parent,
+            Some(s) => {
+                let mut pfd = libc::pollfd {
+                    fd: s.report_fd,
+                    events: 0,
+                    revents: 0,
+                };
+                libc::poll(&mut pfd, 1, 0) > 0 && pfd.revents & libc::POLLERR != 0
+            }
+        }
     }
 }
 

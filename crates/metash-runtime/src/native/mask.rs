@@ -235,16 +235,21 @@ fn check(rc: libc::c_long, step: &str) -> io::Result<()> {
 }
 
 impl Mask {
-    /// Enters the mount namespace, mounts over each hidden directory, binds the grants and keeps
-    /// the protected paths read-only.
+    /// Whether entering its namespace makes a user namespace too (metash is not root).
+    pub fn needs_user_ns(&self) -> bool {
+        self.userns.is_some()
+    }
+
+    /// Enters the mount namespace (unless the spawn's `clone` did: `entered`), mounts over each
+    /// hidden directory, binds the grants and keeps the protected paths read-only.
     ///
     /// # Safety
     /// Only in the child between fork and exec, before capabilities are dropped.
-    pub unsafe fn apply(&self) -> io::Result<()> {
+    pub unsafe fn apply(&self, entered: bool) -> io::Result<()> {
         // SAFETY (whole block): raw syscalls on prepared, NUL-terminated data in a single-threaded
         // child.
         unsafe {
-            super::mounts::enter(self.userns.as_ref())?;
+            super::mounts::enter(self.userns.as_ref(), entered)?;
             // Nothing mounted here propagates back to the host's namespace.
             check(
                 libc::mount(

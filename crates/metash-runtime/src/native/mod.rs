@@ -40,6 +40,8 @@ pub mod procs;
 #[cfg(target_os = "linux")]
 mod quota;
 #[cfg(target_os = "linux")]
+mod raw;
+#[cfg(target_os = "linux")]
 mod sandbox;
 #[cfg(target_os = "linux")]
 mod seccomp;
@@ -49,6 +51,8 @@ mod shim;
 mod spawner;
 #[cfg(target_os = "linux")]
 pub mod tty;
+#[cfg(target_os = "linux")]
+mod vspawn;
 
 // Also compiled into Linux's unit tests, so the refusal itself is tested where CI runs.
 #[cfg(any(not(target_os = "linux"), test))]
@@ -60,6 +64,8 @@ pub use proxy::{proxy_env, ConnectProxy, ProxyCfg};
 pub use process::NativeProcess;
 #[cfg(target_os = "linux")]
 pub use sandbox::Sandbox;
+#[cfg(target_os = "linux")]
+pub use vspawn::{ChildIo, Spawned};
 
 #[cfg(not(target_os = "linux"))]
 pub use refused::{NativeProcess, Sandbox};

@@ -489,7 +489,7 @@ unsafe fn holder_steps(
     let (hide, protect) = shield;
     // SAFETY (whole block): raw syscalls on data prepared before the fork.
     unsafe {
-        if super::mounts::enter(userns).is_err() {
+        if super::mounts::enter(userns, false).is_err() {
             return 1;
         }
         if libc::mount(

@@ -51,19 +51,23 @@ unsafe fn write_proc(path: &[u8], data: &[u8], step: &str) -> io::Result<()> {
 }
 
 /// Enters a new mount namespace: with a user namespace mapping the user to itself when `userns`
-/// has its maps (not root).
+/// has its maps (not root). `entered`: the spawn's `clone` made both namespaces already (a
+/// process sharing the host's memory cannot `unshare` a user namespace, see
+/// [`super::vspawn`]); only the maps are left to write.
 ///
 /// # Safety
 /// Only in a forked child, single-threaded, before capabilities are dropped.
-pub(crate) unsafe fn enter(userns: Option<&(Vec<u8>, Vec<u8>)>) -> io::Result<()> {
+pub(crate) unsafe fn enter(userns: Option<&(Vec<u8>, Vec<u8>)>, entered: bool) -> io::Result<()> {
     // SAFETY (whole block): raw syscalls on prepared, NUL-terminated data.
     unsafe {
         match userns {
             Some((uid_map, gid_map)) => {
-                check(
-                    libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) as libc::c_long,
-                    "mount namespace: unshare(user, mount)",
-                )?;
+                if !entered {
+                    check(
+                        libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) as libc::c_long,
+                        "mount namespace: unshare(user, mount)",
+                    )?;
+                }
                 write_proc(
                     b"/proc/self/setgroups\0",
                     b"deny",
@@ -72,6 +76,7 @@ pub(crate) unsafe fn enter(userns: Option<&(Vec<u8>, Vec<u8>)>) -> io::Result<()
                 write_proc(b"/proc/self/uid_map\0", uid_map, "mount namespace: uid_map")?;
                 write_proc(b"/proc/self/gid_map\0", gid_map, "mount namespace: gid_map")
             }
+            None if entered => Ok(()),
             None => check(
                 libc::unshare(libc::CLONE_NEWNS) as libc::c_long,
                 "mount namespace: unshare(mount)",

@@ -80,12 +80,21 @@ pub(super) unsafe fn grant(
 /// In the forked child only.
 pub(super) unsafe fn drop_capabilities() -> io::Result<()> {
     // SAFETY: as `drop_capabilities_raw`.
-    check(unsafe { drop_capabilities_raw() }, "capset")
+    let rc = unsafe { drop_capabilities_raw() };
+    if rc < 0 {
+        let e = io::Error::from_raw_os_error(-rc as i32);
+        return Err(io::Error::new(
+            e.kind(),
+            format!("sandbox step capset: {e}"),
+        ));
+    }
+    Ok(())
 }
 
-/// [`drop_capabilities`] without building an error: the raw `capset` result. For the PID
-/// namespace's shims, which share their memory (and so malloc's and errno's thread-local state)
-/// with each other after `shim::split`, and so must not allocate.
+/// [`drop_capabilities`] without building an error: the raw `capset` result (`-errno`). For the
+/// PID namespace's shims, which share their memory (and so malloc's and errno's thread-local
+/// state) with each other and with the host ([`super::raw`]), and so must not allocate or touch
+/// `errno`.
 ///
 /// # Safety
 /// In the forked child only.
@@ -98,7 +107,15 @@ pub(super) unsafe fn drop_capabilities_raw() -> libc::c_long {
             pid: 0,
         };
         let data = [CapData::default(); 2];
-        libc::syscall(libc::SYS_capset, &mut hdr as *mut CapHeader, data.as_ptr())
+        super::raw::call(
+            libc::SYS_capset,
+            [
+                &mut hdr as *mut CapHeader as usize,
+                data.as_ptr() as usize,
+                0,
+                0,
+            ],
+        ) as libc::c_long
     }
 }
 
@@ -113,9 +130,9 @@ pub(super) unsafe fn drop_bounding_set() {
     // SAFETY: prctl on this process.
     unsafe {
         for cap in 0..=63 {
-            match libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) {
+            match super::raw::prctl(libc::PR_CAPBSET_READ, cap) {
                 1 => {
-                    libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+                    super::raw::prctl(libc::PR_CAPBSET_DROP, cap);
                 }
                 0 => {}
                 _ => break,

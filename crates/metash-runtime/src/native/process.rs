@@ -2,9 +2,10 @@
 //! by a reader thread, stopped by process group and cgroup.
 
 use std::collections::VecDeque;
+use std::fs::File;
 use std::io::{BufReader, Read, Write};
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
@@ -16,7 +17,7 @@ use metash_protocol::LogKind;
 use metash_protocol::AgentEvent;
 use serde_json::{json, Value};
 
-use super::{cgroup, procs, spawner, Sandbox};
+use super::{cgroup, procs, spawner, ChildIo, Sandbox, Spawned};
 
 use crate::codec;
 use crate::error::{io_err, Result, RuntimeError};
@@ -38,7 +39,7 @@ pub struct NativeProcess {
     agent: String,
     /// The agent's mount namespace, when its grants can be withdrawn mid-run.
     mount_ns: Option<Arc<super::mountns::MountNs>>,
-    child: Child,
+    child: Spawned,
     pgid: i32,
     input: Option<SyncSender<Vec<u8>>>,
     /// The same stdin, shared with the host (replies) and the sandbox (gate denials).
@@ -55,8 +56,8 @@ pub struct NativeProcess {
     pub report: Value,
 }
 
-/// A failed spawn. std reports only the errno of a failed `pre_exec` step, so the message names
-/// the stage; either way the agent did not run (fail-closed).
+/// A failed spawn: the child's own message names the failed step; with an exec gate, the
+/// supervisor may know more. Either way the agent did not run (fail-closed).
 fn sandbox_err(e: std::io::Error, sandbox: &Sandbox) -> RuntimeError {
     match sandbox.spawn_failure() {
         Some(step) => RuntimeError::SandboxSetup(format!("{step} ({e})")),
@@ -69,7 +70,7 @@ fn sandbox_err(e: std::io::Error, sandbox: &Sandbox) -> RuntimeError {
 /// The last `STDERR_TAIL` bytes of the agent's stderr, kept by a thread of its own.
 fn keep_stderr_tail(
     id: &str,
-    mut err: std::process::ChildStderr,
+    mut err: File,
     tail: Arc<Mutex<VecDeque<u8>>>,
 ) -> Result<thread::JoinHandle<()>> {
     thread::Builder::new()
@@ -91,11 +92,7 @@ fn keep_stderr_tail(
 }
 
 /// Writes each queued line to the agent's stdin until it closes.
-fn feed_stdin(
-    id: &str,
-    mut stdin: std::process::ChildStdin,
-    lines: Receiver<Vec<u8>>,
-) -> Result<()> {
+fn feed_stdin(id: &str, mut stdin: File, lines: Receiver<Vec<u8>>) -> Result<()> {
     thread::Builder::new()
         .name(format!("metash-in-{id}"))
         .spawn(move || {
@@ -126,11 +123,9 @@ impl NativeProcess {
         replier: &Replier,
     ) -> Result<Self> {
         let sandbox = Sandbox::prepare(spec, sink, replier)?;
-        let mut cmd = sandbox.command();
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = spawner::spawn(cmd).map_err(|e| sandbox_err(e, &sandbox))?;
+        let mut child = sandbox
+            .start([ChildIo::Piped; 3])
+            .map_err(|e| sandbox_err(e, &sandbox))?;
         let pgid = child.id() as i32;
 
         let (tx, rx) = mpsc::sync_channel::<Msg>(spec.channel_capacity.max(1));
@@ -191,9 +186,9 @@ impl NativeProcess {
         })
     }
 
-    /// Spawns a command from [`Sandbox::command`] the way [`NativeProcess::spawn`] does: from
-    /// the long-lived spawner thread (parent-death signal, bounding set). For the spawn
-    /// benchmark, which measures exactly that path.
+    /// Spawns a command from the long-lived spawner thread (parent-death signal, bounding set)
+    /// with std's `fork`: for the spawn benchmark's baseline of that hand-off. A native agent
+    /// starts with [`Sandbox::start`] instead.
     ///
     /// # Errors
     /// The spawn failed (a sandbox step in the child included).

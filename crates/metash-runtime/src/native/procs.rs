@@ -72,13 +72,18 @@ pub fn pid_namespace(pid: i32) -> Option<String> {
 }
 
 /// The process that runs an agent's program, from the pid its host spawned: that process itself,
-/// or, where the sandbox made a PID namespace (`super::pidns`), its grandchild (the spawned
-/// process waits outside, its child is the namespace's init, whose child is the program).
+/// or, where the sandbox made a PID namespace (`super::pidns`), the namespace's pid 2: the
+/// spawned process's child when the spawned process is the namespace's init (a native agent,
+/// `super::vspawn`), its grandchild when it waits outside (a confined CLI: its child is the init).
 pub fn program(pid: i32) -> i32 {
-    let outer = pid_namespace(pid);
-    let inner = children(pid)
-        .into_iter()
-        .find(|&c| pid_namespace(c).is_some_and(|ns| Some(&ns) != outer.as_ref()));
+    let inner = if inner_pid(pid) == Some(1) {
+        Some(pid)
+    } else {
+        let outer = pid_namespace(pid);
+        children(pid)
+            .into_iter()
+            .find(|&c| pid_namespace(c).is_some_and(|ns| Some(&ns) != outer.as_ref()))
+    };
     // The program is pid 2 there (orphans the init adopted are children of it too).
     inner
         .and_then(|init| {

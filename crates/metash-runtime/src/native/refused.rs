@@ -47,10 +47,6 @@ impl Sandbox {
     pub fn spawn_failure(&self) -> Option<String> {
         match self.never {}
     }
-
-    pub fn command(&self) -> Command {
-        match self.never {}
-    }
 }
 
 /// Never constructed: [`NativeProcess::spawn`] refuses.

@@ -1,11 +1,10 @@
 //! Preparing the native sandbox for one agent: the Landlock ruleset, the seccomp program, the
-//! cgroups (or rlimits), the allowlist proxy, and a `Command` that applies them between fork and
-//! exec. Separate from the process plumbing so the benchmark can measure exactly this.
+//! cgroups (or rlimits), the allowlist proxy, and the start that applies them in the child before
+//! exec ([`Sandbox::start`], `super::vspawn`). Separate from the process plumbing so the
+//! benchmark can measure exactly this.
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
@@ -323,32 +322,46 @@ impl Sandbox {
             .and_then(super::disk_quota::DiskWatch::check_now)
     }
 
-    /// When a spawn from [`Sandbox::command`] failed: the sandbox step that failed, if known (std
-    /// passes only an errno back from the child). Bounded wait, only with an exec gate.
+    /// When [`Sandbox::start`] failed: what the exec gate's supervisor knows of it (the child's
+    /// own error names its step already). Bounded wait, only with an exec gate.
     pub fn spawn_failure(&self) -> Option<String> {
         self.exec_gate
             .as_ref()
             .and_then(|g| g.spawn_failure(std::time::Duration::from_millis(50)))
     }
 
-    /// A `Command` for the agent that applies the sandbox in the child before exec. Stdio is left
-    /// to the caller. Every spawn from it is confined the same way (the bench spawns many).
-    pub fn command(&self) -> Command {
-        let mut cmd = Command::new(&self.entry);
-        cmd.args(&self.args)
-            .env_clear()
-            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .current_dir(&self.workspace);
-        let plan = Arc::clone(&self.plan);
-        // SAFETY: the pid announcement and `apply` make only async-signal-safe syscalls on data
-        // prepared in the parent.
-        unsafe {
-            if let Some(w) = &self.disk {
-                cmd.pre_exec(w.announce_pid());
-            }
-            cmd.pre_exec(move || plan.apply());
+    /// Starts the agent confined, from the spawner thread and without copying the host
+    /// ([`super::vspawn`]), with its standard streams as `io` says. Returns once it has exec'd.
+    ///
+    /// # Errors
+    /// A sandbox step failed in the child (its message names the step), the entry could not be
+    /// exec'd, or a name holds a NUL byte.
+    pub fn start(&self, io: [super::ChildIo; 3]) -> std::io::Result<super::Spawned> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = |b: &[u8]| {
+            std::ffi::CString::new(b).map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, "a NUL byte in a name")
+            })
+        };
+        let program = c(self.entry.as_os_str().as_bytes())?;
+        let mut argv = vec![program.clone()];
+        for a in &self.args {
+            argv.push(c(a.as_bytes())?);
         }
-        cmd
+        let envp = self
+            .env
+            .iter()
+            .map(|(k, v)| c(format!("{k}={v}").as_bytes()))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        super::spawner::spawn_sandboxed(super::vspawn::Request {
+            program,
+            argv,
+            envp,
+            cwd: c(self.workspace.as_os_str().as_bytes())?,
+            plan: Arc::clone(&self.plan),
+            announce: self.disk.as_ref().map(super::disk_quota::DiskWatch::pid_fd),
+            io,
+        })
     }
 }
 

@@ -177,3 +177,106 @@ fn x32_numbers_are_refused_and_foreign_calls_kill() {
     let (out, sig) = run_filtered(&prog, &[(I386_GETPID, [0; 5])]);
     assert_eq!((out, sig), (None, libc::SIGSYS));
 }
+
+/// A classic BPF interpreter for what the program uses, over a `seccomp_data` for this build's
+/// architecture: the action, and how many instructions ran.
+fn eval(prog: &[libc::sock_filter], nr: u32, args: [u64; 6]) -> (u32, usize) {
+    let word = |off: u32| -> u32 {
+        match off {
+            0 => nr,
+            4 => AUDIT_ARCH,
+            16..=63 => {
+                let a = args[((off - 16) / 8) as usize];
+                if off.is_multiple_of(8) {
+                    a as u32
+                } else {
+                    (a >> 32) as u32
+                }
+            }
+            _ => panic!("load at {off}"),
+        }
+    };
+    let (mut pc, mut acc, mut ran) = (0usize, 0u32, 0usize);
+    loop {
+        let i = prog[pc];
+        ran += 1;
+        let code = u32::from(i.code);
+        let taken = |c: bool| {
+            if c {
+                usize::from(i.jt)
+            } else {
+                usize::from(i.jf)
+            }
+        };
+        pc += 1;
+        match code {
+            c if c == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS => acc = word(i.k),
+            c if c == libc::BPF_ALU | libc::BPF_AND | libc::BPF_K => acc &= i.k,
+            c if c == libc::BPF_JMP | libc::BPF_JA => pc += i.k as usize,
+            c if c == libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K => pc += taken(acc == i.k),
+            c if c == libc::BPF_JMP | libc::BPF_JGT | libc::BPF_K => pc += taken(acc > i.k),
+            c if c == libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K => pc += taken(acc >= i.k),
+            c if c == libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K => pc += taken(acc & i.k != 0),
+            c if c == libc::BPF_RET | libc::BPF_K => return (i.k, ran),
+            other => panic!("opcode {other:#x} at {}", pc - 1),
+        }
+    }
+}
+
+/// The binary search in front of seccompiler's chain changes no decision, for every syscall
+/// number and the arguments the rules look at; and a number without rules is decided within a
+/// few instructions (what installing the filter costs, see `dispatch`), where the chain alone
+/// took dozens.
+#[test]
+fn the_dispatch_tree_decides_as_the_chain_and_quickly() {
+    let arg_sets: Vec<[u64; 6]> = vec![
+        [0; 6],
+        [INET, STREAM, 0, 0, 0, 0],
+        [INET, STREAM, MPTCP, 0, 0, 0],
+        [libc::AF_UNIX as u64, libc::SOCK_DGRAM as u64, 0, 0, 0, 0],
+        [libc::AF_INET6 as u64, libc::SOCK_RAW as u64, 0, 0, 0, 0],
+        [
+            libc::CLONE_NEWUSER as u64 | libc::SIGCHLD as u64,
+            0,
+            0,
+            0,
+            0,
+            0,
+        ],
+        [libc::SIGCHLD as u64, 0, 0, 0, 0, 0],
+    ];
+    for network in [
+        NetworkAccess::None,
+        NetworkAccess::Allowlist(vec!["x.test".into()]),
+        NetworkAccess::Unrestricted,
+    ] {
+        for new_sessions in [false, true] {
+            let fast = program(&network, new_sessions).unwrap();
+            let rules = rules(&network, new_sessions).unwrap();
+            let ruled: Vec<i64> = rules.keys().copied().collect();
+            let mut chain = prologue().unwrap();
+            chain.extend(compile(rules).unwrap());
+            let mut worst_fast = 0;
+            let mut worst_chain = 0;
+            for nr in 0..=600u32 {
+                for args in &arg_sets {
+                    let (a, ran) = eval(&fast, nr, *args);
+                    let (b, ran_chain) = eval(&chain, nr, *args);
+                    assert_eq!(a, b, "syscall {nr} {args:?} ({network:?}, {new_sessions})");
+                    if !ruled.contains(&i64::from(nr)) {
+                        worst_fast = worst_fast.max(ran);
+                        worst_chain = worst_chain.max(ran_chain);
+                    }
+                }
+            }
+            assert!(
+                worst_fast <= 16,
+                "{worst_fast} instructions for a number without rules"
+            );
+            assert!(
+                worst_chain > 2 * worst_fast,
+                "{worst_chain} vs {worst_fast}"
+            );
+        }
+    }
+}

@@ -17,40 +17,75 @@
 use std::io;
 
 /// The parent's stack: ample for a waiter's few frames in a debug build. Mapped lazily.
-const STACK_LEN: usize = 128 * 1024;
+pub(super) const STACK_LEN: usize = 128 * 1024;
 /// The lowest page stays unmapped: an overflow faults instead of writing into shared memory.
-const GUARD: usize = 4096;
+pub(super) const GUARD: usize = 4096;
 
 /// What the parent's half runs: the child's pid and the context stored on its new stack.
 pub(super) type Entry<C> = unsafe extern "C" fn(libc::pid_t, *const C) -> !;
 
+/// A stack the parent's half moves to: `len` bytes above `base`, the lowest [`GUARD`] of them
+/// unmapped. Given by a spawn that shares the host's memory ([`super::vspawn`], which unmaps it
+/// when the tree is gone); otherwise mapped here, in a copy of the host that ends with the tree.
+#[derive(Clone, Copy)]
+pub(super) struct Stack {
+    pub base: *mut u8,
+    pub len: usize,
+}
+
+/// What a spawn that shares the host's memory gives the tree ([`super::vspawn`]): the stack the
+/// namespace's init moves to (the host reuses it only once the init has exited) and which
+/// namespaces the spawn's `clone` made already.
+#[derive(Clone, Copy)]
+pub(super) struct Shared {
+    pub init: Stack,
+    pub entered_mount_ns: bool,
+    /// The clone made this process the PID namespace's init: it splits off only the program's
+    /// process, and writes that process's wait status to `status_fd` (the host's pipe).
+    pub pid_ns_entered: bool,
+    pub status_fd: i32,
+    /// The exec-status pipe: when the host is gone, its read end is, and a write to it fails.
+    pub report_fd: i32,
+}
+
 /// Splits this process: returns `Ok` in the child, which goes on here; the parent runs
-/// `entry(child, &ctx)` on a fresh stack and never returns. The child gets `SIGCHLD` as its exit
-/// signal (an ordinary child to wait for).
+/// `entry(child, &ctx)` on `stack` (a fresh one when `None`) and never returns. The child gets
+/// `SIGCHLD` as its exit signal (an ordinary child to wait for).
 ///
 /// # Errors
 /// The stack's mapping or the clone failed (in the parent, which then is the only process).
 ///
 /// # Safety
 /// In a forked, single-threaded child between fork and exec. `entry` must never return and make
-/// only async-signal-safe calls (it shares memory with the child); `C` must be plain data.
-pub(super) unsafe fn split<C: Copy>(ctx: C, entry: Entry<C>) -> io::Result<()> {
+/// only raw system calls ([`super::raw`]: it shares memory with the child, and maybe with the
+/// host); `C` must be plain data; a given `stack` must be unused by anyone else.
+pub(super) unsafe fn split<C: Copy>(
+    ctx: C,
+    entry: Entry<C>,
+    stack: Option<Stack>,
+) -> io::Result<()> {
     // SAFETY (whole block): mmap/mprotect/munmap on a region this process owns; the context is
     // written inside it, below its top, aligned.
     unsafe {
-        let base = libc::mmap(
-            std::ptr::null_mut(),
-            STACK_LEN,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-            -1,
-            0,
-        );
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        libc::mprotect(base, GUARD, libc::PROT_NONE);
-        let top = base as usize + STACK_LEN;
+        let (base, len, mapped) = match stack {
+            Some(s) => (s.base.cast::<libc::c_void>(), s.len, false),
+            None => {
+                let base = libc::mmap(
+                    std::ptr::null_mut(),
+                    STACK_LEN,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                    -1,
+                    0,
+                );
+                if base == libc::MAP_FAILED {
+                    return Err(io::Error::last_os_error());
+                }
+                libc::mprotect(base, GUARD, libc::PROT_NONE);
+                (base, STACK_LEN, true)
+            }
+        };
+        let top = base as usize + len;
         let at = (top - std::mem::size_of::<C>()) & !(std::mem::align_of::<C>().max(16) - 1);
         let ctx_ptr = at as *mut C;
         ctx_ptr.write(ctx);
@@ -58,7 +93,9 @@ pub(super) unsafe fn split<C: Copy>(ctx: C, entry: Entry<C>) -> io::Result<()> {
         let stack_top = (at & !15) as *mut u8;
         let rc = clone_vm(stack_top, ctx_ptr, entry);
         if rc < 0 {
-            libc::munmap(base, STACK_LEN);
+            if mapped {
+                libc::munmap(base, STACK_LEN);
+            }
             return Err(io::Error::from_raw_os_error(-rc as i32));
         }
         Ok(())

@@ -20,11 +20,15 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 
-type Job = (Command, Sender<io::Result<Child>>);
+use super::vspawn::{self, Request, Spawned};
+
+/// A spawn to run on the spawner thread, given the keeper (when it could be started).
+type Job = Box<dyn FnOnce(Option<&NsKeeper>) + Send>;
 
 static SPAWNER: OnceLock<Mutex<Sender<Job>>> = OnceLock::new();
 
@@ -39,33 +43,27 @@ fn spawner() -> io::Result<&'static Mutex<Sender<Job>>> {
             // SAFETY: prctl on this thread's own credentials; nothing else runs here yet.
             unsafe { super::privs::drop_bounding_set() };
             let keeper = NsKeeper::start().ok();
-            for (mut cmd, reply) in rx {
-                let spawned = cmd.spawn();
-                // Before the child is handed out: its pid cannot have been reaped and reused yet.
-                let held = spawned.as_ref().ok().and_then(|c| Held::open(c.id()));
-                let _ = reply.send(spawned);
-                // Without a keeper the namespace is let go at once (the tree still holds it).
-                if let (Some(k), Some(h)) = (&keeper, held) {
-                    k.give(h);
-                }
+            for job in rx {
+                job(keeper.as_ref());
             }
         })?;
     // A racing initializer may win; its thread serves everyone and ours exits when `tx` drops.
     Ok(SPAWNER.get_or_init(|| Mutex::new(tx)))
 }
 
-/// Spawn `cmd` from the spawner thread.
-///
-/// # Errors
-/// The spawn failed (including a sandbox step failing in the child), or the spawner is gone.
-pub fn spawn(cmd: Command) -> io::Result<Child> {
+/// Runs `job` on the spawner thread and returns its result.
+fn on_spawner<T: Send + 'static>(
+    job: impl FnOnce(Option<&NsKeeper>) -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
     let (reply_tx, reply_rx) = mpsc::channel();
     {
         let guard = spawner()?
             .lock()
             .map_err(|_| io::Error::other("spawner lock poisoned"))?;
         guard
-            .send((cmd, reply_tx))
+            .send(Box::new(move |keeper| {
+                let _ = reply_tx.send(job(keeper));
+            }))
             .map_err(|_| io::Error::other("spawner thread is gone"))?;
     }
     reply_rx
@@ -73,10 +71,58 @@ pub fn spawn(cmd: Command) -> io::Result<Child> {
         .map_err(|_| io::Error::other("spawner thread is gone"))?
 }
 
-/// A spawned child's mount namespace, and a pidfd saying when the child has exited.
+/// Spawn `cmd` from the spawner thread.
+///
+/// # Errors
+/// The spawn failed (including a sandbox step failing in the child), or the spawner is gone.
+pub fn spawn(mut cmd: Command) -> io::Result<Child> {
+    on_spawner(move |keeper| {
+        let child = cmd.spawn()?;
+        // Before the child is handed out: its pid cannot have been reaped and reused yet.
+        // Without a keeper the namespace is let go at once (the tree still holds it).
+        if let (Some(k), Some(h)) = (keeper, Held::open(child.id())) {
+            k.give(h);
+        }
+        Ok(child)
+    })
+}
+
+/// Start a sandboxed agent from the spawner thread without copying the host
+/// ([`super::vspawn`]); the keeper unmaps its stacks when its tree is gone.
+///
+/// # Errors
+/// The spawn failed (the failed step's own message), or the spawner is gone.
+pub(super) fn spawn_sandboxed(req: Request) -> io::Result<Spawned> {
+    on_spawner(move |keeper| {
+        let (spawned, tree) = vspawn::spawn(&req)?;
+        match (Held::tree(spawned.id(), tree), keeper) {
+            (Ok(held), Some(k)) => k.give(held),
+            // No keeper thread (it could not be started): the stacks are kept until P has
+            // exited, which is only known by waiting, so they are left mapped instead.
+            (Ok(held), None) => held.abandon(),
+            (Err(stacks), _) => std::mem::forget(stacks),
+        }
+        Ok(spawned)
+    })
+}
+
+/// A spawned child's mount namespace, held until its pidfd reports the child gone; for a tree
+/// that shares the host's memory, its stacks too, and maybe the child to reap.
 struct Held {
-    pidfd: OwnedFd,
-    _mount_ns: OwnedFd,
+    done: OwnedFd,
+    pid: libc::pid_t,
+    _mount_ns: Option<OwnedFd>,
+    stacks: Option<vspawn::Stacks>,
+    reap: Option<Arc<AtomicBool>>,
+}
+
+/// A pidfd for our own child `pid`, not reaped yet; `None` where the kernel has none (before 5.3).
+fn pidfd(pid: libc::pid_t) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open(2) on our own child; no pointer arguments.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
+    let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
+    // SAFETY: a descriptor pidfd_open just returned, owned by nobody else.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 impl Held {
@@ -84,16 +130,51 @@ impl Held {
     /// namespace then ends with its last process, as it would anyway.
     fn open(pid: u32) -> Option<Self> {
         let pid = libc::pid_t::try_from(pid).ok()?;
-        // SAFETY: pidfd_open(2) on our own child, not reaped yet; no pointer arguments.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
-        let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
-        // SAFETY: a descriptor pidfd_open just returned, owned by nobody else.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let done = pidfd(pid)?;
         let ns = std::fs::File::open(format!("/proc/{pid}/ns/mnt")).ok()?;
         Some(Self {
-            pidfd,
-            _mount_ns: ns.into(),
+            done,
+            pid,
+            _mount_ns: Some(ns.into()),
+            stacks: None,
+            reap: None,
         })
+    }
+
+    /// A tree started by [`vspawn`], done when P has exited. `Err` (the stacks, to leak) where
+    /// no pidfd can be had: nothing would say when they are free.
+    fn tree(pid: u32, tree: vspawn::Tree) -> Result<Self, vspawn::Stacks> {
+        let Some((pid, done)) = libc::pid_t::try_from(pid)
+            .ok()
+            .and_then(|p| pidfd(p).map(|fd| (p, fd)))
+        else {
+            return Err(tree.stacks);
+        };
+        let ns = std::fs::File::open(format!("/proc/{pid}/ns/mnt")).ok();
+        Ok(Self {
+            done,
+            pid,
+            _mount_ns: ns.map(OwnedFd::from),
+            stacks: Some(tree.stacks),
+            reap: Some(tree.keeper_reaps),
+        })
+    }
+
+    /// The child has exited: reap it if its handle is gone (see `vspawn::Spawned`'s `Drop`).
+    fn finish(self) {
+        if self.reap.as_ref().is_some_and(|r| r.load(Ordering::SeqCst)) {
+            let mut st = 0;
+            // SAFETY: waitpid(2) with WNOHANG on our own child, which has exited.
+            unsafe { libc::waitpid(self.pid, &mut st, libc::WNOHANG) };
+        }
+    }
+
+    /// Lets go without knowing whether the tree is gone: its stacks are leaked, never unmapped
+    /// under a shim that may still run on them.
+    fn abandon(mut self) {
+        if let Some(s) = self.stacks.take() {
+            std::mem::forget(s);
+        }
     }
 }
 
@@ -135,7 +216,7 @@ fn keep(wake: &OwnedFd, rx: &Receiver<Held>) {
     let mut held: Vec<Held> = Vec::new();
     loop {
         let mut fds: Vec<libc::pollfd> = std::iter::once(wake.as_raw_fd())
-            .chain(held.iter().map(|h| h.pidfd.as_raw_fd()))
+            .chain(held.iter().map(|h| h.done.as_raw_fd()))
             .map(|fd| libc::pollfd {
                 fd,
                 events: libc::POLLIN,
@@ -146,14 +227,14 @@ fn keep(wake: &OwnedFd, rx: &Receiver<Held>) {
         if unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) } < 0 {
             if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
                 // Not a wait that can succeed (too many descriptors?): let them all go now.
-                held.clear();
+                held.drain(..).for_each(Held::abandon);
             }
             continue;
         }
         // Highest first: `swap_remove` moves in an entry already looked at.
         for i in (1..fds.len()).rev() {
             if fds[i].revents != 0 {
-                held.swap_remove(i - 1);
+                held.swap_remove(i - 1).finish();
             }
         }
         if fds[0].revents != 0 {
@@ -161,6 +242,7 @@ fn keep(wake: &OwnedFd, rx: &Receiver<Held>) {
             // SAFETY: read(2) into a stack buffer of its length.
             let n = unsafe { libc::read(wake.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
             if n == 0 {
+                held.into_iter().for_each(Held::abandon);
                 return;
             }
             held.extend(rx.try_iter());

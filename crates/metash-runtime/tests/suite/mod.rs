@@ -13,6 +13,7 @@ mod replay;
 mod replies;
 mod runaway;
 mod rust_agent;
+mod shared_start;
 mod signin;
 mod upstream;
 mod wasm_escape;
