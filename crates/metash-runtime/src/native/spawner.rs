@@ -110,7 +110,6 @@ pub(super) fn spawn_sandboxed(req: Request) -> io::Result<Spawned> {
 /// that shares the host's memory, its stacks too, and maybe the child to reap.
 struct Held {
     done: OwnedFd,
-    pid: libc::pid_t,
     _mount_ns: Option<OwnedFd>,
     stacks: Option<vspawn::Stacks>,
     reap: Option<Arc<AtomicBool>>,
@@ -118,11 +117,7 @@ struct Held {
 
 /// A pidfd for our own child `pid`, not reaped yet; `None` where the kernel has none (before 5.3).
 fn pidfd(pid: libc::pid_t) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open(2) on our own child; no pointer arguments.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
-    let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
-    // SAFETY: a descriptor pidfd_open just returned, owned by nobody else.
-    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+    vspawn::open_pidfd(pid).ok()
 }
 
 impl Held {
@@ -134,7 +129,6 @@ impl Held {
         let ns = std::fs::File::open(format!("/proc/{pid}/ns/mnt")).ok()?;
         Some(Self {
             done,
-            pid,
             _mount_ns: Some(ns.into()),
             stacks: None,
             reap: None,
@@ -153,19 +147,17 @@ impl Held {
         let ns = std::fs::File::open(format!("/proc/{pid}/ns/mnt")).ok();
         Ok(Self {
             done,
-            pid,
             _mount_ns: ns.map(OwnedFd::from),
             stacks: Some(tree.stacks),
             reap: Some(tree.keeper_reaps),
         })
     }
 
-    /// The child has exited: reap it if its handle is gone (see `vspawn::Spawned`'s `Drop`).
+    /// The child has exited: reap it if its handle is gone (see `vspawn::Spawned`'s `Drop`),
+    /// through the pidfd (that process, whatever its number has become since).
     fn finish(self) {
         if self.reap.as_ref().is_some_and(|r| r.load(Ordering::SeqCst)) {
-            let mut st = 0;
-            // SAFETY: waitpid(2) with WNOHANG on our own child, which has exited.
-            unsafe { libc::waitpid(self.pid, &mut st, libc::WNOHANG) };
+            let _ = vspawn::reap_pidfd(self.done.as_raw_fd(), libc::WNOHANG);
         }
     }
 

@@ -82,6 +82,8 @@ pub(super) struct Request {
 #[derive(Debug)]
 pub struct Spawned {
     pid: libc::pid_t,
+    /// P's pidfd: every wait names P itself ([`reap_pidfd`]).
+    pidfd: OwnedFd,
     pub stdin: Option<File>,
     pub stdout: Option<File>,
     pub stderr: Option<File>,
@@ -184,21 +186,46 @@ impl Spawned {
 
     /// Reaps P: its raw wait status, `None` with `WNOHANG` while it runs.
     fn reap(&mut self, options: i32) -> io::Result<Option<i32>> {
-        loop {
-            let mut st = 0;
-            // SAFETY: waitpid(2) on our own child with a live status word.
-            let rc = unsafe { libc::waitpid(self.pid, &mut st, options) };
-            if rc == self.pid {
-                self.reaped = true;
-                return Ok(Some(st));
-            }
-            if rc == 0 {
+        let st = reap_pidfd(self.pidfd.as_raw_fd(), options)?;
+        self.reaped |= st.is_some();
+        Ok(st)
+    }
+}
+
+/// Reaps the child `pidfd` refers to (`waitid(P_PIDFD)`: that process and no other, even if its
+/// number has been reused since): its status as `waitpid` would give it, `None` with `WNOHANG`
+/// while it runs.
+///
+/// # Errors
+/// `waitid` failed other than by a signal's interruption (`ECHILD`: reaped already).
+pub(super) fn reap_pidfd(pidfd: RawFd, options: i32) -> io::Result<Option<i32>> {
+    loop {
+        // SAFETY: a zeroed siginfo is a valid out-parameter.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid(2) on a live pidfd of our own child, into a live siginfo.
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_PIDFD,
+                pidfd as libc::id_t,
+                &mut info,
+                libc::WEXITED | options,
+            )
+        };
+        if rc == 0 {
+            // SAFETY: filled in by waitid for a child that changed state; zero when none did.
+            let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+            if pid == 0 {
                 return Ok(None);
             }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
+            return Ok(Some(match info.si_code {
+                libc::CLD_EXITED => (status & 0xff) << 8,
+                libc::CLD_DUMPED => (status & 0x7f) | 0x80,
+                _ => status & 0x7f,
+            }));
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
         }
     }
 }
@@ -484,6 +511,7 @@ pub(super) fn spawn(req: &Request) -> io::Result<(Spawned, Tree)> {
     };
     let mut spawned = Spawned {
         pid,
+        pidfd: open_pidfd(pid)?,
         stdin: host_ends[0].take(),
         stdout: host_ends[1].take(),
         stderr: host_ends[2].take(),
@@ -501,6 +529,18 @@ pub(super) fn spawn(req: &Request) -> io::Result<(Spawned, Tree)> {
             Err(e)
         }
     }
+}
+
+/// A pidfd for our own child `pid`, not reaped yet (Linux 5.3; Landlock's ABI 4, which the
+/// native sandbox requires, came later).
+pub(super) fn open_pidfd(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open(2) on our own child; no pointer arguments.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor pidfd_open just returned, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// `clone` with every signal blocked around it.
