@@ -461,15 +461,7 @@ fn ptrs(v: &[CString]) -> Vec<*const libc::c_char> {
 /// step's own message). Call it on the spawner thread ([`super::spawner`]): the parent-death
 /// signal follows the thread that started the child.
 pub(super) fn spawn(req: &Request) -> io::Result<(Spawned, Tree)> {
-    let mut child_fds = [-1; 3];
-    let mut child_ends = Vec::with_capacity(3);
-    let mut host_ends = Vec::with_capacity(3);
-    for (n, io) in req.io.iter().enumerate() {
-        let (fd, owned, host) = stream(n, *io)?;
-        child_fds[n] = fd;
-        child_ends.push(owned);
-        host_ends.push(host);
-    }
+    let (child_fds, child_ends, mut host_ends) = streams(&req.io)?;
     let (report_r, report_w) = pipe()?;
     let flags = clone_flags(&req.plan);
     let (status_r, status_w) = match flags.pid_ns {
@@ -504,6 +496,10 @@ pub(super) fn spawn(req: &Request) -> io::Result<(Spawned, Tree)> {
     // The child has its own copies: the host's ends of its side go now, so the exec-status pipe
     // ends when the child's last copy does.
     drop((child_ends, report_w, status_w));
+    // Nothing returns before the report is read: until then the child runs on `stacks` and
+    // reads `ctx`, both this frame's.
+    let report = read_report(report_r);
+    let pidfd = pidfd_or_kill(pid)?;
     let keeper_reaps = Arc::new(AtomicBool::new(false));
     let tree = Tree {
         stacks,
@@ -511,7 +507,7 @@ pub(super) fn spawn(req: &Request) -> io::Result<(Spawned, Tree)> {
     };
     let mut spawned = Spawned {
         pid,
-        pidfd: open_pidfd(pid)?,
+        pidfd,
         stdin: host_ends[0].take(),
         stdout: host_ends[1].take(),
         stderr: host_ends[2].take(),
@@ -520,7 +516,7 @@ pub(super) fn spawn(req: &Request) -> io::Result<(Spawned, Tree)> {
         program_status: status_r.map(File::from),
         keeper_reaps,
     };
-    match read_report(report_r) {
+    match report {
         Ok(()) => Ok((spawned, tree)),
         Err(e) => {
             // P ends soon after (R failed, and P, the init, follows it). Reaped here, before the
@@ -529,6 +525,37 @@ pub(super) fn spawn(req: &Request) -> io::Result<(Spawned, Tree)> {
             Err(e)
         }
     }
+}
+
+/// The three streams: the child's fds, the child's ends to close once it has them, the host's
+/// ends.
+type Streams = ([RawFd; 3], Vec<Option<OwnedFd>>, Vec<Option<File>>);
+
+fn streams(io: &[ChildIo; 3]) -> io::Result<Streams> {
+    let mut child_fds = [-1; 3];
+    let mut child_ends = Vec::with_capacity(3);
+    let mut host_ends = Vec::with_capacity(3);
+    for (n, io) in io.iter().enumerate() {
+        let (fd, owned, host) = stream(n, *io)?;
+        child_fds[n] = fd;
+        child_ends.push(owned);
+        host_ends.push(host);
+    }
+    Ok((child_fds, child_ends, host_ends))
+}
+
+/// P's pidfd; where none can be had (descriptors exhausted?), there is no way to wait for exactly
+/// this process later: the tree goes now, and is reaped before its stacks go.
+fn pidfd_or_kill(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    open_pidfd(pid).inspect_err(|_| {
+        // SAFETY: kill(2) and waitpid(2) on our own child, not reaped yet.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            while libc::waitpid(pid, std::ptr::null_mut(), 0) < 0
+                && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+            {}
+        }
+    })
 }
 
 /// A pidfd for our own child `pid`, not reaped yet (Linux 5.3; Landlock's ABI 4, which the
