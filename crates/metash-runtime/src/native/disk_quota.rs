@@ -23,7 +23,7 @@
 //! the agent cannot.
 
 use std::collections::HashSet;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -345,15 +345,7 @@ fn canonical(p: &Path) -> PathBuf {
 
 /// A pipe whose read end does not block; both ends close on exec.
 fn pid_pipe() -> Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: pipe2 writes two fds into a two-element array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-        return Err(io_err("making the disk quota's pid pipe")(
-            std::io::Error::last_os_error(),
-        ));
-    }
-    // SAFETY: both fds were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    super::fds::pipe(libc::O_NONBLOCK).map_err(io_err("making the disk quota's pid pipe"))
 }
 
 /// Every entry under `roots` (not following links, not walking `skip`), hard links once.
@@ -541,7 +533,7 @@ impl DiskWatch {
 
     /// The pipe [`DiskWatch::announce_pid`] writes to, for a spawn that writes the pid itself
     /// ([`super::vspawn`]).
-    pub(crate) fn pid_fd(&self) -> std::os::fd::RawFd {
+    pub(crate) fn pid_fd(&self) -> RawFd {
         self.pid_tx.as_raw_fd()
     }
 

@@ -22,6 +22,8 @@ pub(crate) mod disk_quota;
 #[cfg(target_os = "linux")]
 pub mod exec_gate;
 #[cfg(target_os = "linux")]
+mod fds;
+#[cfg(target_os = "linux")]
 pub mod isolate;
 #[cfg(target_os = "linux")]
 pub(crate) mod mask;

@@ -24,7 +24,7 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -459,16 +459,7 @@ unsafe fn keep_only(a: i32, b: i32) {
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills the array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(RuntimeError::SandboxSetup(format!(
-            "pipe: {}",
-            io::Error::last_os_error()
-        )));
-    }
-    // SAFETY: both fds were just opened and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    super::fds::pipe(0).map_err(|e| RuntimeError::SandboxSetup(format!("pipe: {e}")))
 }
 
 /// The holder's failed step when covering the host's state, and when keeping `.git` read-only.

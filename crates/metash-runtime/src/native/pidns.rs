@@ -259,13 +259,7 @@ impl Namespaces {
                 libc::_exit(1);
             }
             self.mount_proc(landlock_fd)?;
-            let ctx = InitCtx {
-                write_end,
-                set,
-                join: [-1; MAX_JOIN],
-                join_n: 0,
-                joined: -1,
-            };
+            let ctx = InitCtx::new(write_end, set);
             super::shim::split(ctx, init, None)
                 .map_err(|e| step_err(e, "processes: start the program's process"))?;
             libc::close(write_end);
@@ -291,13 +285,7 @@ impl Namespaces {
         // SAFETY (whole block): raw syscalls on stack data.
         unsafe {
             self.mount_proc(landlock_fd)?;
-            let mut ctx = InitCtx {
-                write_end: s.status_fd,
-                set,
-                join: [-1; MAX_JOIN],
-                join_n: 0,
-                joined: -1,
-            };
+            let mut ctx = InitCtx::new(s.status_fd, set);
             let mut joined = [-1; 2];
             if !join.is_empty() && join.len() <= MAX_JOIN {
                 check(
@@ -427,6 +415,19 @@ struct InitCtx {
     join: [i32; MAX_JOIN],
     join_n: usize,
     joined: i32,
+}
+
+impl InitCtx {
+    /// Reporting to `write_end`, joining nothing.
+    fn new(write_end: i32, set: libc::sigset_t) -> Self {
+        Self {
+            write_end,
+            set,
+            join: [-1; MAX_JOIN],
+            join_n: 0,
+            joined: -1,
+        }
+    }
 }
 
 /// Q: writes R's pid (as this namespace numbers it) to each join file, then the result to

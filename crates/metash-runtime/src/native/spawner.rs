@@ -18,7 +18,7 @@
 //! `wait`. Nobody is in it by then; nothing else changes.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -115,17 +115,12 @@ struct Held {
     reap: Option<Arc<AtomicBool>>,
 }
 
-/// A pidfd for our own child `pid`, not reaped yet; `None` where the kernel has none (before 5.3).
-fn pidfd(pid: libc::pid_t) -> Option<OwnedFd> {
-    vspawn::open_pidfd(pid).ok()
-}
-
 impl Held {
     /// `None` where the kernel has no pidfd (before 5.3) or the child is already gone: the
     /// namespace then ends with its last process, as it would anyway.
     fn open(pid: u32) -> Option<Self> {
         let pid = libc::pid_t::try_from(pid).ok()?;
-        let done = pidfd(pid)?;
+        let done = super::fds::pidfd(pid).ok()?;
         let ns = std::fs::File::open(format!("/proc/{pid}/ns/mnt")).ok()?;
         Some(Self {
             done,
@@ -140,7 +135,7 @@ impl Held {
     fn tree(pid: u32, tree: vspawn::Tree) -> Result<Self, vspawn::Stacks> {
         let Some((pid, done)) = libc::pid_t::try_from(pid)
             .ok()
-            .and_then(|p| pidfd(p).map(|fd| (p, fd)))
+            .and_then(|p| super::fds::pidfd(p).ok().map(|fd| (p, fd)))
         else {
             return Err(tree.stacks);
         };
@@ -179,14 +174,7 @@ struct NsKeeper {
 
 impl NsKeeper {
     fn start() -> io::Result<Self> {
-        let mut ends = [-1; 2];
-        // SAFETY: pipe2 fills the two-element array.
-        if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: two descriptors pipe2 just returned, each owned once.
-        let (read, wake) =
-            unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+        let (read, wake) = super::fds::pipe(0)?;
         let (tx, rx) = mpsc::channel::<Held>();
         thread::Builder::new()
             .name("metash-ns-keeper".into())

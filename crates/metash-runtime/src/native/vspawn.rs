@@ -46,6 +46,7 @@ use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::fds;
 use super::isolate::ChildPlan;
 use super::raw;
 use super::shim::{Shared, Stack, GUARD, STACK_LEN};
@@ -355,17 +356,6 @@ struct Ctx {
     shared: Shared,
 }
 
-/// A pipe, both ends close-on-exec: (read, write).
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [-1; 2];
-    // SAFETY: pipe2 fills the two-element array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: two descriptors pipe2 just returned, each owned once.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
 /// `fd` moved to 3 or above (close-on-exec), so the child's `dup2` onto 0–2 never overwrites
 /// another of its streams.
 fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
@@ -404,7 +394,7 @@ fn stream(n: usize, io: ChildIo) -> io::Result<(RawFd, Option<OwnedFd>, Option<F
     match io {
         ChildIo::Null => Ok((dev_null()?, None, None)),
         ChildIo::Piped => {
-            let (r, w) = pipe()?;
+            let (r, w) = fds::pipe(0)?;
             let (child, host) = if n == 0 { (r, w) } else { (w, r) };
             let child = above_stdio(child)?;
             Ok((child.as_raw_fd(), Some(child), Some(File::from(host))))
@@ -462,10 +452,10 @@ fn ptrs(v: &[CString]) -> Vec<*const libc::c_char> {
 /// signal follows the thread that started the child.
 pub(super) fn spawn(req: &Request) -> io::Result<(Spawned, Tree)> {
     let (child_fds, child_ends, mut host_ends) = streams(&req.io)?;
-    let (report_r, report_w) = pipe()?;
+    let (report_r, report_w) = fds::pipe(0)?;
     let flags = clone_flags(&req.plan);
     let (status_r, status_w) = match flags.pid_ns {
-        true => pipe().map(|(r, w)| (Some(r), Some(w)))?,
+        true => fds::pipe(0).map(|(r, w)| (Some(r), Some(w)))?,
         false => (None, None),
     };
     let stacks = Stacks::take()?;
@@ -547,7 +537,7 @@ fn streams(io: &[ChildIo; 3]) -> io::Result<Streams> {
 /// P's pidfd; where none can be had (descriptors exhausted?), there is no way to wait for exactly
 /// this process later: the tree goes now, and is reaped before its stacks go.
 fn pidfd_or_kill(pid: libc::pid_t) -> io::Result<OwnedFd> {
-    open_pidfd(pid).inspect_err(|_| {
+    fds::pidfd(pid).inspect_err(|_| {
         // SAFETY: kill(2) and waitpid(2) on our own child, not reaped yet.
         unsafe {
             libc::kill(pid, libc::SIGKILL);
@@ -556,18 +546,6 @@ fn pidfd_or_kill(pid: libc::pid_t) -> io::Result<OwnedFd> {
             {}
         }
     })
-}
-
-/// A pidfd for our own child `pid`, not reaped yet (Linux 5.3; Landlock's ABI 4, which the
-/// native sandbox requires, came later).
-pub(super) fn open_pidfd(pid: libc::pid_t) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_open(2) on our own child; no pointer arguments.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a descriptor pidfd_open just returned, owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// `clone` with every signal blocked around it.
