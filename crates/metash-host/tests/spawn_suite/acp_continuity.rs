@@ -121,6 +121,42 @@ fn check_home(ev: &Value) -> PathBuf {
     home
 }
 
+/// Two turns on task `t1`: the first in a new session, the second loading it (same session id,
+/// same kept HOME), and the model's second request holding the first turn's conversation. Every
+/// request carried the real key (`key`: the header and its value); neither HOME holds it.
+fn two_turns_continue(
+    host: &Host,
+    p: &Project,
+    server: &ModelServer,
+    key: (&str, &str),
+) -> (Value, KeptDirs) {
+    let one = turn(host, p, "t1", &format!("ACP-TURN-ONE: remember {WORD}."));
+    let mut kept = KeptDirs::default();
+    kept.add(&one);
+    check_home(&one);
+    assert_eq!(one["loaded"], false, "{one}");
+
+    let two = turn(host, p, "t1", "ACP-TURN-TWO: which word?");
+    assert_eq!(two["loaded"], true, "{two}");
+    assert_eq!(two["sessionId"], one["sessionId"], "{two}");
+    assert_eq!(two["home"], one["home"], "{two}");
+    let posts = server.posts();
+    let second = posts
+        .iter()
+        .find(|c| c.text().contains("ACP-TURN-TWO"))
+        .expect("the model heard the second turn");
+    let text = second.text();
+    assert!(
+        text.contains(WORD) && text.contains("NOTED-ONE"),
+        "the second turn's request lacks the first turn's conversation: {text}"
+    );
+    for c in &posts {
+        assert_eq!(c.header(key.0), Some(key.1), "the upstream gets the key");
+    }
+    check_home(&two);
+    (one, kept)
+}
+
 #[test]
 fn claude_code_acp_continues_its_session_across_spawns() {
     let test = "claude_code_acp_continues_its_session_across_spawns";
@@ -147,35 +183,8 @@ fn claude_code_acp_continues_its_session_across_spawns() {
             server.base
         ),
     );
-    let one = turn(&host, &p, "t1", &format!("ACP-TURN-ONE: remember {WORD}."));
-    let mut kept = KeptDirs::default();
-    kept.add(&one);
-    check_home(&one);
-    assert_eq!(one["loaded"], false, "{one}");
+    let (one, mut kept) = two_turns_continue(&host, &p, &server, ("x-api-key", KEY));
     assert_eq!(one["fallback"], Value::Null, "{one}");
-
-    let two = turn(&host, &p, "t1", "ACP-TURN-TWO: which word?");
-    assert_eq!(two["loaded"], true, "{two}");
-    assert_eq!(two["sessionId"], one["sessionId"], "{two}");
-    assert_eq!(two["home"], one["home"], "{two}");
-    let posts = server.posts();
-    let second = posts
-        .iter()
-        .find(|c| c.text().contains("ACP-TURN-TWO"))
-        .expect("the model heard the second turn");
-    let text = second.text();
-    assert!(
-        text.contains(WORD) && text.contains("NOTED-ONE"),
-        "the second turn's request lacks the first turn's conversation: {text}"
-    );
-    for c in &posts {
-        assert_eq!(
-            c.header("x-api-key"),
-            Some(KEY),
-            "the upstream gets the key"
-        );
-    }
-    check_home(&two);
 
     // Another task: a session of its own, with nothing of t1's.
     let other = turn(&host, &p, "t2", "ACP-TURN-THREE: anything?");
@@ -260,34 +269,9 @@ fn codex_acp_continues_its_session_across_spawns() {
             server.base
         ),
     );
-    let one = turn(&host, &p, "t1", &format!("ACP-TURN-ONE: remember {WORD}."));
-    let mut kept = KeptDirs::default();
-    kept.add(&one);
-    check_home(&one);
-    assert_eq!(one["loaded"], false, "{one}");
-
-    let two = turn(&host, &p, "t1", "ACP-TURN-TWO: which word?");
-    assert_eq!(two["loaded"], true, "{two}");
-    assert_eq!(two["sessionId"], one["sessionId"], "{two}");
-    assert_eq!(two["home"], one["home"], "{two}");
-    let posts = server.posts();
-    let second = posts
-        .iter()
-        .find(|c| c.text().contains("ACP-TURN-TWO"))
-        .expect("the model heard the second turn");
-    let text = second.text();
-    assert!(
-        text.contains(WORD) && text.contains("NOTED-ONE"),
-        "the second turn's request lacks the first turn's conversation: {text}"
-    );
-    for c in &posts {
-        assert_eq!(
-            c.header("authorization"),
-            Some(format!("Bearer {KEY}").as_str()),
-            "the upstream gets the key"
-        );
-    }
-    check_home(&two);
+    let bearer = format!("Bearer {KEY}");
+    let (one, mut kept) =
+        two_turns_continue(&host, &p, &server, ("authorization", bearer.as_str()));
 
     // The whole kept directory is gone: the key is not offered, and the turn says why.
     let dir = Path::new(one["home"].as_str().expect("home"))
