@@ -48,6 +48,12 @@ pub fn acquire(path: &Path, timeout: Duration) -> Result<LockGuard> {
             Err(std::fs::TryLockError::Error(e)) => return Err(StoreError::io(path, e)),
             Err(std::fs::TryLockError::WouldBlock) => {
                 let left = timeout.saturating_sub(start.elapsed());
+                // With no time left, no waiter: one started anyway would take the lock the
+                // moment it is released and hold it until it notices the caller is gone, so the
+                // holder's next try right after its release could find it taken.
+                if left.is_zero() {
+                    return Err(timeout_error(path, start));
+                }
                 match wait_in_thread(file, left) {
                     Some(f) => f,
                     None => return Err(timeout_error(path, start)),

@@ -54,3 +54,25 @@ fn threads_with_separate_handles_do_not_lose_updates() {
     let store = metash_store::Store::open(dir.path()).unwrap();
     assert_eq!(store.get("variables.n").unwrap(), json!(200));
 }
+
+/// A try that gives up at once leaves nothing waiting behind it: the holder's own next try, right
+/// after its release, finds the lock free. (A waiter left over from the failed try used to take
+/// the lock on release and hold it until it noticed the caller was gone.)
+#[test]
+fn a_failed_try_leaves_no_waiter_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.lock");
+    let zero = std::time::Duration::ZERO;
+    for round in 0..200 {
+        let held = metash_store::lock::acquire(&path, zero).unwrap();
+        let err = metash_store::lock::acquire(&path, zero).unwrap_err();
+        assert!(
+            matches!(err, metash_store::StoreError::LockTimeout { .. }),
+            "{err}"
+        );
+        drop(held);
+        if let Err(e) = metash_store::lock::acquire(&path, zero) {
+            panic!("round {round}: the lock was not free right after its release: {e}");
+        }
+    }
+}
