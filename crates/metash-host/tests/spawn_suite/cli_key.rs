@@ -10,6 +10,9 @@ use metash_testkit::cli::Cli;
 use super::common::Project;
 
 const REAL_KEY: &str = "sk-ant-real-0123456789-never-in-the-sandbox";
+/// Passed through to this test's CLI only (`LANGUAGE` is in the allowlisted environment), so its
+/// processes are told apart from the other tests' Claude Code running at the same time.
+const OURS: &str = "en:metash-cli-key-test";
 
 /// Every live process whose command line names `needle`: (cmdline, environ), as text.
 fn processes(needle: &str) -> Vec<(String, String)> {
@@ -72,6 +75,7 @@ fn a_cli_role_gets_a_placeholder_and_the_upstream_the_real_key() {
         p.path(),
         HostOptions::silent()
             .with_env("METASH_TEST_CLI_KEY", REAL_KEY)
+            .with_env("LANGUAGE", OURS)
             .with_yes_to(["native".parse().expect("capability")]),
     )
     .expect("host");
@@ -96,12 +100,19 @@ fn a_cli_role_gets_a_placeholder_and_the_upstream_the_real_key() {
         );
     }
     let seen = seen.lock().expect("lock").clone();
-    assert!(!seen.is_empty(), "the CLI was running during its request");
+    // No Claude Code on the machine holds the key; this test's own hold the placeholder.
     for (cmd, env) in &seen {
         assert!(
             !cmd.contains(REAL_KEY) && !env.contains(REAL_KEY),
             "the key reached the CLI: {cmd}"
         );
+    }
+    let ours: Vec<_> = seen
+        .iter()
+        .filter(|(_, env)| env.contains(&format!("LANGUAGE={OURS}")))
+        .collect();
+    assert!(!ours.is_empty(), "the CLI was running during its request");
+    for (cmd, env) in ours {
         assert!(
             env.contains("metash-placeholder"),
             "the CLI has the placeholder: {cmd}"
