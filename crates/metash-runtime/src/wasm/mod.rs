@@ -19,6 +19,7 @@ mod invoke;
 mod net;
 mod pool;
 mod quota;
+mod spin;
 mod stdin;
 mod stdout;
 #[cfg(target_os = "linux")]

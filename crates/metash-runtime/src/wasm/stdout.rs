@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -30,6 +31,8 @@ struct Shared {
     queue: Mutex<Queue>,
     /// The host waits here for data or for the last writer to go.
     data: Condvar,
+    /// Counts writes and the last writer's going: the host watches it before it sleeps.
+    changes: AtomicUsize,
     /// Writers wait here (asynchronously, inside wasmtime-wasi) for room or for the host to go.
     room: Notify,
 }
@@ -39,9 +42,22 @@ struct Queue {
     /// Live writer handles: at zero the guest's stdout is closed (its store was dropped).
     writers: usize,
     reader_gone: bool,
+    /// The host sleeps on `data`: only then is there anyone to wake.
+    waiting: bool,
 }
 
 impl Shared {
+    /// Something the host waits for happened (under `q`): a host watching sees it, a sleeping
+    /// one is woken.
+    fn changed(&self, q: MutexGuard<'_, Queue>) {
+        self.changes.fetch_add(1, Ordering::Release);
+        let asleep = q.waiting;
+        drop(q);
+        if asleep {
+            self.data.notify_all();
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Queue> {
         // A poisoned lock only means a holder panicked; the queue itself is still consistent.
         self.queue
@@ -65,8 +81,7 @@ impl Drop for Writer {
         let mut q = self.0.lock();
         q.writers = q.writers.saturating_sub(1);
         if q.writers == 0 {
-            drop(q);
-            self.0.data.notify_all();
+            self.0.changed(q);
         }
     }
 }
@@ -81,8 +96,10 @@ pub fn channel() -> (ChannelStdout, ChannelReader) {
             chunks: VecDeque::with_capacity(CAPACITY),
             writers: 0,
             reader_gone: false,
+            waiting: false,
         }),
         data: Condvar::new(),
+        changes: AtomicUsize::new(0),
         room: Notify::new(),
     });
     (ChannelStdout(Writer::new(&shared)), ChannelReader(shared))
@@ -137,8 +154,7 @@ impl OutputStream for ChannelOut {
             return Err(StreamError::trap("stdout written past its permit"));
         }
         q.chunks.push_back(bytes);
-        drop(q);
-        shared.data.notify_one();
+        shared.changed(q);
         Ok(())
     }
 
@@ -203,10 +219,21 @@ impl ChannelReader {
             if left.is_zero() {
                 return Recv::Timeout;
             }
+            // The guest is usually a few microseconds from its next write: watch for it before
+            // sleeping, so that it need not wake this thread (see `super::spin`).
+            let seen = self.0.changes.load(Ordering::Acquire);
+            drop(q);
+            let moved = super::spin::until(|| self.0.changes.load(Ordering::Acquire) != seen);
+            q = self.0.lock();
+            if moved {
+                continue;
+            }
+            q.waiting = true;
             q = match self.0.data.wait_timeout(q, left) {
                 Ok((q, _)) => q,
                 Err(poisoned) => poisoned.into_inner().0,
             };
+            q.waiting = false;
         }
     }
 }
