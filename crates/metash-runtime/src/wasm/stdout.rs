@@ -225,7 +225,9 @@ impl ChannelReader {
             drop(q);
             let moved = super::spin::until(|| self.0.changes.load(Ordering::Acquire) != seen);
             q = self.0.lock();
-            if moved {
+            // Checked again under the lock, which writers count under: a write between the
+            // watch and the lock saw no sleeper and woke no one.
+            if moved || self.0.changes.load(Ordering::Acquire) != seen {
                 continue;
             }
             q.waiting = true;
