@@ -385,6 +385,10 @@ fn killed_and_refused(place: &Place, server: &ModelServer, cli: Cli, s: &Value) 
         },
         || format!("{:?}", place.session(id)),
     );
+    // Hung up as a closed terminal hangs up, the CLI ended by itself (time to save its
+    // conversation), not by the kill that follows the grace period (128 + SIGKILL).
+    let exit = place.session(id)["exit_status"].clone();
+    assert!(exit.is_i64() && exit != 137, "exit status {exit}");
     // Provider-typed: the role now runs the other provider's CLI; the key is refused.
     place.config(&other_role(cli, &server.base));
     let out = place

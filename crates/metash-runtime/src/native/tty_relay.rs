@@ -135,12 +135,16 @@ fn read_some(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
 
 /// Copies stdin to the master and the master to stdout, keeps the pty's size the user's, until
 /// the pty closes (every process holding it ended) or the program ended and its output drained.
+/// A stdout that fails (the user's terminal closed) is no longer written to.
 pub(super) fn pump(master: &OwnedFd, child: &mut Child) -> io::Result<()> {
     let m = master.as_raw_fd();
     let stdin_tty = is_terminal(0);
     let mut stdin_open = true;
     let mut size = super::window_size(0);
     let mut ended: Option<Instant> = None;
+    // A terminal that went away (its window closed) ends the copying out, not the relay: the
+    // program's output is read and dropped until it ends, so its end is still waited for.
+    let mut stdout_open = true;
     let mut buf = [0u8; 16 * 1024];
     loop {
         if stdin_tty {
@@ -168,7 +172,8 @@ pub(super) fn pump(master: &OwnedFd, child: &mut Child) -> io::Result<()> {
         if pfds[0].revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
             match read_some(m, &mut buf) {
                 Ok(0) => return Ok(()),
-                Ok(n) => write_all(1, &buf[..n])?,
+                Ok(n) if stdout_open => stdout_open = write_all(1, &buf[..n]).is_ok(),
+                Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }

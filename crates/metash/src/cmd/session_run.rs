@@ -73,10 +73,8 @@ pub(crate) fn launcher(ctx: &Ctx, id: &str, args: &HostArgs) -> Result<ExitCode>
     done.store(true, Ordering::Relaxed);
     let _ = watcher.join();
     observe_key(&store, &s, since);
+    // The CLI's tree ended with its leader (reaped by now: no signal to its pid any more).
     let hung_up = HUNG_UP.load(Ordering::Relaxed);
-    if hung_up {
-        stop_cli(&cli_pid);
-    }
     let (code, why) = match (status, hung_up) {
         (Ok(st), false) => (Some(exit_code(st)), None),
         (Ok(st), true) => (Some(exit_code(st)), Some(WINDOW_CLOSED.to_string())),
@@ -167,7 +165,8 @@ extern "C" fn on_hangup(_: libc::c_int) {
 }
 
 /// A closed window sends SIGHUP. Instead of dying at once (no exit recorded, the last usage not
-/// charged), the launcher stops the CLI and ends as when it exits. A handler, not `SIG_IGN`:
+/// charged), the launcher hangs the CLI up, kills it past [`HANGUP_GRACE`], and ends as when it
+/// exits. A handler, not `SIG_IGN`:
 /// the CLI must not inherit an ignored SIGHUP.
 fn catch_hangup() {
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
@@ -179,14 +178,33 @@ fn catch_hangup() {
     }
 }
 
+/// How long a CLI whose window was closed has to end by itself after its hangup before it is
+/// killed: time to save its conversation (Claude Code writes its transcript on a timer; killed
+/// at once, it lost the answer it had just shown, and the resumed session did not have it).
+const HANGUP_GRACE: Duration = Duration::from_secs(3);
+
+/// The CLI's sandbox leader (the process started), when it runs.
+fn cli_leader(pid: &AtomicU32) -> Option<i32> {
+    i32::try_from(pid.load(Ordering::Relaxed))
+        .ok()
+        .filter(|p| *p > 0)
+}
+
+/// Hangs the CLI up as a closed terminal does: SIGHUP to the sandbox's process group, whose
+/// namespace init passes it to the CLI (on its own pty, in its own session).
+fn hang_up_cli(pid: &AtomicU32) {
+    if let Some(pid) = cli_leader(pid) {
+        // SAFETY: killpg(2) on the group this process started. Once its leader is reaped the
+        // watch ends within one period, and the kernel hands out pids in order, not at once again.
+        unsafe { libc::killpg(pid, libc::SIGHUP) };
+    }
+}
+
 /// Kills the CLI (the init of its PID namespace: the whole tree goes with it).
 fn stop_cli(pid: &AtomicU32) {
-    let pid = pid.load(Ordering::Relaxed);
-    if let Ok(pid) = i32::try_from(pid) {
-        if pid > 0 {
-            // SAFETY: kill(2) with a pid this process started and has not reaped.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
+    if let Some(pid) = cli_leader(pid) {
+        // SAFETY: kill(2) with a pid this process started and has not reaped.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
     }
 }
 
@@ -202,9 +220,16 @@ fn watch(
     let (store, s) = (store.clone(), s.clone());
     std::thread::spawn(move || {
         let mut last_look = std::time::Instant::now() - KEY_POLL;
+        let mut hung_up_at: Option<std::time::Instant> = None;
         while !done.load(Ordering::Relaxed) {
             if HUNG_UP.load(Ordering::Relaxed) {
-                stop_cli(&cli_pid);
+                let at = *hung_up_at.get_or_insert_with(|| {
+                    hang_up_cli(&cli_pid);
+                    std::time::Instant::now()
+                });
+                if at.elapsed() >= HANGUP_GRACE {
+                    stop_cli(&cli_pid);
+                }
             }
             if last_look.elapsed() >= KEY_POLL {
                 observe_key(&store, &s, since);
