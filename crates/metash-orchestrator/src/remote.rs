@@ -251,6 +251,7 @@ impl Orchestrator<'_> {
         // The update in progress here gives way to the worker's merge, by its id.
         self.git.reset_to(wt, &entry.head)?;
         self.git.run(wt, &["merge", "--ff-only", "--quiet", &new])?;
+        self.drop_fetched(wt, &tip, &new);
         let marked = self.git.with_markers(wt, &entry.files);
         if !marked.is_empty() {
             return Ok(Resolution::Failed(format!(
@@ -319,6 +320,15 @@ impl Orchestrator<'_> {
         Ok(Ok(new))
     }
 
+    /// Deletes the ref a worker's bundle was fetched to, once its commit `new` is merged (the
+    /// task's branch holds it now): one ref per queued turn would otherwise pile up in the
+    /// coordinator's repository. Only while the ref still names `new`; a ref that cannot be
+    /// deleted is left, which costs nothing but its line. A refused result's ref stays, to be
+    /// looked at.
+    fn drop_fetched(&self, wt: &Path, fetched: &str, new: &str) {
+        let _ = self.git.run(wt, &["update-ref", "-d", fetched, new]);
+    }
+
     /// What the worker's response means, as [`Orchestrator::attempt`] would have taken it.
     fn settle_remote(
         &self,
@@ -354,6 +364,7 @@ impl Orchestrator<'_> {
                         };
                         // By its id, as checked: the fetched ref may be written again meanwhile.
                         self.git.run(wt, &["merge", "--ff-only", "--quiet", &new])?;
+                        self.drop_fetched(wt, &tip, &new);
                         (new != head).then_some(new)
                     }
                     None => None,

@@ -115,6 +115,15 @@ fn workers_in_their_own_clones_execute_the_example_project() {
             .all(|r| r["agent"] == "w1" || r["agent"] == "w2"),
         "each by a worker"
     );
+    // The refs the workers' bundles were fetched to are gone once merged (they piled up).
+    let fetched = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&coord)
+        .args(["for-each-ref", "refs/metash/result/"])
+        .output()
+        .unwrap();
+    assert!(fetched.status.success());
+    assert_eq!(String::from_utf8_lossy(&fetched.stdout), "", "left behind");
     let verified = ok(&coord, &["log", "verify"]);
     assert!(verified.contains("hash chain intact"), "{verified}");
     // `metash status` shows the workers, the leases (none left) and the queue.

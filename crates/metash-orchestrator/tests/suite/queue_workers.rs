@@ -145,6 +145,8 @@ fn a_resolution_turn_runs_on_a_worker() {
     let mut lines: Vec<&str> = shared.lines().collect();
     lines.sort_unstable();
     assert_eq!(lines, ["a", "b"], "both changes, as resolved: {shared:?}");
+    // The refs the worker's bundles were fetched to (two turns, one resolution) are gone.
+    assert_eq!(git(&coord, &["for-each-ref", "refs/metash/result/"]), "");
     // No executor ran here: both tasks' turns and the resolution ran on the worker.
     assert!(
         spawned.iter().all(|s| s.agent != "executor"),
