@@ -23,6 +23,19 @@ pub fn live_processes(needle: &str) -> Vec<i32> {
     out
 }
 
+/// Pids of live processes whose command line contains `needle` and whose working directory is
+/// `dir` or under it: one test's processes, not another's running the same program at the same
+/// time. (A process whose directory cannot be read is not counted: a test using this shows it
+/// finds the process while it runs.)
+pub fn live_processes_under(needle: &str, dir: &std::path::Path) -> Vec<i32> {
+    live_processes(needle)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(dir))
+        })
+        .collect()
+}
+
 /// Every regular file under `dir`, symlinks not followed (where a test looks for a leaked key).
 pub fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();

@@ -3,7 +3,9 @@ use std::time::{Duration, Instant};
 use metash_host::{SpawnRequest, Spawner};
 use metash_protocol::{AgentStatus, SpawnOptions};
 
-use super::common::{live_processes, native_agent_exe, native_unavailable, Project};
+use super::common::{
+    live_processes, live_processes_under, native_agent_exe, native_unavailable, Project,
+};
 
 fn project() -> Option<Project> {
     if let Some(why) = native_unavailable() {
@@ -112,7 +114,31 @@ fn native_timeout_kills_the_tree_and_returns_partial_output() {
         std::process::id(),
         Instant::now().elapsed().subsec_nanos()
     );
+    // This test's agent is told from other tests' (the same program) by its directory; seen
+    // while it runs, so that the check after its timeout can fail.
+    let exe = native_agent_exe().display().to_string();
+    let dir = p.path().canonicalize().expect("project");
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (exe, dir, seen, done) = (exe.clone(), dir.clone(), seen.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                if !live_processes_under(&exe, &dir).is_empty() {
+                    seen.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
     let r = spawn(&host, &format!("hang {tag}"), Some(1.0));
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    watcher.join().expect("watcher");
+    assert!(
+        seen.load(std::sync::atomic::Ordering::SeqCst),
+        "the agent was never seen running in {}",
+        dir.display()
+    );
     assert_eq!(r.status, AgentStatus::Timeout, "{r:?}");
     assert!(r.data.contains("partial"), "{}", r.data);
     // The grandchild really started (its start was asked and allowed), so its death is real.
@@ -127,7 +153,7 @@ fn native_timeout_kills_the_tree_and_returns_partial_output() {
     );
     std::thread::sleep(Duration::from_millis(250));
     assert!(
-        live_processes(&native_agent_exe().display().to_string()).is_empty(),
+        live_processes_under(&exe, &dir).is_empty(),
         "the agent survived its timeout"
     );
     assert!(
