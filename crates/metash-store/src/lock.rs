@@ -49,12 +49,14 @@ pub fn acquire(path: &Path, timeout: Duration) -> Result<LockGuard> {
             Err(std::fs::TryLockError::WouldBlock) => {
                 let left = timeout.saturating_sub(start.elapsed());
                 // With no time left, no waiter: one started anyway would take the lock the
-                // moment it is released and hold it until it notices the caller is gone, so the
-                // holder's next try right after its release could find it taken.
-                if left.is_zero() {
-                    return Err(timeout_error(path, start));
-                }
-                match wait_in_thread(file, left) {
+                // moment it is released, so the holder's next try right after its release could
+                // find it taken. A short second look instead.
+                let got = if left.is_zero() {
+                    look_again(file)
+                } else {
+                    wait_in_thread(file, left)
+                };
+                match got {
                     Some(f) => f,
                     None => return Err(timeout_error(path, start)),
                 }
@@ -81,6 +83,24 @@ fn open(path: &Path) -> Result<File> {
         .truncate(false)
         .open(path)
         .at(path)
+}
+
+/// How long a try with no time left looks again before it reports the lock held: far longer than
+/// a waiter whose caller gave up holds it, far shorter than anything a person would notice.
+const ORPHAN_WINDOW: Duration = Duration::from_millis(2);
+
+/// A waiter whose caller gave up ([`wait_in_thread`]) is still blocked in the kernel; at the
+/// release it takes the lock and drops it at once. A try in that instant would report a holder
+/// that is already gone, so a try with no time left looks again for [`ORPHAN_WINDOW`].
+fn look_again(file: File) -> Option<File> {
+    let until = Instant::now() + ORPHAN_WINDOW;
+    while Instant::now() < until {
+        std::thread::sleep(Duration::from_micros(100));
+        if file.try_lock().is_ok() {
+            return Some(file);
+        }
+    }
+    None
 }
 
 /// Blocks in a thread so the caller can give up; if the thread wins after the caller left, it

@@ -170,8 +170,9 @@ mod tests {
         })
         .unwrap();
         pool.run(move || {
-            let _ = to_first.send(());
+            // "second" is on its way before the first job may end and say "first".
             let _ = done_tx.send("second");
+            let _ = to_first.send(());
         })
         .unwrap();
         assert_eq!(done.recv_timeout(WAIT), Ok("second"));

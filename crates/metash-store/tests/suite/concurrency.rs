@@ -76,3 +76,22 @@ fn a_failed_try_leaves_no_waiter_behind() {
         }
     }
 }
+
+/// A caller that waited and gave up leaves its waiter blocked in the kernel; at the release it
+/// takes the lock and drops it at once. A try with no time left made in that instant must not
+/// report the lock as held.
+#[test]
+fn a_waiter_whose_caller_gave_up_does_not_make_the_lock_look_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.lock");
+    let zero = std::time::Duration::ZERO;
+    for round in 0..200 {
+        let held = metash_store::lock::acquire(&path, zero).unwrap();
+        let gave_up = metash_store::lock::acquire(&path, std::time::Duration::from_millis(1));
+        assert!(gave_up.is_err(), "round {round}: the lock was held");
+        drop(held);
+        if let Err(e) = metash_store::lock::acquire(&path, zero) {
+            panic!("round {round}: the lock was not free right after its release: {e}");
+        }
+    }
+}

@@ -181,7 +181,7 @@ fn catch_hangup() {
 /// How long a CLI whose window was closed has to end by itself after its hangup before it is
 /// killed: time to save its conversation (Claude Code writes its transcript on a timer; killed
 /// at once, it lost the answer it had just shown, and the resumed session did not have it).
-const HANGUP_GRACE: Duration = Duration::from_secs(3);
+const HANGUP_GRACE: Duration = Duration::from_secs(10);
 
 /// The CLI's sandbox leader (the process started), when it runs.
 fn cli_leader(pid: &AtomicU32) -> Option<i32> {
