@@ -520,7 +520,9 @@ fn attach_from_inside_runs_the_session_in_the_project() {
     let out = child.wait_with_output().unwrap();
     let attached = ws.join("attached.txt");
     let until = Instant::now() + Duration::from_secs(30);
-    while !attached.exists() && Instant::now() < until {
+    // The shell creates the file, then writes it: wait for what it wrote.
+    let written = || std::fs::read_to_string(&attached).is_ok_and(|s| s.ends_with('\n'));
+    while !written() && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(100));
     }
     let _ = Command::new("tmux")
