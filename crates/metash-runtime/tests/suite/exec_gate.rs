@@ -218,7 +218,9 @@ fn exec_without_gate_installs_nothing() {
 fn exec_gate_that_never_answers_does_not_hang_the_host() {
     require_exec_gate!();
     const TIMEOUT: Duration = Duration::from_millis(400);
-    const SLACK: Duration = Duration::from_millis(250);
+    // The gate never answers until released, so a host that waited for it would hang: a bound
+    // of a few seconds proves it did not, with room for a loaded machine.
+    const STOP_WITHIN: Duration = Duration::from_secs(5);
     let f = Fixture::new();
     let gate = TestGate::holding(deny());
     let mut spec = f.native("g-slow", &["files.read"], None);
@@ -230,18 +232,15 @@ fn exec_gate_that_never_answers_does_not_hang_the_host() {
     let (o, _) = run(&mut a, "exec /bin/true");
     let took = t.elapsed();
     assert_eq!(o.status, InvocationStatus::Timeout, "{o:?}");
-    assert!(took < TIMEOUT + SLACK, "took {took:?}");
+    assert!(took >= TIMEOUT, "timed out early: {took:?}");
+    assert!(took < TIMEOUT + STOP_WITHIN, "took {took:?}");
     assert_eq!(gate.programs(), ["/bin/true"]);
     // Nothing of the agent survived, the waiting child included.
     assert!(group_gone(pgid, Duration::ZERO), "survivors in the group");
     // Dropping the agent (and its sandbox) does not wait for the gate either.
     let t = Instant::now();
     drop(a);
-    assert!(
-        t.elapsed() < Duration::from_millis(100),
-        "{:?}",
-        t.elapsed()
-    );
+    assert!(t.elapsed() < STOP_WITHIN, "{:?}", t.elapsed());
     // The late answer finds the notification gone: no denial is logged for a dead process.
     gate.release();
     std::thread::sleep(Duration::from_millis(100));

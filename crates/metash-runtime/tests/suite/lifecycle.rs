@@ -1,6 +1,6 @@
 //! The lifecycle state machine on both sandboxes: illegal transitions, suspend/resume.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use metash_protocol::LogKind;
 
@@ -75,6 +75,20 @@ fn wasm_suspend_resume_between_invocations() {
     assert_eq!(f.events("l-wsus", LogKind::AgentResumed).len(), 1);
 }
 
+/// `pid`'s state (as in `/proc/<pid>/stat`) once `done` holds for it, or its last state after
+/// 10 s. Signals act asynchronously; a generous deadline keeps a loaded machine from failing
+/// the test while a state that never comes still does.
+fn state_when(pid: i32, done: impl Fn(char) -> bool) -> char {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (state, _) = metash_runtime::native::procs::stat(pid).expect("the agent is alive");
+        if done(state) || Instant::now() > deadline {
+            return state;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 #[test]
 fn native_suspend_resume_stops_the_process() {
     require_native!();
@@ -83,17 +97,16 @@ fn native_suspend_resume_stops_the_process() {
     let pid = a.pid().unwrap();
     assert_eq!(text(&run(&mut a, "echo one").1), "one");
     a.suspend().unwrap();
-    std::thread::sleep(Duration::from_millis(50));
-    let (state, _) = metash_runtime::native::procs::stat(pid).unwrap();
+    // SIGSTOP takes effect when the kernel next schedules the process: wait for it.
+    let state = state_when(pid, |s| s == 'T');
     assert_eq!(state, 'T', "SIGSTOP did not stop the agent");
     assert_eq!(
         a.invoke("echo x", &[], &mut |_| {}).unwrap_err().code(),
         "illegal_transition"
     );
     a.resume().unwrap();
-    std::thread::sleep(Duration::from_millis(20));
-    let (state, _) = metash_runtime::native::procs::stat(pid).unwrap();
-    assert_ne!(state, 'T');
+    let state = state_when(pid, |s| s != 'T');
+    assert_ne!(state, 'T', "SIGCONT did not resume the agent");
     assert_eq!(text(&run(&mut a, "echo two").1), "two");
     a.shutdown().unwrap();
 }
