@@ -40,7 +40,7 @@ pub(crate) struct PolicyGate {
 
 /// Every project's questions in this process, shared by all its spawns (so the cap and rate
 /// hold per agent across spawns, not per spawn), without threading them through the host.
-fn questions_of(meta: PathBuf) -> Arc<Questions<Authorization>> {
+pub(super) fn questions_of(meta: PathBuf) -> Arc<Questions<Authorization>> {
     static ALL: OnceLock<Mutex<HashMap<PathBuf, Arc<Questions<Authorization>>>>> = OnceLock::new();
     let mut all = ALL
         .get_or_init(Mutex::default)

@@ -290,14 +290,17 @@ mod tests {
         (dir, host, server)
     }
 
-    /// `n` Bash tool uses at once (`cmd(i)`), answered by a client after 500 ms (`answer`, for
-    /// every question it finds waiting): each reply, and how many questions the client saw.
+    /// `n` Bash tool uses at once (`cmd(i)`), answered by a client once `ready` holds for the
+    /// calls (`answer`, for every question it finds waiting): each reply, and how many questions
+    /// the client saw. `ready` must say when every call has reached the server: a call still on
+    /// its way when the first answer is given would be a question of its own.
     fn at_once(
         ws: &std::path::Path,
         port: u16,
         n: usize,
         cmd: fn(usize) -> String,
         answer: metash_policy::Answer,
+        ready: &dyn Fn(&[std::thread::JoinHandle<String>]) -> bool,
     ) -> (Vec<String>, usize) {
         let calls: Vec<_> = (0..n)
             .map(|i| {
@@ -310,7 +313,14 @@ mod tests {
             })
             .collect();
         let store = metash_store::Store::open(ws).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(500));
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !ready(&calls) {
+            assert!(
+                std::time::Instant::now() < until,
+                "the {n} calls did not all reach the server within 10 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         let mut seen = std::collections::BTreeSet::new();
         while calls.iter().any(|c| !c.is_finished()) {
             for ask in crate::asks::pending(&store).unwrap() {
@@ -325,15 +335,39 @@ mod tests {
         )
     }
 
+    /// How many callers wait on the question the Bash command `cmd` of role `coder` is (the one
+    /// asking it and those who joined it); 0 while nobody has posted a question yet. Counted by
+    /// joining it once more, for a moment.
+    fn waiting_on(host: &crate::host::Host, cmd: &str) -> usize {
+        if crate::asks::pending(host.store()).unwrap().is_empty() {
+            return 0;
+        }
+        let req = request_for(host.store().workspace(), "Bash", &json!({"command": cmd}));
+        let meta = host.store().meta_dir().to_path_buf();
+        let limits = host.config().host.consent_limits();
+        let capability = req.capability.to_string();
+        match super::super::gate::questions_of(meta).enter(
+            "coder",
+            &capability,
+            &req.reason,
+            limits,
+        ) {
+            // Held by the waiting questions' map, by this probe, and by each caller.
+            crate::asks::Turn::Join(slot) => Arc::strong_count(&slot) - 2,
+            _ => panic!("a question is posted but `{cmd}` is not waiting"),
+        }
+    }
+
     #[test]
     fn the_same_tool_use_asked_five_times_at_once_is_one_question() {
-        let (dir, _host, server) = asking_role();
+        let (dir, host, server) = asking_role();
         let (replies, asked) = at_once(
             dir.path(),
             server.port(),
             5,
             |_| "echo same".into(),
             metash_policy::Answer::AllowOnce,
+            &|_| waiting_on(&host, "echo same") == 5,
         );
         assert_eq!(asked, 1, "{replies:?}");
         for r in &replies {
@@ -348,12 +382,14 @@ mod tests {
     #[test]
     fn past_the_cap_of_waiting_questions_a_tool_use_is_refused_at_once() {
         let (dir, _host, server) = asking_role();
+        // Nothing is answered before one call came back: the refused one, once 3 wait.
         let (replies, asked) = at_once(
             dir.path(),
             server.port(),
             4,
             |i| format!("echo {i}"),
             metash_policy::Answer::Deny,
+            &|calls| calls.iter().any(std::thread::JoinHandle::is_finished),
         );
         assert_eq!(asked, 3, "{replies:?}");
         let capped: Vec<_> = replies

@@ -67,15 +67,36 @@ fn claude_code_is_suspended_mid_turn_and_resumed() {
             .as_i64()
             .and_then(|g| i32::try_from(g).ok())
             .expect("the CLI's group");
-        assert_eq!(state(pgid), 'T', "the CLI is stopped");
+        // `SIGSTOP` is sent by then, but the CLI stops only once the kernel runs it again.
+        if !within(Duration::from_secs(10), || state(pgid) == 'T') {
+            ask_control(&ws, "coder", Want::Active);
+            panic!("the CLI is not stopped: state {}", state(pgid));
+        }
         std::thread::sleep(Duration::from_secs(1));
         let asked = server.posts().len();
         assert!(ask_control(&ws, "coder", Want::Active), "resumed");
-        assert_ne!(state(pgid), 'T');
+        assert!(
+            within(Duration::from_secs(10), || state(pgid) != 'T'),
+            "the CLI goes on"
+        );
         let r = run.join().expect("spawn thread");
         assert_eq!(r.status, AgentStatus::Success, "{r:?}");
         assert!(r.data.contains("finished"), "{}", r.data);
         assert!(server.posts().len() > asked, "it went on after the resume");
     });
     assert!(p.path().join("done.txt").exists());
+}
+
+/// Whether `f` holds within `limit` (polled every 20 ms).
+fn within(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + limit;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -95,7 +95,7 @@ pub fn cli_ready(cli: metash_testkit::cli::Cli, test: &str) -> Option<PathBuf> {
     Some(tools)
 }
 
-pub use metash_testkit::procs::{live_processes, live_processes_under};
+pub use metash_testkit::procs::live_processes_under;
 pub use metash_testkit::wasm::{agent_msg as msg, wat_agent};
 
 /// No lock held (a 100 ms-timeout write goes through) and no per-spawn directory left behind.

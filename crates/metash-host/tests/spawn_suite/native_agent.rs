@@ -3,9 +3,7 @@ use std::time::{Duration, Instant};
 use metash_host::{SpawnRequest, Spawner};
 use metash_protocol::{AgentStatus, SpawnOptions};
 
-use super::common::{
-    live_processes, live_processes_under, native_agent_exe, native_unavailable, Project,
-};
+use super::common::{live_processes_under, native_agent_exe, native_unavailable, Project};
 
 fn project() -> Option<Project> {
     if let Some(why) = native_unavailable() {
@@ -157,7 +155,7 @@ fn native_timeout_kills_the_tree_and_returns_partial_output() {
         "the agent survived its timeout"
     );
     assert!(
-        live_processes(&format!("sleep 300.{tag}")).is_empty(),
+        live_processes_under(&format!("sleep 300.{tag}"), &dir).is_empty(),
         "the grandchild survived"
     );
     // No lock left behind: a short-timeout update goes through at once.

@@ -3,7 +3,7 @@
 //! native agent's whole process group stops and goes on; a WASM guest stops making progress and
 //! goes on; the spawn's deadline still ends both.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use metash_host::control::{self, Applied, Want};
 use metash_host::{SpawnRequest, Spawner};
@@ -28,6 +28,7 @@ fn a_native_agent_is_suspended_and_resumed_from_another_process() {
     // The grandchild is a process start: allowed here, so that there is a group to stop.
     let host = p.host(&["native", "process.spawn:sleep"]);
     let ws = p.path().to_path_buf();
+    let canon = ws.canonicalize().unwrap();
     std::thread::scope(|s| {
         let run = s.spawn(|| {
             let mut req = SpawnRequest::new("sus-n", "", "hang 57");
@@ -40,7 +41,8 @@ fn a_native_agent_is_suspended_and_resumed_from_another_process() {
         // The agent's grandchild, in the agent's process group.
         let mut pid = 0;
         wait_for("the agent's grandchild", || {
-            pid = metash_testkit::procs::live_processes("sleep 300.57")
+            // Its own: another test's agent may run `sleep 300.57…` too, but not in this project.
+            pid = metash_testkit::procs::live_processes_under("sleep 300.57", &canon)
                 .first()
                 .copied()
                 .unwrap_or(0);
@@ -112,7 +114,8 @@ fn a_wasm_agent_is_suspended_and_resumed_by_its_host() {
         let run = s.spawn(|| {
             let mut req = SpawnRequest::new("sus-w", "", "go");
             req.options = SpawnOptions {
-                timeout_seconds: Some(6.0),
+                // Room for a slow start and the pause below; the deadline still ends it.
+                timeout_seconds: Some(10.0),
                 ..SpawnOptions::default()
             };
             host.spawn_agent(&req).unwrap()
@@ -120,10 +123,12 @@ fn a_wasm_agent_is_suspended_and_resumed_by_its_host() {
         wait_for("ticks", || ticks() > 3);
         let applied = host.control_agent("sus-w", Want::Suspended).unwrap();
         assert_eq!(applied, Applied::Here { changed: true });
-        // In flight at most one tick more, then nothing.
-        std::thread::sleep(Duration::from_millis(300));
-        let held = ticks();
+        // A tick said just before the pause may still be on its way to the log (the host's
+        // reader, the journal's next batch): wait until the count stops moving, then it must
+        // not move again. A guest that kept running adds a tick every few milliseconds.
+        let held = settled(&host, ticks);
         std::thread::sleep(Duration::from_millis(700));
+        host.flush_events().unwrap();
         assert_eq!(ticks(), held, "a suspended guest kept running");
         assert_eq!(
             host.control_agent("sus-w", Want::Active).unwrap(),
@@ -138,4 +143,22 @@ fn a_wasm_agent_is_suspended_and_resumed_by_its_host() {
         host.control_agent("sus-w", Want::Suspended).unwrap(),
         Applied::Requested { .. }
     ));
+}
+
+/// The count `ticks` gives once it has not changed for 500 ms, everything buffered written
+/// (at most 10 s: a guest that does not stop never settles).
+fn settled(host: &metash_host::Host, ticks: impl Fn() -> usize) -> usize {
+    let until = Instant::now() + Duration::from_secs(10);
+    host.flush_events().unwrap();
+    let (mut last, mut since) = (ticks(), Instant::now());
+    while since.elapsed() < Duration::from_millis(500) {
+        assert!(Instant::now() < until, "a suspended guest kept running");
+        std::thread::sleep(Duration::from_millis(50));
+        host.flush_events().unwrap();
+        let now = ticks();
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+    }
+    last
 }
