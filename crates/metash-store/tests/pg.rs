@@ -262,7 +262,9 @@ fn an_expired_lease_is_reaped_and_the_old_holders_completion_is_refused_and_logg
     let Some(pg) = server() else { return };
     let mut c = client(&pg);
     lease::enqueue(&mut c, "p", &[task("a", &[]), task("b", &["a"])]).unwrap();
-    let short = Duration::from_millis(300);
+    // Long enough that the claim, the heartbeat and the first reap each come well within it on
+    // a loaded machine; the reap that must find the lease expired waits past it.
+    let short = Duration::from_secs(5);
     let old = lease::claim(&mut c, "p", "slow", &[], 1, short)
         .unwrap()
         .remove(0);
@@ -273,7 +275,9 @@ fn an_expired_lease_is_reaped_and_the_old_holders_completion_is_refused_and_logg
             .is_empty()
     );
     assert!(lease::reap(&mut c, "p").unwrap().is_empty());
-    std::thread::sleep(Duration::from_millis(500));
+    // The heartbeat set the expiry from the database's `now()` before it returned, so this
+    // sleep ends after it.
+    std::thread::sleep(short + Duration::from_millis(500));
     assert_eq!(lease::reap(&mut c, "p").unwrap(), vec!["a".to_string()]);
     // The old holder's heartbeat says it lost the task.
     assert_eq!(

@@ -18,6 +18,10 @@ mod common;
 
 const PASSPHRASE: &str = "the ui oauth test's passphrase";
 
+/// How long access and refresh tokens live (seconds): long enough for the setup between the
+/// login and the handle's first use (the UI, the vault's key derivation...) on a loaded machine.
+const LIFETIME: u32 = 15;
+
 /// A loopback API answering `200 api ok`.
 fn api() -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -66,8 +70,8 @@ struct Setup {
 }
 
 fn setup(tools: &std::path::Path, chromium: &std::path::Path) -> Setup {
-    // Access and refresh tokens live 3 s: the login expires behind the handle.
-    let server = Oidc::start(tools, 3, 3);
+    // Access and refresh tokens live `LIFETIME`: the login expires behind the handle.
+    let server = Oidc::start(tools, LIFETIME, LIFETIME);
     let api_addr = api();
     let dir = tempfile::tempdir().unwrap();
     let (root, home) = (dir.path().join("ws"), dir.path().join("home"));
@@ -167,8 +171,11 @@ fn no_oauth_token_reaches_a_page_an_event_an_export_or_a_notification() {
         .unwrap();
     let base = handles.handles[0].base_url.clone();
     assert!(get_through(&base, "/repos").contains("api ok"));
-    // The login expires behind the handle: a checkpoint, and the notifier runs for it.
-    std::thread::sleep(Duration::from_millis(4_000));
+    // The login expires behind the handle: a checkpoint, and the notifier runs for it. Every
+    // token the vault holds was granted by now (at the login, or by a refresh during that use),
+    // so all have expired a `LIFETIME` later. A sleep, not a poll: each use through the handle
+    // in a token's second half-life refreshes it, and the rotated refresh token lives anew.
+    std::thread::sleep(Duration::from_secs(u64::from(LIFETIME) + 1));
     assert!(!get_through(&base, "/repos").contains("api ok"));
     let until = Instant::now() + Duration::from_secs(10);
     while Instant::now() < until && !std::fs::read_to_string(&notified).is_ok_and(|s| !s.is_empty())

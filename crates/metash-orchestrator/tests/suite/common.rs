@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use metash_example_agents::Reply;
@@ -156,6 +156,12 @@ pub struct Sim {
     /// `(agent, during, task, text)`: during that agent's first spawn for task `during`, a
     /// person comments on line 1 of `<task>.txt` (as from `metash ui`'s diff card).
     pub review_during: Vec<(String, String, String, String)>,
+    /// The executors of these tasks, before they end, wait until each of them has started (at
+    /// most 20 s): tasks the loop runs at once are seen to overlap however slow the machine is,
+    /// and tasks it runs one after the other are not (the first gives up waiting).
+    pub meet: Vec<String>,
+    /// The tasks of `meet` whose executor has started.
+    met: (Mutex<Vec<String>>, Condvar),
     pub spawns: Mutex<Vec<Spawned>>,
 }
 
@@ -181,6 +187,8 @@ impl Sim {
             idle: vec![],
             verifier_passes: vec![],
             review_during: vec![],
+            meet: vec![],
+            met: (Mutex::new(vec![]), Condvar::new()),
             spawns: Mutex::new(vec![]),
         }
     }
@@ -273,6 +281,7 @@ impl Spawner for Sim {
                 Reply::Output("{\"summary\": \"all done (nothing written)\"}".into())
             }
             "executor" => {
+                self.meet_the_others(req);
                 std::thread::sleep(self.executor_sleep);
                 metash_example_agents::executor(&req.user_message, resume.as_ref(), &ws)
             }
@@ -295,6 +304,28 @@ impl Spawner for Sim {
 }
 
 impl Sim {
+    /// For an executor of a task in `meet`: says it started, then waits until every task there
+    /// has (at most 20 s).
+    fn meet_the_others(&self, req: &SpawnRequest) {
+        let Some(task) = req.task_id.as_ref().filter(|t| self.meet.contains(t)) else {
+            return;
+        };
+        let (started, cv) = &self.met;
+        let mut started = started.lock().unwrap();
+        if !started.contains(task) {
+            started.push(task.clone());
+            cv.notify_all();
+        }
+        let until = Instant::now() + Duration::from_secs(20);
+        while self.meet.iter().any(|t| !started.contains(t)) {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            started = cv.wait_timeout(started, left).unwrap().0;
+        }
+    }
+
     /// A person's comments due during this spawn (`review_during`).
     fn review_now(&self, req: &SpawnRequest) {
         let task = req.task_id.clone().unwrap_or_default();

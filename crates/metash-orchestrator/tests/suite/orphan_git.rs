@@ -1,6 +1,7 @@
 //! A run killed while one of its git commands runs: that git finishes on its own, and the next run
 //! must not start before it has. Every git child inherits the run lock, so the lock stays taken
-//! until the orphan exits, then frees itself.
+//! until the orphan exits, then frees itself. The orphan runs until the test lets it end (a file
+//! it waits for), so no step depends on how fast the machine is.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -10,8 +11,15 @@ use metash_orchestrator::git::Git;
 
 const CHILD_DIR: &str = "METASH_ORPHAN_GIT_DIR";
 
-/// The "run": takes the lock, hands it down, starts a git command that takes 1.5 s (an alias to a
-/// shell `sleep`), and is SIGKILLed by the test meanwhile.
+/// The orphan git's alias: says it started (the lock is then held by git and this shell), waits
+/// until the test writes `release` (at most 60 s, and no longer than the test's directory lives,
+/// should the test have failed), and says it is done just before it exits.
+const ALIAS: &str = "alias.slow=!touch git-started; i=0; \
+     while [ ! -e release ] && [ -e .git ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; \
+     touch git-done";
+
+/// The "run": takes the lock, hands it down, starts a git command that runs until the test lets
+/// it end (an alias to a shell loop), and is SIGKILLed by the test meanwhile.
 #[test]
 #[ignore = "run by orphan_git_holds_the_run_lock_until_it_exits"]
 fn orphan_git_child() {
@@ -22,8 +30,7 @@ fn orphan_git_child() {
     let lock = metash_store::lock::acquire(&dir.join("run.lock"), Duration::from_secs(1)).unwrap();
     let git = Git::new(dir);
     let _handed = git.handing_down(&lock);
-    std::fs::write(dir.join("started"), "").unwrap();
-    let _ = git.run(dir, &["-c", "alias.slow=!sleep 1.5", "slow"]);
+    let _ = git.run(dir, &["-c", ALIAS, "slow"]);
 }
 
 #[test]
@@ -48,12 +55,20 @@ fn orphan_git_holds_the_run_lock_until_it_exits() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let until = Instant::now() + Duration::from_secs(20);
-    while !d.join("started").exists() && Instant::now() < until {
+    // Ends the orphan however this test ends.
+    struct Release<'a>(&'a Path);
+    impl Drop for Release<'_> {
+        fn drop(&mut self) {
+            let _ = std::fs::write(self.0.join("release"), "");
+        }
+    }
+    let release = Release(d);
+    // The run's git has started (and inherited the lock) once its shell wrote the marker.
+    let until = Instant::now() + Duration::from_secs(30);
+    while !d.join("git-started").exists() {
+        assert!(Instant::now() < until, "the run's git never started");
         std::thread::sleep(Duration::from_millis(5));
     }
-    std::thread::sleep(Duration::from_millis(300));
-    let killed_at = Instant::now();
     child.kill().unwrap();
     child.wait().unwrap();
     // The run is dead; its git (and the shell it started) still holds the lock.
@@ -62,11 +77,12 @@ fn orphan_git_holds_the_run_lock_until_it_exits() {
         busy.is_err(),
         "the lock was free while the killed run's git still ran"
     );
-    // Once that git has exited, the lock is free without anyone releasing it.
-    let _next = metash_store::lock::acquire(&d.join("run.lock"), Duration::from_secs(10)).unwrap();
+    assert!(!d.join("git-done").exists(), "the orphan ended early");
+    // Once that git has exited, the lock is free without anyone releasing it, and not before.
+    drop(release);
+    let _next = metash_store::lock::acquire(&d.join("run.lock"), Duration::from_secs(30)).unwrap();
     assert!(
-        killed_at.elapsed() >= Duration::from_millis(700),
-        "the lock came free before the orphan could have finished: {:?}",
-        killed_at.elapsed()
+        d.join("git-done").exists(),
+        "the lock came free before the orphan had finished"
     );
 }

@@ -31,7 +31,9 @@ fn independent_tasks_overlap_in_separate_worktrees_and_merge_cleanly() {
     let p = Project::new("");
     p.decide("english");
     let mut sim = Sim::new(&p);
-    sim.executor_sleep = Duration::from_millis(400);
+    // Each executor ends only once the other has started: if the loop ran them one after the
+    // other, the first would give up waiting after 20 s and the intervals would not overlap.
+    sim.meet = vec!["hello".into(), "bye".into()];
     let host = p.host();
     let mut orch = Orchestrator::new(&host, &sim).unwrap();
     let outcome = orch
@@ -110,7 +112,11 @@ fn tasks_whose_paths_overlap_do_not_run_at_once() {
     let p = Project::new("");
     p.decide("english");
     let mut sim = Sim::new(&p);
+    // Long enough for bye to start beside hello were the loop to allow it (then they overlap).
     sim.executor_sleep = Duration::from_millis(300);
+    // Hello and other each end only once the other has started: they overlap however slow
+    // the machine is.
+    sim.meet = vec!["hello".into(), "other".into()];
     sim.planner_script.lock().unwrap().push_back(
         r#"{"tasks": [{"id": "hello", "title": "Hello", "paths": ["greetings/"]},
                       {"id": "bye", "title": "Bye", "paths": ["greetings/bye.txt"]},

@@ -112,12 +112,12 @@ fn lock_timeout_names_the_holder_and_changes_nothing() {
     assert!(msg.contains(&format!("pid {}", holder.id())), "{msg}");
     assert_eq!(snapshot(dir.path()), before);
 
-    // The holder dies: its lock goes with it and the next writer proceeds at once.
+    // The holder dies: its lock goes with it and the next writer proceeds at once. No clock:
+    // this store gives up after 200 ms (as above), so its success proves the lock was free
+    // within that, while the fsyncs of the update may take what a loaded machine needs.
     holder.kill().unwrap();
     holder.wait().unwrap();
-    let t = Instant::now();
     store.update_state("variables.x", json!(1)).unwrap();
-    assert!(t.elapsed() < Duration::from_millis(200));
 }
 
 #[test]
