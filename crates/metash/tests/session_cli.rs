@@ -102,12 +102,27 @@ impl Place {
             .into_owned()
     }
 
-    /// Types `line` into the pane, then Enter (apart, so a TUI does not take it as a paste).
-    fn type_line(&self, target: &str, line: &str) {
-        let out = self.tmux(&["send-keys", "-t", target, "-l", line]);
-        assert!(out.status.success(), "{}", text(&out));
-        std::thread::sleep(Duration::from_millis(700));
-        self.tmux(&["send-keys", "-t", target, "Enter"]);
+    /// Types the prompt `line` into the pane, and Enter once the pane shows it (apart, so a TUI
+    /// does not take both as one paste), until `reached` says the model got it. A CLI still
+    /// starting may drop the keys, or read text and Enter as a paste (a newline in its input
+    /// box, nothing sent): then the input is erased and the prompt typed again (a prompt the
+    /// CLI did send, only slowly, is then sent twice: the models here answer a copy alike).
+    fn type_prompt(&self, target: &str, line: &str, reached: impl Fn() -> bool) {
+        for _ in 0..5 {
+            let out = self.tmux(&["send-keys", "-t", target, "-l", line]);
+            assert!(out.status.success(), "{}", text(&out));
+            let shown = || self.screen(target).contains(line);
+            if within(Duration::from_secs(10), shown) {
+                self.tmux(&["send-keys", "-t", target, "Enter"]);
+                if within(Duration::from_secs(20), &reached) {
+                    return;
+                }
+            }
+            eprintln!("{line} did not reach the model: erased and typed again");
+            let erase = vec!["BSpace"; line.len() + 8];
+            self.tmux(&[&["send-keys", "-t", target][..], &erase].concat());
+        }
+        panic!("{line} never reached the model:\n{}", self.screen(target));
     }
 
     /// Starts (`start`) or resumes the session and returns `(id, tmux target)`.
@@ -126,6 +141,18 @@ fn text(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
+}
+
+/// Whether `ok` holds within `time` (looked at every 250 ms).
+fn within(time: Duration, mut ok: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + time;
+    while !ok() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    true
 }
 
 fn wait_until(
@@ -281,8 +308,9 @@ fn first_run(place: &Place, server: &ModelServer, cli: Cli) -> Value {
         || place.screen(&target).trim().len() > 20,
         || place.screen(&target),
     );
-    std::thread::sleep(Duration::from_secs(3));
-    place.type_line(&target, "FIRST-PROMPT");
+    place.type_prompt(&target, "FIRST-PROMPT", || {
+        !posts_with(server, "FIRST-PROMPT").is_empty()
+    });
     wait_until(
         "the first prompt's tool result reaches the model",
         Duration::from_secs(90),
@@ -409,15 +437,22 @@ fn resumed(place: &Place, server: &ModelServer, cli: Cli, id: &str, key: &str) -
         || place.screen(&target).contains("FIRST") || place.screen(&target).trim().len() > 20,
         || place.screen(&target),
     );
-    std::thread::sleep(Duration::from_secs(3));
-    place.type_line(&target, "SECOND-PROMPT");
+    place.type_prompt(&target, "SECOND-PROMPT", || {
+        !posts_with(server, "SECOND-PROMPT").is_empty()
+    });
+    // The turn's own request (it offers tools), not a side request such as Codex's title, which
+    // carries the prompt alone and may come first.
+    let turn = || {
+        let found = posts_with(server, "SECOND-PROMPT");
+        found.into_iter().find(|b| offers_tools(b))
+    };
     wait_until(
-        "the second prompt reaches the model",
+        "the second prompt's turn reaches the model",
         Duration::from_secs(90),
-        || !posts_with(server, "SECOND-PROMPT").is_empty(),
+        || turn().is_some(),
         || format!("{}\n{:?}", place.screen(&target), place.session(id)),
     );
-    let second = posts_with(server, "SECOND-PROMPT").remove(0);
+    let second = turn().unwrap();
     assert!(
         second.contains("FIRST-PROMPT"),
         "the earlier conversation is not carried: {second}"
@@ -737,8 +772,9 @@ fn a_session_in_a_git_project_gets_a_worktree_of_its_own() {
         || place.screen(&target).trim().len() > 20,
         || place.screen(&target),
     );
-    std::thread::sleep(Duration::from_secs(3));
-    place.type_line(&target, "WHERE-PROMPT");
+    place.type_prompt(&target, "WHERE-PROMPT", || {
+        !posts_with(&server, "WHERE-PROMPT").is_empty()
+    });
     wait_until(
         "the shell wrote where it ran",
         Duration::from_secs(90),

@@ -80,6 +80,40 @@ impl Place {
         let out = self.tmux(&["capture-pane", "-p", "-t", target]);
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
+
+    /// Types the prompt `line` into the pane, and Enter once the pane shows it (apart, so pi
+    /// does not take both as one paste), until `reached` says the model got it. A pi still
+    /// starting may drop the keys, or read text and Enter as a paste (nothing sent): then the
+    /// input is erased and the prompt typed again (the same as session_cli.rs's helper).
+    fn type_prompt(&self, target: &str, line: &str, reached: impl Fn() -> bool) {
+        for _ in 0..5 {
+            let out = self.tmux(&["send-keys", "-t", target, "-l", line]);
+            assert!(out.status.success(), "{}", text(&out));
+            let shown = || self.screen(target).contains(line);
+            if within(Duration::from_secs(10), shown) {
+                self.tmux(&["send-keys", "-t", target, "Enter"]);
+                if within(Duration::from_secs(20), &reached) {
+                    return;
+                }
+            }
+            eprintln!("{line} did not reach the model: erased and typed again");
+            let erase = vec!["BSpace"; line.len() + 8];
+            self.tmux(&[&["send-keys", "-t", target][..], &erase].concat());
+        }
+        panic!("{line} never reached the model:\n{}", self.screen(target));
+    }
+}
+
+/// Whether `ok` holds within `time` (looked at every 250 ms).
+fn within(time: Duration, mut ok: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + time;
+    while !ok() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    true
 }
 
 fn text(out: &Output) -> String {
@@ -179,11 +213,12 @@ fn an_interactive_session_is_recorded_under_its_id_without_its_key() {
         || place.screen(&target).trim().len() > 20,
         || place.screen(&target),
     );
-    std::thread::sleep(Duration::from_secs(2));
-    let typed = place.tmux(&["send-keys", "-t", &target, "-l", "TAPED-PROMPT"]);
-    assert!(typed.status.success(), "{}", text(&typed));
-    std::thread::sleep(Duration::from_millis(700));
-    place.tmux(&["send-keys", "-t", &target, "Enter"]);
+    place.type_prompt(&target, "TAPED-PROMPT", || {
+        server
+            .posts()
+            .iter()
+            .any(|c| c.text().contains("TAPED-PROMPT"))
+    });
     wait_until(
         "the answer is shown",
         Duration::from_secs(90),

@@ -300,6 +300,11 @@ fn the_racing_consent_prompt_and_pending_list_escape_the_reason() {
             listed
         })
     };
+    // Two questions race: the spawn's own (`codegen` for one action, no suggested duration),
+    // answered here at the terminal as soon as it shows, then the agent's (60 s suggested),
+    // which only the lister answers (it picks the question by its 60 s). The typed line is read
+    // by the first question's prompt, which is already waiting when it is drawn, so it can never
+    // answer the agent's (the terminal winning a race is consent_race_cli.rs's test).
     let prompt = "denied in 30 s) > ";
     let (code, out) = on_terminal(
         &ws,
