@@ -18,6 +18,7 @@ pub mod pty;
 pub mod sdk;
 #[cfg(unix)]
 pub mod secret_service;
+pub mod tmux;
 pub mod wasm;
 
 use std::path::PathBuf;

@@ -77,43 +77,13 @@ impl Place {
     }
 
     fn screen(&self, target: &str) -> String {
-        let out = self.tmux(&["capture-pane", "-p", "-t", target]);
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        metash_testkit::tmux::screen(&|a| self.tmux(a), target)
     }
 
-    /// Types the prompt `line` into the pane, and Enter once the pane shows it (apart, so pi
-    /// does not take both as one paste), until `reached` says the model got it. A pi still
-    /// starting may drop the keys, or read text and Enter as a paste (nothing sent): then the
-    /// input is erased and the prompt typed again (the same as session_cli.rs's helper).
+    /// Types a prompt until the model got it (`metash_testkit::tmux::type_prompt`).
     fn type_prompt(&self, target: &str, line: &str, reached: impl Fn() -> bool) {
-        for _ in 0..5 {
-            let out = self.tmux(&["send-keys", "-t", target, "-l", line]);
-            assert!(out.status.success(), "{}", text(&out));
-            let shown = || self.screen(target).contains(line);
-            if within(Duration::from_secs(10), shown) {
-                self.tmux(&["send-keys", "-t", target, "Enter"]);
-                if within(Duration::from_secs(20), &reached) {
-                    return;
-                }
-            }
-            eprintln!("{line} did not reach the model: erased and typed again");
-            let erase = vec!["BSpace"; line.len() + 8];
-            self.tmux(&[&["send-keys", "-t", target][..], &erase].concat());
-        }
-        panic!("{line} never reached the model:\n{}", self.screen(target));
+        metash_testkit::tmux::type_prompt(&|a| self.tmux(a), target, line, reached)
     }
-}
-
-/// Whether `ok` holds within `time` (looked at every 250 ms).
-fn within(time: Duration, mut ok: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + time;
-    while !ok() {
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    true
 }
 
 fn text(out: &Output) -> String {
