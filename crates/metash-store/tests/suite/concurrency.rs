@@ -55,20 +55,18 @@ fn threads_with_separate_handles_do_not_lose_updates() {
     assert_eq!(store.get("variables.n").unwrap(), json!(200));
 }
 
-/// A try that gives up at once leaves nothing waiting behind it: the holder's own next try, right
-/// after its release, finds the lock free. (A waiter left over from the failed try used to take
-/// the lock on release and hold it until it noticed the caller was gone.)
-#[test]
-fn a_failed_try_leaves_no_waiter_behind() {
+/// `rounds` times: the lock is held, another try waits `wait` for it and gives up with a
+/// `LockTimeout`, the lock is released, and a try with no time left right after must find it free.
+fn free_right_after_release(rounds: usize, wait: std::time::Duration) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("run.lock");
     let zero = std::time::Duration::ZERO;
-    for round in 0..50 {
+    for round in 0..rounds {
         let held = metash_store::lock::acquire(&path, zero).unwrap();
-        let err = metash_store::lock::acquire(&path, zero).unwrap_err();
+        let err = metash_store::lock::acquire(&path, wait).unwrap_err();
         assert!(
             matches!(err, metash_store::StoreError::LockTimeout { .. }),
-            "{err}"
+            "round {round}: {err}"
         );
         drop(held);
         if let Err(e) = metash_store::lock::acquire(&path, zero) {
@@ -77,21 +75,18 @@ fn a_failed_try_leaves_no_waiter_behind() {
     }
 }
 
+/// A try that gives up at once leaves nothing waiting behind it: the holder's own next try, right
+/// after its release, finds the lock free. (A waiter left over from the failed try used to take
+/// the lock on release and hold it until it noticed the caller was gone.)
+#[test]
+fn a_failed_try_leaves_no_waiter_behind() {
+    free_right_after_release(50, std::time::Duration::ZERO);
+}
+
 /// A caller that waited and gave up leaves its waiter blocked in the kernel; at the release it
 /// takes the lock and drops it at once. A try with no time left made in that instant must not
 /// report the lock as held.
 #[test]
 fn a_waiter_whose_caller_gave_up_does_not_make_the_lock_look_held() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("run.lock");
-    let zero = std::time::Duration::ZERO;
-    for round in 0..200 {
-        let held = metash_store::lock::acquire(&path, zero).unwrap();
-        let gave_up = metash_store::lock::acquire(&path, std::time::Duration::from_millis(1));
-        assert!(gave_up.is_err(), "round {round}: the lock was held");
-        drop(held);
-        if let Err(e) = metash_store::lock::acquire(&path, zero) {
-            panic!("round {round}: the lock was not free right after its release: {e}");
-        }
-    }
+    free_right_after_release(200, std::time::Duration::from_millis(1));
 }
